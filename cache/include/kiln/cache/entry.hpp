@@ -1,0 +1,97 @@
+#pragma once
+// One cache entry: a compiled binary plus everything needed to trust it. This comment is the format;
+// cache/src/entry.cpp implements exactly this grammar (one parser, used by the store, packs and the CLI).
+//
+//   entry     := fixed variable payload aux epilogue                  (integers little-endian)
+//   fixed     := 96 bytes:
+//     off  0  magic          8   "KILNENT\x01"
+//     off  8  format_version u32 kEntryFormatVersion (another version is a content error)
+//     off 12  vendor         u8  Vendor (0 none, 1 cuda, 2 hip)
+//     off 13  payload_kind   u8  PayloadKind (1 cubin, 2 ptx, 3 amdgpu code object)
+//     off 14  reserved       u16 0
+//     off 16  created_unix   i64 seconds since the epoch
+//     off 24  key_hash       16  XXH3-128 (seed kKeySeed) of canonical_key: high u64, then low u64
+//     off 40  target_len     u32 <= Limits::max_text_bytes
+//     off 44  compiler_len   u32 <= Limits::max_text_bytes
+//     off 48  canonical_len  u32 <= Limits::max_canonical_bytes
+//     off 52  names_len      u32 bytes of `names`
+//     off 56  names_count    u32 <= Limits::max_names
+//     off 60  reserved       u32 0
+//     off 64  payload_len    u64 <= Limits::max_payload_bytes
+//     off 72  aux_len        u64 <= Limits::max_payload_bytes
+//     off 80  total_len      u64 the size of the whole entry; must equal the file size
+//     off 88  reserved       u64 0
+//   variable  := target(target_len) compiler(compiler_len) canonical_key(canonical_len) names(names_len)
+//   names     := names_count * ( expression_len:u32 expression lowered_len:u32 lowered )
+//                (each string <= Limits::max_name_bytes; the list fills names_len exactly)
+//   payload   := payload_len bytes     (CUBIN, PTX or AMDGPU code object)
+//   aux       := aux_len bytes         (the PTX kept beside a CUBIN; empty otherwise)
+//   epilogue  := checksum:16 (XXH3-128, seed kChecksumSeed, over fixed..aux; high u64, then low u64)
+//                end_magic "KILNEND\x01"(8)
+// Reading checks, in order: size >= fixed + epilogue, magic, version, enums and reserved fields, every
+// length against Limits, total_len == file size (all before any allocation, so what is allocated is
+// bounded by the real size of the input), then the end magic and the checksum, then the names list and
+// key_hash == hash(canonical_key).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/cache/hash.hpp"
+#include "kiln/cache/types.hpp"
+
+namespace kiln::cache {
+
+inline constexpr std::uint32_t kEntryFormatVersion = 1;
+inline constexpr std::size_t kEntryFixedBytes = 96;     ///< the fixed part of the header
+inline constexpr std::size_t kEntryEpilogueBytes = 24;  ///< checksum + end magic
+inline constexpr char kEntryMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'T', '\x01'};
+inline constexpr char kEntryEndMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'D', '\x01'};
+// entry.cpp static_asserts that the field offsets above add up to these sizes.
+
+struct LoweredName {
+  std::string expression;  ///< as requested: "saxpy", "kiln::map<float, 4>"
+  std::string lowered;     ///< the symbol in the binary
+  friend bool operator==(const LoweredName&, const LoweredName&) = default;
+};
+
+struct Entry {
+  Vendor vendor = Vendor::none;
+  PayloadKind payload_kind = PayloadKind::cubin;
+  std::string target;    ///< full target id: "sm_90", "gfx90a:sramecc+:xnack-"
+  std::string compiler;  ///< compiler identity and exact version, e.g. "nvrtc 13.0"
+  std::int64_t created_unix = 0;
+  Hash128 key_hash;           ///< hash of canonical_key (kKeySeed)
+  std::string canonical_key;  ///< CanonicalKey::bytes() of the request
+  std::vector<LoweredName> names;
+  std::vector<std::byte> payload;
+  std::vector<std::byte> aux;  ///< PTX beside a CUBIN, else empty
+};
+
+/// Caps applied before any allocation when parsing (hostile input must not make us allocate GiBs).
+struct Limits {
+  std::uint64_t max_file_bytes = 1ULL << 30;       // 1 GiB
+  std::uint64_t max_payload_bytes = 512ULL << 20;  // 512 MiB
+  std::uint32_t max_canonical_bytes = 64U << 20;   // 64 MiB (sources + headers)
+  std::uint32_t max_text_bytes = 4096;             // target, compiler
+  std::uint32_t max_names = 65536;
+  std::uint32_t max_name_bytes = 1U << 20;
+};
+
+/// Why bytes are not a valid entry. Every one of these is a *content* error: the caller deletes the
+/// file and treats it as a miss.
+struct ContentError {
+  std::string reason;  ///< e.g. "bad magic", "truncated: 96 bytes, header needs 120", "checksum mismatch"
+};
+
+/// Serializes an entry. Writes key_hash as hash128(canonical_key) (whatever entry.key_hash holds) and
+/// computes the checksum. Throws only std::bad_alloc, or std::length_error for a field over 4 GiB.
+[[nodiscard]] std::vector<std::byte> serialize(const Entry& entry);
+
+/// Parses and verifies (magic, version, sizes, checksum, key_hash == hash(canonical_key)).
+/// Never throws on malformed input (only std::bad_alloc); never reads outside `bytes`.
+[[nodiscard]] std::variant<Entry, ContentError> parse(std::span<const std::byte> bytes, const Limits& limits = {});
+
+}  // namespace kiln::cache

@@ -1,0 +1,128 @@
+#pragma once
+// The remote tier: a Redis server shared by a fleet of nodes (KILN_REMOTE_CACHE), so a kernel compiled
+// on one node is a cache hit on every other. Consulted after the local store and the packs, before
+// compiling; a compile is published to it in the background.
+//
+// Keys (namespace `key_prefix`, default "kiln:v1:"):
+//   <prefix><32 hex>         the entry: exactly the bytes cache::serialize() writes (optional TTL)
+//   <prefix>lease:<32 hex>   the fleet-wide compile lease: "<host>:<pid>:<n>", SET NX PX lease_ttl
+// Contracts:
+//  - A remote failure never fails a request. Connect and operation timeouts are short; after a failure
+//    a circuit breaker skips the server for `retry_after` (then one request probes it), and one warning
+//    is printed per outage ("remote cache redis://user@host:port/db: authentication failed: WRONGPASS
+//    ..."). The password never appears in a message.
+//  - A value is used only after cache::parse() (magic, version, sizes, checksum) and a comparison of
+//    its key hash and canonical key with the request. Anything else (truncated, bit-flipped, foreign,
+//    not a string) is deleted from the server and answered as corrupt_removed.
+//  - get() and publish() are thread-safe (a small pool of connections). publish() only queues: a
+//    bounded queue drained by one background thread; when the queue is full the entry is dropped.
+//  - Lease (lease_wait > 0): a get() that misses takes the key's lease when it is free and answers
+//    miss (the caller compiles and publishes, which releases the lease); when a peer holds it, get()
+//    polls for the peer's entry until it appears (hit), the lease is free again (this caller takes it:
+//    miss) or lease_wait passes (miss). So a fleet compiles each kernel once. A caller that does not
+//    publish after a miss (its compile failed, or another local process compiled it) calls
+//    abandon(key) (Tier::abandon); a lease never published is released when the tier is destroyed, and
+//    a node that dies holding one frees it after lease_ttl (the background thread renews live leases
+//    for at most lease_wait).
+//
+// Counters: remote_hits = verified entries served; remote_misses = key absent (after any lease wait);
+// remote_errors = every other lookup (server unreachable, slow, refusing, breaker open, bad value).
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/hash.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/store.hpp"
+#include "kiln/cache/tier.hpp"
+
+namespace kiln::cache {
+
+struct RemoteConfig {
+  std::string host;  ///< name or address; IPv6 without brackets
+  std::uint16_t port = 6379;
+  int db = 0;                                        ///< SELECT db when not 0
+  std::string user;                                  ///< ACL user (AUTH user password); empty = AUTH password
+  std::string password;                              ///< empty = no AUTH
+  std::chrono::milliseconds connect_timeout{100};    ///< KILN_REMOTE_CONNECT_TIMEOUT_MS
+  std::chrono::milliseconds operation_timeout{250};  ///< KILN_REMOTE_TIMEOUT_MS (per command)
+  std::chrono::seconds retry_after{30};              ///< KILN_REMOTE_RETRY_S: breaker open time
+  std::chrono::seconds ttl{0};                       ///< KILN_REMOTE_TTL: entry expiry, 0 = never
+  std::chrono::milliseconds lease_wait{60000};       ///< KILN_REMOTE_LEASE_WAIT_MS: 0 = no lease
+  std::chrono::milliseconds lease_ttl{10000};        ///< lease expiry (renewed while held)
+  std::string key_prefix = "kiln:v1:";
+  std::size_t publish_queue_entries = 256;           ///< queued publishes; more are dropped
+  std::uint64_t publish_queue_bytes = 256ULL << 20;  ///< queued bytes; more are dropped
+  std::chrono::milliseconds close_flush{2000};       ///< destructor: time to drain the queue
+  std::size_t max_idle_connections = 8;
+  Limits limits{};  ///< caps on a value read from the server
+
+  /// "redis://user@host:port/db": the URL without the password, for messages.
+  [[nodiscard]] std::string display() const;
+  /// The entry's Redis key: key_prefix + 32 hex.
+  [[nodiscard]] std::string entry_key(const Hash128& key) const;
+  /// The compile lease's Redis key: key_prefix + "lease:" + 32 hex.
+  [[nodiscard]] std::string lease_key(const Hash128& key) const;
+};
+
+/// Parses redis://[[user]:password@]host[:port][/db] (port defaults to 6379, db to 0; user and password
+/// may be percent-encoded; an IPv6 host goes in brackets). Throws std::invalid_argument naming what is
+/// wrong, with the URL shown without its password.
+[[nodiscard]] RemoteConfig parse_remote_url(std::string_view url);
+
+/// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig. Throws
+/// std::invalid_argument naming the variable for a malformed value.
+[[nodiscard]] RemoteConfig remote_config_from_environment(std::string_view url);
+
+/// `url` with the password replaced by "***" (best effort on malformed text). Never throws except
+/// std::bad_alloc.
+[[nodiscard]] std::string redact_remote_url(std::string_view url);
+
+/// What the remote tier did, beyond the three numbers in Counters.
+struct RemoteStats {
+  std::uint64_t hits = 0;                 ///< verified entries served
+  std::uint64_t misses = 0;               ///< key absent
+  std::uint64_t failures = 0;             ///< lookups the server failed (connect, timeout, auth, error reply)
+  std::uint64_t skipped = 0;              ///< lookups not sent: breaker open
+  std::uint64_t rejected = 0;             ///< values that were not a valid entry for the key (deleted)
+  std::uint64_t published = 0;            ///< entries written
+  std::uint64_t publish_dropped = 0;      ///< not written: queue full, breaker open, or server failed
+  std::uint64_t leases_taken = 0;         ///< misses for which this node took the compile lease
+  std::uint64_t lease_waits = 0;          ///< misses that waited for a peer's compile
+  std::uint64_t lease_wait_hits = 0;      ///< ... and got the peer's entry
+  std::uint64_t get_nanoseconds = 0;      ///< total time callers spent in get() (incl. lease waits)
+  std::uint64_t get_max_nanoseconds = 0;  ///< the slowest get()
+};
+
+class RemoteTier : public Tier {
+ public:
+  /// The configuration the tier was opened with.
+  [[nodiscard]] virtual const RemoteConfig& config() const noexcept = 0;
+  /// remote_hits, remote_misses and remote_errors since the tier was opened (other fields 0).
+  [[nodiscard]] virtual Counters counters() const noexcept = 0;
+  [[nodiscard]] virtual RemoteStats remote_stats() const noexcept = 0;
+  /// Asks the server on a fresh connection (AUTH, SELECT, PING), ignoring the breaker. True when it
+  /// answers; `detail` (if given) gets "redis 7.0.15, PONG in 0.3 ms" or why not. Never throws.
+  virtual bool ping(std::string* detail) noexcept = 0;
+  /// Writes one entry now (for `kiln prewarm --remote`). False (with `detail`) when the server fails
+  /// or the breaker is open. Never throws.
+  virtual bool put(const Entry& entry, std::string* detail) noexcept = 0;
+  /// Waits until every queued publish is written or dropped, at most `max_wait`. True when the queue
+  /// is empty. Never throws.
+  virtual bool flush(std::chrono::milliseconds max_wait) noexcept = 0;
+  /// Deletes the entry for `key` from the server. False when it could not. Never throws.
+  virtual bool remove(const Hash128& key) noexcept = 0;
+};
+
+/// True when this build has the Redis client (hiredis); open_remote() throws otherwise.
+[[nodiscard]] bool remote_supported() noexcept;
+
+/// Opens the tier. Does not connect: a server that is down is found on first use and never makes
+/// this throw. Throws std::runtime_error when kiln was built without hiredis.
+[[nodiscard]] std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config);
+
+}  // namespace kiln::cache

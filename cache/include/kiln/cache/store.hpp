@@ -1,0 +1,168 @@
+#pragma once
+// The on-disk store: <root>/v1/<2 hex>/<30 hex>.kiln, CACHEDIR.TAG, lock/, stats/.
+// Contracts (DESIGN.md "The cache on disk"):
+//  - get(): a content error (bad magic, short file, checksum, key mismatch, not a regular file, not
+//    ours) deletes the entry and is a miss; an I/O error is a miss that deletes nothing (a transient
+//    EIO must never destroy a valid entry); a permission error switches the store to read-only.
+//    Entries are opened with O_NOFOLLOW: a symbolic link at an entry path is never followed (it is
+//    removed, with a warning). get() never throws.
+//  - put(): temp file beside the target (O_EXCL, 0600), write, fsync, rename. A failed put leaves no
+//    temp file and never throws; it returns false and warns once per store.
+//  - Security: directories 0700, files 0600. A root (or v1/, lock/) not owned by the current user, or
+//    group/world-writable, is refused: the store is memory-only and says why once (warning).
+//  - Read-only stores (configuration, KILN_CACHE_READONLY, no write permission) serve hits and write,
+//    touch and delete nothing.
+//  - Size: every put/remove/trim keeps a running total in lock/size (under a file lock, so a put never
+//    rescans the cache); when a put takes it past max_size, that process trims to 90% (try-lock).
+//  - Cache trouble never fails a request that a compile can serve.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/hash.hpp"
+
+namespace kiln::cache {
+
+enum class StoreMode : std::uint8_t {
+  read_write,
+  read_only,    ///< hits are served, nothing is written (KILN_CACHE_READONLY=1, or no write permission)
+  memory_only,  ///< no disk at all (KILN_CACHE_DISABLE=1, or a refused root)
+};
+[[nodiscard]] std::string_view to_string(StoreMode mode) noexcept;
+
+/// One file in the store, for listing, pruning and the CLI.
+struct EntryFile {
+  std::filesystem::path path;
+  Hash128 file_hash;  ///< from the file name
+  std::uint64_t size = 0;
+  std::chrono::system_clock::time_point mtime;
+};
+
+struct StoreConfig {
+  std::filesystem::path root;           ///< the cache root (v1/ lives below it)
+  bool disabled = false;                ///< KILN_CACHE_DISABLE=1
+  bool read_only = false;               ///< KILN_CACHE_READONLY=1
+  std::uint64_t max_size = 1ULL << 30;  ///< KILN_CACHE_MAXSIZE (bytes; accepts K/M/G suffixes)
+  Limits limits{};
+  /// Test hook: maps a key hash to the hash used for the file name (forces collisions in tests).
+  std::function<Hash128(const Hash128&)> file_name_hook;
+  /// Test hook: called by trim() after it has scanned and sorted the entries (oldest first), before it
+  /// deletes any (lets a test touch an entry between the scan and the delete).
+  std::function<void(const std::vector<EntryFile>&)> trim_scan_hook;
+
+  /// Root from KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; plus the variables above.
+  /// Throws std::invalid_argument with a clear message for a malformed KILN_CACHE_MAXSIZE.
+  static StoreConfig from_environment();
+};
+
+/// Parses "1G", "512M", "100k", "12345" (bytes). nullopt for nonsense. Never throws.
+[[nodiscard]] std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
+
+enum class LookupOutcome : std::uint8_t {
+  hit,
+  miss,             ///< no file
+  corrupt_removed,  ///< content error: the file was deleted
+  io_error,         ///< could not read: nothing deleted
+  disabled,         ///< memory-only store
+};
+
+struct LookupResult {
+  LookupOutcome outcome = LookupOutcome::miss;
+  std::optional<Entry> entry;  ///< set on hit
+  std::string detail;          ///< why, for corrupt_removed / io_error
+};
+
+/// Held while this process compiles a key; released (lock file removed) in the destructor.
+class CompileLease {
+ public:
+  CompileLease() = default;
+  CompileLease(CompileLease&&) noexcept;
+  CompileLease& operator=(CompileLease&&) noexcept;
+  CompileLease(const CompileLease&) = delete;
+  CompileLease& operator=(const CompileLease&) = delete;
+  ~CompileLease();
+  /// True when this process holds the lease and should compile. False when the wait ended without it
+  /// (the owner finished: re-read the store; or the wait timed out: compile anyway).
+  [[nodiscard]] bool owned() const noexcept { return !m_path.empty(); }
+  void release() noexcept;
+
+ private:
+  friend class Store;
+  std::filesystem::path m_path;
+  std::string m_token;  ///< the lease file's content: release() removes the file only while it still holds it
+};
+
+struct TrimResult {
+  std::uint64_t bytes_before = 0;
+  std::uint64_t bytes_after = 0;
+  std::size_t removed = 0;
+};
+
+class Store {
+ public:
+  explicit Store(StoreConfig config);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  [[nodiscard]] StoreMode mode() const noexcept;
+  /// Why the store is not read_write (empty otherwise), e.g. "root /x is world-writable (mode 0777)".
+  [[nodiscard]] std::string mode_reason() const;
+  [[nodiscard]] const StoreConfig& config() const noexcept { return m_config; }
+
+  /// Looks an entry up and verifies it against `canonical_key`. Never throws.
+  [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key);
+  /// Publishes atomically. Returns false (and warns once per store) on failure. Never throws.
+  bool put(const Entry& entry);
+  /// Removes the entry for a key; true if a file was removed. Never throws.
+  bool remove(const Hash128& key) noexcept;
+
+  /// Waits (up to `max_wait`) for the cross-process compile lease of `key` (lock/<key hex>.lease,
+  /// created with O_EXCL, holding "pid host unix-time nonce"). While another process holds it, polls
+  /// every 10 ms; a lease whose owner is dead (same host) or that is older than kLeaseStaleAge is
+  /// broken. Returns a lease that is not owned when the entry appears (the owner finished: read the
+  /// store), on timeout (compile anyway), or when the store is not read-write. Never throws; never
+  /// waits longer than `max_wait`.
+  [[nodiscard]] CompileLease acquire_lease(const Hash128& key, std::chrono::milliseconds max_wait);
+
+  /// Every entry file (not temps), unordered. Never throws; unreadable directories are skipped.
+  [[nodiscard]] std::vector<EntryFile> list() const;
+  /// Reads and parses one entry file without deleting anything (CLI verify/show). An I/O error is
+  /// reported as a ContentError whose reason starts with "cannot open", "cannot stat" or "I/O error".
+  [[nodiscard]] std::variant<Entry, ContentError> read_file(const std::filesystem::path& path) const;
+  /// LRU trim: removes oldest entries until the total is <= target_bytes; an entry whose mtime changed
+  /// since the scan survives. One process at a time (try-lock on lock/trim); returns nullopt if another
+  /// holds it or the store is not read-write. Never throws.
+  std::optional<TrimResult> trim(std::uint64_t target_bytes);
+  /// Removes temp files older than `age` whose writer process is dead (or whose name records no pid).
+  /// Every trim also sweeps temps older than an hour. Returns how many were removed. Never throws.
+  std::size_t sweep_temps(std::chrono::seconds age);
+
+  /// Entries this store removed by trimming (its own trims only). Never throws.
+  [[nodiscard]] std::uint64_t evictions() const noexcept;
+  /// The running total of entry bytes kept in lock/size (updated under a file lock by every put,
+  /// remove and trim; re-measured by each trim). nullopt when there is none yet. Never throws.
+  [[nodiscard]] std::optional<std::uint64_t> size_estimate() const noexcept;
+
+  /// A lease older than this is broken even when its owner looks alive.
+  static constexpr std::chrono::seconds kLeaseStaleAge{60};
+  /// A hit touches an entry's mtime (its LRU age) when the mtime is older than this.
+  static constexpr std::chrono::hours kTouchInterval{24};
+
+  /// The path an entry for `key` lives at.
+  [[nodiscard]] std::filesystem::path entry_path(const Hash128& key) const;
+
+ private:
+  struct State;
+  StoreConfig m_config;
+  std::unique_ptr<State> m_state;
+};
+
+}  // namespace kiln::cache

@@ -1,0 +1,33 @@
+#pragma once
+// Small vocabulary types shared by the cache and the engine. The cache stores these as numbers;
+// it knows nothing else about GPUs.
+#include <cstdint>
+#include <string_view>
+
+namespace kiln {
+
+/// Which vendor lane produced or runs a binary. Stored in entries: never renumber.
+enum class Vendor : std::uint8_t { none = 0, cuda = 1, hip = 2 };
+
+/// What an entry's payload is. Stored in entries: never renumber.
+enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object = 3 };
+
+[[nodiscard]] constexpr std::string_view to_string(Vendor v) noexcept {
+  switch (v) {
+    case Vendor::cuda: return "cuda";
+    case Vendor::hip: return "hip";
+    case Vendor::none: break;
+  }
+  return "none";
+}
+
+[[nodiscard]] constexpr std::string_view to_string(PayloadKind k) noexcept {
+  switch (k) {
+    case PayloadKind::cubin: return "cubin";
+    case PayloadKind::ptx: return "ptx";
+    case PayloadKind::amdgpu_code_object: return "amdgpu-code-object";
+  }
+  return "unknown";
+}
+
+}  // namespace kiln

@@ -1,0 +1,818 @@
+#include "kiln/cache/store.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "atomic_file.hpp"
+#include "entry_io.hpp"
+#include "kiln/cache/log.hpp"
+
+namespace kiln::cache {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+constexpr std::string_view kCacheDirTag =
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by kiln (a GPU kernel cache).\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n";
+constexpr std::string_view kEntrySuffix = ".kiln";
+constexpr auto kLeasePoll = std::chrono::milliseconds(10);
+constexpr auto kUnreadableLeaseGrace = std::chrono::seconds(5);
+constexpr auto kTrimTempAge = std::chrono::hours(1);
+
+/// Closes a file descriptor on scope exit.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) noexcept : m_fd(fd) {}
+  ~UniqueFd() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  [[nodiscard]] int get() const noexcept { return m_fd; }
+  explicit operator bool() const noexcept { return m_fd >= 0; }
+
+ private:
+  int m_fd;
+};
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
+
+Clock::time_point to_time_point(const struct timespec& ts) noexcept {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+/// mkdir with mode 0700; an existing directory is success. Returns 0 or the errno.
+int make_private_dir(const std::string& path) noexcept {
+  if (::mkdir(path.c_str(), 0700) == 0) return 0;
+  if (errno != EEXIST) return errno;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+/// mkdir -p, creating missing components with mode 0700.
+int make_private_dirs(const std::string& path) noexcept {
+  try {
+    std::string partial;
+    std::size_t position = 0;
+    while (position != std::string::npos) {
+      position = path.find('/', position + 1);
+      partial = path.substr(0, position);
+      if (partial.empty()) continue;
+      if (const int error = make_private_dir(partial); error != 0 && error != ENOTDIR) {
+        // A component we may not create (e.g. "/home") but that exists is fine.
+        struct stat st {};
+        if (::stat(partial.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return error;
+      }
+    }
+    return 0;
+  } catch (...) {
+    return ENOMEM;
+  }
+}
+
+bool process_alive(long pid) noexcept {
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+const std::string& this_host() {
+  static const std::string host = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) != 0) return std::string("unknown-host");
+    std::string text(name);
+    std::replace(text.begin(), text.end(), ' ', '_');
+    return text.empty() ? std::string("unknown-host") : text;
+  }();
+  return host;
+}
+
+std::string user_name(uid_t uid) {
+  struct passwd entry {};
+  struct passwd* found = nullptr;
+  char buffer[1024];
+  if (::getpwuid_r(uid, &entry, buffer, sizeof(buffer), &found) == 0 && found != nullptr) return found->pw_name;
+  return "?";
+}
+
+/// Why a directory of the cache must not be trusted; empty when it may be.
+std::string distrust_reason(const std::string& what, const std::string& path, const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{} {} is not a directory", what, path);
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me) {
+    return fmt::format("{} {} is owned by uid {} ({}), not by the current user (uid {}, {})", what, path, st.st_uid,
+                       user_name(st.st_uid), me, user_name(me));
+  }
+  if ((st.st_mode & S_IWOTH) != 0) {
+    return fmt::format("{} {} is world-writable (mode {:04o})", what, path, st.st_mode & 07777);
+  }
+  if ((st.st_mode & S_IWGRP) != 0) {
+    return fmt::format("{} {} is group-writable (mode {:04o})", what, path, st.st_mode & 07777);
+  }
+  return {};
+}
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return false;
+  const std::string_view text(value);
+  return !(text.empty() || text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off");
+}
+
+bool is_hex(std::string_view text) noexcept {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+/// Calls `on_entry(EntryFile)` for every entry file and `on_temp(path, name, stat)` for every temp
+/// file under <root>/v1. Unreadable directories are skipped.
+template <class OnEntry, class OnTemp>
+void walk_store(const std::string& v1_dir, OnEntry&& on_entry, OnTemp&& on_temp) {
+  DIR* top = ::opendir(v1_dir.c_str());
+  if (top == nullptr) return;
+  while (const dirent* shard = ::readdir(top)) {
+    const std::string_view shard_name(shard->d_name);
+    if (shard_name.size() != 2 || !is_hex(shard_name)) continue;
+    const std::string shard_path = fmt::format("{}/{}", v1_dir, shard_name);
+    const int shard_fd = ::open(shard_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (shard_fd < 0) continue;
+    DIR* files = ::fdopendir(shard_fd);
+    if (files == nullptr) {
+      ::close(shard_fd);
+      continue;
+    }
+    while (const dirent* file = ::readdir(files)) {
+      const std::string_view name(file->d_name);
+      if (name == "." || name == "..") continue;
+      struct stat st {};
+      if (::fstatat(shard_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (name[0] == '.') {
+        if (name.find(detail::kTempMarker) != std::string_view::npos) {
+          on_temp(fmt::format("{}/{}", shard_path, name), name, st);
+        }
+        continue;
+      }
+      if (name.size() != 30 + kEntrySuffix.size() || !name.ends_with(kEntrySuffix)) continue;
+      const std::string_view stem = name.substr(0, 30);
+      if (!is_hex(stem)) continue;
+      const auto hash = Hash128::from_hex(fmt::format("{}{}", shard_name, stem));
+      if (!hash) continue;
+      on_entry(EntryFile{fmt::format("{}/{}", shard_path, name), *hash, static_cast<std::uint64_t>(st.st_size),
+                         to_time_point(st.st_mtim)});
+    }
+    ::closedir(files);
+  }
+  ::closedir(top);
+}
+
+/// Reads a small text file (lease, size file) from an open descriptor.
+std::string read_small(int fd, std::size_t max_bytes) {
+  std::string text(max_bytes, '\0');
+  const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return text;
+}
+
+/// The content of lock/size: the total in decimal and a newline. nullopt for anything else.
+std::optional<std::uint64_t> parse_total(std::string_view text) noexcept {
+  std::uint64_t total = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), total);
+  if (error != std::errc{} || end == text.data() || end != text.data() + text.size() - 1 || *end != '\n') {
+    return std::nullopt;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string_view to_string(StoreMode mode) noexcept {
+  switch (mode) {
+    case StoreMode::read_write:
+      return "read-write";
+    case StoreMode::read_only:
+      return "read-only";
+    case StoreMode::memory_only:
+      return "memory-only";
+  }
+  return "unknown";
+}
+
+std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return std::nullopt;
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + digits, value);
+  if (error != std::errc{} || end != text.data() + digits) return std::nullopt;
+  std::string_view suffix = text.substr(digits);
+  // Accept "G", "GB", "GiB" (binary multiples, any case) and a bare "B".
+  if (suffix.size() >= 2 &&
+      (suffix.substr(1) == "iB" || suffix.substr(1) == "ib" || suffix.substr(1) == "B" || suffix.substr(1) == "b")) {
+    suffix = suffix.substr(0, 1);
+  }
+  unsigned shift = 0;
+  if (suffix.empty() || suffix == "B" || suffix == "b") {
+    shift = 0;
+  } else if (suffix == "k" || suffix == "K") {
+    shift = 10;
+  } else if (suffix == "m" || suffix == "M") {
+    shift = 20;
+  } else if (suffix == "g" || suffix == "G") {
+    shift = 30;
+  } else if (suffix == "t" || suffix == "T") {
+    shift = 40;
+  } else {
+    return std::nullopt;
+  }
+  if (shift != 0 && value > (std::uint64_t{~0ULL} >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+StoreConfig StoreConfig::from_environment() {
+  StoreConfig config;
+  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+    config.root = dir;
+  } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    config.root = std::filesystem::path(xdg) / "kiln";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    config.root = std::filesystem::path(home) / ".cache" / "kiln";
+  } else {
+    struct passwd entry {};
+    struct passwd* found = nullptr;
+    char buffer[4096];
+    if (::getpwuid_r(::geteuid(), &entry, buffer, sizeof(buffer), &found) == 0 && found != nullptr &&
+        found->pw_dir != nullptr && found->pw_dir[0] == '/') {
+      config.root = std::filesystem::path(found->pw_dir) / ".cache" / "kiln";
+    }
+  }
+  config.disabled = env_flag("KILN_CACHE_DISABLE");
+  config.read_only = env_flag("KILN_CACHE_READONLY");
+  if (const char* size = std::getenv("KILN_CACHE_MAXSIZE"); size != nullptr && *size != '\0') {
+    const auto bytes = parse_size(size);
+    if (!bytes) {
+      throw std::invalid_argument(fmt::format(
+          "KILN_CACHE_MAXSIZE=\"{}\" is not a size: give bytes or a K/M/G/T suffix (binary), e.g. 512M or 2G", size));
+    }
+    config.max_size = *bytes;
+  }
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Store state
+
+struct Store::State {
+  std::string root;
+  std::string v1_dir;
+  std::string lock_dir;
+  std::string size_file;
+  std::string trim_lock;
+
+  std::atomic<StoreMode> mode{StoreMode::read_write};
+  mutable std::mutex reason_mutex;
+  std::string reason;
+  std::atomic<bool> write_failure_warned{false};
+  std::atomic<std::uint64_t> evictions{0};
+
+  /// Lowers the mode (read_write -> read_only -> memory_only; never raises it) and records why.
+  /// `warn`: say so once, at warning level (refused roots, write trouble); otherwise at info level.
+  void degrade(StoreMode to, const std::string& why, bool warn) {
+    StoreMode current = mode.load();
+    while (static_cast<int>(current) < static_cast<int>(to)) {
+      if (mode.compare_exchange_weak(current, to)) {
+        {
+          const std::lock_guard lock(reason_mutex);
+          reason = why;
+        }
+        if (warn) {
+          KILN_LOG(warn, "disk cache is {}: {}", to_string(to), why);
+        } else {
+          KILN_LOG(info, "disk cache is {}: {}", to_string(to), why);
+        }
+        return;
+      }
+    }
+  }
+
+  /// Warns about a failed write once per store (later failures are logged at debug level).
+  void warn_write_failure(const std::string& what) {
+    if (!write_failure_warned.exchange(true)) {
+      KILN_LOG(warn, "disk cache write failed, the entry is not stored (kernels are still served): {}", what);
+    } else {
+      KILN_LOG(debug, "disk cache write failed: {}", what);
+    }
+  }
+
+  [[nodiscard]] std::string entry_path(const Hash128& file_hash) const {
+    const std::string hex = file_hash.hex();
+    std::string path;
+    path.reserve(v1_dir.size() + 4 + 32 + kEntrySuffix.size());
+    path.append(v1_dir).append("/").append(hex, 0, 2).append("/").append(hex, 2, 30).append(kEntrySuffix);
+    return path;
+  }
+
+  /// Adds `delta` to the running total in lock/size under a file lock and returns the new total.
+  /// Without a valid size file, measures the store (once) and writes that. nullopt on failure.
+  std::optional<std::uint64_t> adjust_size(std::int64_t delta, std::optional<std::uint64_t> set_to = {}) const {
+    const UniqueFd fd(::open(size_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return std::nullopt;
+    std::uint64_t total = 0;
+    if (set_to) {
+      total = *set_to;
+    } else {
+      if (const auto stored = parse_total(read_small(fd.get(), 32))) {
+        total = delta < 0 ? *stored - std::min(*stored, static_cast<std::uint64_t>(-delta))
+                          : *stored + static_cast<std::uint64_t>(delta);
+      } else {
+        walk_store(
+            v1_dir, [&total](const EntryFile& file) { total += file.size; },
+            [](const std::string&, std::string_view, const struct stat&) {});
+      }
+    }
+    const std::string text = fmt::format("{}\n", total);
+    if (::pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return std::nullopt;
+    if (::ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0) return std::nullopt;
+    return total;
+  }
+
+  /// Unlinks `path` if it is still the file described by `seen` (a concurrent writer may have renamed
+  /// a fresh entry into place since). Returns true when it removed it.
+  bool unlink_if_same(const std::string& path, const struct stat& seen) const {
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) != 0 || now.st_ino != seen.st_ino || now.st_dev != seen.st_dev) return false;
+    if (::unlink(path.c_str()) != 0) return false;
+    if (S_ISREG(seen.st_mode)) adjust_size(-static_cast<std::int64_t>(seen.st_size));
+    return true;
+  }
+
+  /// Removes temp files older than `age` whose writer is dead. Never throws.
+  std::size_t sweep_temps(std::chrono::seconds age) const noexcept {
+    if (mode.load() != StoreMode::read_write) return 0;
+    std::size_t removed = 0;
+    try {
+      const auto now = Clock::now();
+      walk_store(
+          v1_dir, [](const EntryFile&) {},
+          [&](const std::string& path, std::string_view name, const struct stat& st) {
+            if (now - to_time_point(st.st_mtim) < age) return;
+            const long owner = detail::temp_file_owner(name);
+            if (owner > 0 && owner != ::getpid() && process_alive(owner)) return;
+            if (owner == ::getpid() && age < kTrimTempAge) return;  // possibly one of our own writers
+            if (::unlink(path.c_str()) == 0) ++removed;
+          });
+    } catch (...) {
+      // Out of memory: stop sweeping.
+    }
+    return removed;
+  }
+
+  /// LRU trim to `target_bytes` under the trim try-lock. `keep`: a path never removed (the entry a put
+  /// has just written: file times are coarse, so it may tie with the oldest). Never throws.
+  std::optional<TrimResult> trim(const StoreConfig& config, std::uint64_t target_bytes,
+                                 const std::string* keep) noexcept {
+    if (mode.load() != StoreMode::read_write) return std::nullopt;
+    try {
+      const UniqueFd lock(::open(trim_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!lock || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return std::nullopt;  // another process trims
+      (void)sweep_temps(std::chrono::duration_cast<std::chrono::seconds>(kTrimTempAge));
+      std::vector<EntryFile> files;
+      walk_store(
+          v1_dir, [&files](EntryFile file) { files.push_back(std::move(file)); },
+          [](const std::string&, std::string_view, const struct stat&) {});
+      TrimResult result;
+      for (const EntryFile& file : files) result.bytes_before += file.size;
+      std::uint64_t total = result.bytes_before;
+      if (total > target_bytes) {
+        std::sort(files.begin(), files.end(), [](const EntryFile& a, const EntryFile& b) {
+          return a.mtime != b.mtime ? a.mtime < b.mtime : a.path < b.path;
+        });
+        if (config.trim_scan_hook) config.trim_scan_hook(files);
+        for (const EntryFile& file : files) {
+          if (total <= target_bytes) break;
+          if (keep != nullptr && file.path == *keep) continue;
+          struct stat now {};
+          if (::lstat(file.path.c_str(), &now) != 0) {  // already gone
+            total -= file.size;
+            continue;
+          }
+          // Used (touched) or rewritten since the scan: it is no longer among the least recently used.
+          if (to_time_point(now.st_mtim) != file.mtime || static_cast<std::uint64_t>(now.st_size) != file.size) {
+            continue;
+          }
+          if (::unlink(file.path.c_str()) != 0) continue;
+          total -= file.size;
+          ++result.removed;
+        }
+      }
+      result.bytes_after = total;
+      evictions += result.removed;
+      (void)adjust_size(0, total);
+      if (result.removed != 0) {
+        KILN_LOG(info, "disk cache trimmed: {} entries removed, {} -> {} bytes", result.removed, result.bytes_before,
+                 result.bytes_after);
+      }
+      return result;
+    } catch (...) {
+      return std::nullopt;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Store
+
+Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::make_unique<State>()) {
+  State& s = *m_state;
+  if (m_config.disabled) {
+    s.degrade(StoreMode::memory_only, "disabled (KILN_CACHE_DISABLE or configuration)", false);
+    return;
+  }
+  if (m_config.root.empty()) {
+    s.degrade(StoreMode::memory_only, "no cache root (set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)", true);
+    return;
+  }
+  s.root = m_config.root.lexically_normal().string();
+  while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
+  s.v1_dir = s.root + "/v1";
+  s.lock_dir = s.root + "/lock";
+  s.size_file = s.lock_dir + "/size";
+  s.trim_lock = s.lock_dir + "/trim";
+
+  if (!m_config.read_only) {
+    if (const int error = make_private_dirs(s.root); error != 0 && !is_permission_error(error)) {
+      s.degrade(StoreMode::memory_only, fmt::format("cannot create cache root {}: {}", s.root, errno_text(error)),
+                true);
+      return;
+    }
+  }
+  struct stat st {};
+  if (::stat(s.root.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error == ENOENT) {
+      // Read-only (or not creatable) and absent: nothing to read, nothing to write.
+      s.degrade(m_config.read_only ? StoreMode::read_only : StoreMode::memory_only,
+                fmt::format("cache root {} does not exist", s.root), !m_config.read_only);
+    } else {
+      s.degrade(StoreMode::memory_only, fmt::format("cannot stat cache root {}: {}", s.root, errno_text(error)), true);
+    }
+    return;
+  }
+  // A cached binary is code that runs on the GPU: only trust a tree nobody else can write to.
+  if (std::string why = distrust_reason("cache root", s.root, st); !why.empty()) {
+    s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
+    return;
+  }
+  for (const std::string& dir : {s.v1_dir, s.lock_dir}) {
+    struct stat sub {};
+    if (::lstat(dir.c_str(), &sub) != 0) continue;
+    if (std::string why = distrust_reason("cache directory", dir, sub); !why.empty()) {
+      s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
+      return;
+    }
+  }
+  if (m_config.read_only) {
+    s.degrade(StoreMode::read_only, "read-only by configuration (KILN_CACHE_READONLY)", false);
+    return;
+  }
+  if (::access(s.root.c_str(), W_OK | X_OK) != 0) {
+    s.degrade(StoreMode::read_only, fmt::format("cache root {} is not writable: {}", s.root, errno_text(errno)), false);
+    return;
+  }
+  for (const std::string& dir : {s.v1_dir, s.lock_dir}) {
+    if (const int error = make_private_dir(dir); error != 0) {
+      s.degrade(is_permission_error(error) ? StoreMode::read_only : StoreMode::memory_only,
+                fmt::format("cannot create {}: {}", dir, errno_text(error)), !is_permission_error(error));
+      return;
+    }
+  }
+  const std::string tag = s.root + "/CACHEDIR.TAG";
+  if (::access(tag.c_str(), F_OK) != 0) {
+    detail::AtomicFile file(tag);
+    if (file.write(std::as_bytes(std::span(kCacheDirTag.data(), kCacheDirTag.size())))) (void)file.commit();
+  }
+}
+
+Store::~Store() = default;
+
+StoreMode Store::mode() const noexcept { return m_state->mode.load(); }
+
+std::string Store::mode_reason() const {
+  const std::lock_guard lock(m_state->reason_mutex);
+  return m_state->reason;
+}
+
+std::uint64_t Store::evictions() const noexcept { return m_state->evictions.load(); }
+
+std::optional<std::uint64_t> Store::size_estimate() const noexcept {
+  try {
+    const UniqueFd fd(::open(m_state->size_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd || ::flock(fd.get(), LOCK_SH) != 0) return std::nullopt;
+    return parse_total(read_small(fd.get(), 32));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::filesystem::path Store::entry_path(const Hash128& key) const {
+  return m_state->entry_path(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+}
+
+LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
+  State& s = *m_state;
+  const StoreMode mode = s.mode.load();
+  if (mode == StoreMode::memory_only) return LookupResult{LookupOutcome::disabled, std::nullopt, {}};
+  try {
+    const std::string path = s.entry_path(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+    // O_NOFOLLOW: a symbolic link planted at an entry path is never followed. O_NONBLOCK: a FIFO
+    // planted there cannot block us (it is rejected as not a regular file below).
+    const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) {
+      const int error = errno;
+      if (error == ENOENT || error == ENOTDIR) return LookupResult{LookupOutcome::miss, std::nullopt, {}};
+      if (error == ELOOP) {
+        const std::string why = fmt::format("{} is a symbolic link: refused", path);
+        KILN_LOG(warn, "disk cache: {}", why);
+        struct stat link {};
+        if (mode == StoreMode::read_write && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) &&
+            ::unlink(path.c_str()) == 0) {
+          return LookupResult{LookupOutcome::corrupt_removed, std::nullopt, why};
+        }
+        return LookupResult{LookupOutcome::miss, std::nullopt, why};
+      }
+      const std::string why = fmt::format("cannot open {}: {}", path, errno_text(error));
+      if (is_permission_error(error)) s.degrade(StoreMode::read_only, why, false);
+      return LookupResult{LookupOutcome::io_error, std::nullopt, why};
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+      return LookupResult{LookupOutcome::io_error, std::nullopt,
+                          fmt::format("cannot stat {}: {}", path, errno_text(errno))};
+    }
+    std::string content_error;
+    if (!S_ISREG(st.st_mode)) {
+      content_error = "not a regular file";
+    } else if (st.st_uid != ::geteuid()) {
+      content_error = fmt::format("owned by uid {}, not by the current user", st.st_uid);
+    } else {
+      const detail::ExpectedKey expected{key, canonical_key};
+      detail::FileParseResult parsed =
+          detail::parse_file(fd.get(), static_cast<std::uint64_t>(st.st_size), m_config.limits, &expected);
+      if (auto* entry = std::get_if<Entry>(&parsed)) {
+        // LRU age: touch at most once per kTouchInterval, so hits stay read-only on disk.
+        if (mode == StoreMode::read_write && Clock::now() - to_time_point(st.st_mtim) > kTouchInterval) {
+          (void)::futimens(fd.get(), nullptr);
+        }
+        return LookupResult{LookupOutcome::hit, std::move(*entry), {}};
+      }
+      if (auto* failure = std::get_if<detail::IoFailure>(&parsed)) {
+        // An I/O error must never delete an entry: a transient EIO would destroy a valid one.
+        return LookupResult{LookupOutcome::io_error, std::nullopt, fmt::format("{}: {}", path, failure->what)};
+      }
+      content_error = std::get<ContentError>(parsed).reason;
+    }
+    const std::string why = fmt::format("{}: {}", path, content_error);
+    if (mode == StoreMode::read_write && s.unlink_if_same(path, st)) {
+      KILN_LOG(info, "disk cache: removed a bad entry: {}", why);
+      return LookupResult{LookupOutcome::corrupt_removed, std::nullopt, why};
+    }
+    return LookupResult{LookupOutcome::miss, std::nullopt, fmt::format("{} (not removed)", why)};
+  } catch (const std::exception& error) {
+    return LookupResult{LookupOutcome::io_error, std::nullopt, error.what()};
+  }
+}
+
+bool Store::put(const Entry& entry) {
+  State& s = *m_state;
+  if (s.mode.load() != StoreMode::read_write) return false;
+  try {
+    if (hash128(entry.canonical_key, kKeySeed) != entry.key_hash) {
+      s.warn_write_failure(
+          fmt::format("entry {} refused: key_hash is not the hash of its canonical key", entry.key_hash.hex()));
+      return false;
+    }
+    const std::vector<std::byte> bytes = serialize(entry);
+    if (bytes.size() > m_config.limits.max_file_bytes) {
+      s.warn_write_failure(fmt::format("entry {} is {} bytes, over the {} byte limit", entry.key_hash.hex(),
+                                       bytes.size(), m_config.limits.max_file_bytes));
+      return false;
+    }
+    const std::string path =
+        s.entry_path(m_config.file_name_hook ? m_config.file_name_hook(entry.key_hash) : entry.key_hash);
+    const std::string shard_dir = path.substr(0, path.rfind('/'));
+    int error = make_private_dir(shard_dir);
+    if (error == ENOENT) {  // v1/ itself was removed (e.g. the cache was cleared): recreate it.
+      error = make_private_dir(s.v1_dir);
+      if (error == 0) error = make_private_dir(shard_dir);
+    }
+    if (error != 0) {
+      const std::string why = fmt::format("cannot create {}: {}", shard_dir, errno_text(error));
+      if (is_permission_error(error)) {
+        s.degrade(StoreMode::read_only, why, true);
+      } else {
+        s.warn_write_failure(why);
+      }
+      return false;
+    }
+    struct stat previous {};
+    std::uint64_t replaced_bytes = 0;
+    {
+      detail::AtomicFile file(path);
+      if (file.write(bytes)) {
+        if (::lstat(path.c_str(), &previous) == 0 && S_ISREG(previous.st_mode)) {
+          replaced_bytes = static_cast<std::uint64_t>(previous.st_size);
+        }
+        (void)file.commit();
+      }
+      if (file.error() != 0) {
+        if (is_permission_error(file.error())) {
+          s.degrade(StoreMode::read_only, file.error_text(), true);
+        } else {
+          s.warn_write_failure(file.error_text());
+        }
+        return false;  // ~AtomicFile removes the temp file.
+      }
+    }
+    const auto total =
+        s.adjust_size(static_cast<std::int64_t>(bytes.size()) - static_cast<std::int64_t>(replaced_bytes));
+    if (total && *total > m_config.max_size) (void)s.trim(m_config, m_config.max_size / 10 * 9, &path);
+    return true;
+  } catch (const std::exception& error) {
+    s.warn_write_failure(fmt::format("entry {}: {}", entry.key_hash.hex(), error.what()));
+    return false;
+  }
+}
+
+bool Store::remove(const Hash128& key) noexcept {
+  try {
+    if (m_state->mode.load() != StoreMode::read_write) return false;
+    const std::string path = entry_path(key).string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return false;
+    return m_state->unlink_if_same(path, st);
+  } catch (...) {
+    return false;
+  }
+}
+
+std::vector<EntryFile> Store::list() const {
+  std::vector<EntryFile> files;
+  if (m_state->v1_dir.empty()) return files;
+  try {
+    walk_store(
+        m_state->v1_dir, [&files](EntryFile file) { files.push_back(std::move(file)); },
+        [](const std::string&, std::string_view, const struct stat&) {});
+  } catch (...) {
+    // Out of memory while listing: hand back what was found.
+  }
+  return files;
+}
+
+std::variant<Entry, ContentError> Store::read_file(const std::filesystem::path& path) const {
+  try {
+    const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) return ContentError{fmt::format("cannot open: {}", errno_text(errno))};
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return ContentError{fmt::format("cannot stat: {}", errno_text(errno))};
+    if (!S_ISREG(st.st_mode)) return ContentError{"not a regular file"};
+    detail::FileParseResult parsed =
+        detail::parse_file(fd.get(), static_cast<std::uint64_t>(st.st_size), m_config.limits, nullptr);
+    if (auto* entry = std::get_if<Entry>(&parsed)) return std::move(*entry);
+    if (auto* failure = std::get_if<detail::IoFailure>(&parsed)) return ContentError{"I/O error: " + failure->what};
+    return std::get<ContentError>(std::move(parsed));
+  } catch (const std::exception& error) {
+    return ContentError{error.what()};
+  }
+}
+
+std::optional<TrimResult> Store::trim(std::uint64_t target_bytes) {
+  return m_state->trim(m_config, target_bytes, nullptr);
+}
+
+std::size_t Store::sweep_temps(std::chrono::seconds age) { return m_state->sweep_temps(age); }
+
+// ---------------------------------------------------------------------------------------------------
+// Compile leases
+
+CompileLease::CompileLease(CompileLease&& other) noexcept
+    : m_path(std::move(other.m_path)), m_token(std::move(other.m_token)) {
+  other.m_path.clear();
+}
+
+CompileLease& CompileLease::operator=(CompileLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    m_path = std::move(other.m_path);
+    m_token = std::move(other.m_token);
+    other.m_path.clear();
+  }
+  return *this;
+}
+
+CompileLease::~CompileLease() { release(); }
+
+void CompileLease::release() noexcept {
+  if (m_path.empty()) return;
+  try {
+    // Remove the file only while it is still ours: a waiter may have judged it stale and replaced it.
+    const UniqueFd fd(::open(m_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd && read_small(fd.get(), 512) == m_token) ::unlink(m_path.c_str());
+  } catch (...) {
+    // Out of memory: leave the lease; it goes stale and is broken by the next waiter.
+  }
+  m_path.clear();
+}
+
+CompileLease Store::acquire_lease(const Hash128& key, std::chrono::milliseconds max_wait) {
+  State& s = *m_state;
+  CompileLease lease;
+  if (s.mode.load() != StoreMode::read_write) return lease;
+  try {
+    const std::string lease_path = fmt::format("{}/{}.lease", s.lock_dir, key.hex());
+    const std::string entry = entry_path(key).string();
+    const auto deadline = std::chrono::steady_clock::now() + max_wait;
+    thread_local std::mt19937_64 nonce_source{std::random_device{}()};
+    auto entry_exists = [&entry] { return ::access(entry.c_str(), F_OK) == 0; };
+    for (;;) {
+      if (entry_exists()) return lease;
+      const std::string token = fmt::format(
+          "{} {} {} {:016x}\n", ::getpid(), this_host(),
+          std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count(), nonce_source());
+      const int fd = ::open(lease_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd >= 0) {
+        const bool written = ::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+        ::close(fd);
+        lease.m_path = lease_path;
+        lease.m_token = token;
+        // The owner may have published between our check and our create: nothing left to compile.
+        if (!written || entry_exists()) lease.release();
+        return lease;
+      }
+      if (errno == ENOENT && make_private_dir(s.lock_dir) == 0) continue;
+      if (errno != EEXIST) return lease;  // cannot take leases here: compile without one
+
+      // Someone holds it: judge whether they are still working.
+      bool stale = false;
+      {
+        const UniqueFd holder(::open(lease_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+        struct stat st {};
+        if (!holder) {
+          if (errno == ENOENT) continue;  // released just now
+          return lease;
+        }
+        if (::fstat(holder.get(), &st) != 0) return lease;
+        const std::string text = read_small(holder.get(), 512);
+        const auto age = Clock::now() - to_time_point(st.st_mtim);
+        long pid = -1;
+        std::string host;
+        if (const std::size_t space = text.find(' '); space != std::string::npos && text.ends_with('\n')) {
+          std::from_chars(text.data(), text.data() + space, pid);
+          const std::size_t host_end = text.find(' ', space + 1);
+          if (host_end != std::string::npos) host = text.substr(space + 1, host_end - space - 1);
+        }
+        if (pid <= 0 || host.empty()) {
+          stale = age > kUnreadableLeaseGrace;  // still being written, or its writer died mid-write
+        } else {
+          stale = age > kLeaseStaleAge || (host == this_host() && !process_alive(pid));
+        }
+        if (stale) {
+          // Break it only if it is still the file we judged (not a new owner's fresh lease).
+          struct stat now {};
+          if (::lstat(lease_path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+            continue;  // already broken or replaced: look again
+          }
+          KILN_LOG(debug, "disk cache: breaking stale compile lease {} ({})", lease_path,
+                   text.empty() ? "empty" : std::string_view(text).substr(0, text.size() - 1));
+          if (::unlink(lease_path.c_str()) == 0 || errno == ENOENT) continue;
+          // Cannot remove it: wait like for a live owner (bounded by max_wait).
+        }
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return lease;
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kLeasePoll, deadline - now));
+    }
+  } catch (...) {
+    return CompileLease{};
+  }
+}
+
+}  // namespace kiln::cache

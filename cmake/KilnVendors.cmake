@@ -1,0 +1,43 @@
+# Finds the vendors' headers (never their libraries: kiln dlopens those at run time).
+# Sets KILN_HAVE_CUDA / KILN_HAVE_HIP, the include dirs, and a one-line status each.
+
+function(_kiln_resolve_lane option found headers_dir what)
+  string(TOUPPER "${${option}}" mode)
+  if(mode STREQUAL "OFF" OR mode STREQUAL "FALSE" OR mode STREQUAL "0")
+    set(${option}_RESULT OFF PARENT_SCOPE)
+    set(${option}_WHY "off (${option}=OFF)" PARENT_SCOPE)
+  elseif(found)
+    set(${option}_RESULT ON PARENT_SCOPE)
+    set(${option}_WHY "on (headers: ${headers_dir})" PARENT_SCOPE)
+  elseif(mode STREQUAL "ON" OR mode STREQUAL "TRUE" OR mode STREQUAL "1")
+    message(FATAL_ERROR "${option}=ON but ${what} was not found")
+  else()
+    set(${option}_RESULT OFF PARENT_SCOPE)
+    set(${option}_WHY "compiled out: ${what} not found" PARENT_SCOPE)
+  endif()
+endfunction()
+
+set(_cuda_hints)
+if(DEFINED ENV{CUDA_HOME})
+  list(APPEND _cuda_hints "$ENV{CUDA_HOME}/include")
+endif()
+list(APPEND _cuda_hints /usr/local/cuda/include)
+find_path(KILN_CUDA_INCLUDE NAMES cuda.h nvrtc.h HINTS ${_cuda_hints} NO_DEFAULT_PATH)
+if(KILN_CUDA_INCLUDE AND NOT EXISTS "${KILN_CUDA_INCLUDE}/nvrtc.h")
+  set(KILN_CUDA_INCLUDE "KILN_CUDA_INCLUDE-NOTFOUND" CACHE PATH "" FORCE)
+endif()
+_kiln_resolve_lane(KILN_WITH_CUDA "${KILN_CUDA_INCLUDE}" "${KILN_CUDA_INCLUDE}"
+  "cuda.h + nvrtc.h (searched \$CUDA_HOME/include, /usr/local/cuda/include)")
+set(KILN_HAVE_CUDA ${KILN_WITH_CUDA_RESULT})
+set(KILN_CUDA_STATUS "${KILN_WITH_CUDA_WHY}")
+
+set(_hip_hints)
+if(DEFINED ENV{ROCM_PATH})
+  list(APPEND _hip_hints "$ENV{ROCM_PATH}/include")
+endif()
+list(APPEND _hip_hints /opt/rocm/include /usr/include)
+find_path(KILN_HIP_INCLUDE NAMES hip/hiprtc.h HINTS ${_hip_hints} NO_DEFAULT_PATH)
+_kiln_resolve_lane(KILN_WITH_HIP "${KILN_HIP_INCLUDE}" "${KILN_HIP_INCLUDE}"
+  "hip/hiprtc.h + hip/hip_runtime_api.h (searched \$ROCM_PATH/include, /opt/rocm/include, /usr/include)")
+set(KILN_HAVE_HIP ${KILN_WITH_HIP_RESULT})
+set(KILN_HIP_STATUS "${KILN_WITH_HIP_WHY}")

@@ -1,0 +1,171 @@
+#pragma once
+// The engine: request -> key -> memory tier -> disk tier -> compile -> load -> Kernel.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/cache/hash.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/store.hpp"
+#include "kiln/device.hpp"
+#include "kiln/launch.hpp"
+#include "kiln/options.hpp"
+#include "kiln/source.hpp"
+
+namespace kiln {
+
+namespace detail {
+struct KernelState;
+struct ProgramState;
+class EngineCore;
+}  // namespace detail
+
+enum class LogLevel : std::uint8_t { error, warn, info, debug };
+
+struct EngineConfig {
+  Vendor vendor = Vendor::none;  ///< none = auto: the first lane with a device (KILN_VENDOR=auto|cuda|hip)
+  int device = -1;               ///< -1 = KILN_DEVICE, else 0
+  cache::StoreConfig cache;      ///< KILN_CACHE_DIR, KILN_CACHE_DISABLE, KILN_CACHE_READONLY, KILN_CACHE_MAXSIZE
+  std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines manifest
+  std::vector<std::string> packs;  ///< KILN_CACHE_PACKS (colon-separated): read-only pack layers under the store
+  std::string remote;            ///< KILN_REMOTE_CACHE: redis://[user:password@]host:port[/db]
+  /// Reads every KILN_* variable. Throws ConfigError for a malformed value (naming the variable).
+  static EngineConfig from_environment();
+};
+
+/// A kernel parameter as the binary declares it.
+struct ParamInfo {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+/// A launchable kernel on one device. Cheap to copy; keeps its module alive.
+class Kernel {
+ public:
+  Kernel() = default;
+
+  /// Packs `args` with natural alignment, checks them against the binary's parameters (count, sizes)
+  /// and the block against the kernel's limit, then launches. Throws LaunchError.
+  template <typename... Args>
+  void launch(const LaunchConfig& config, const Args&... args) const {
+    ArgPack pack;
+    (pack.push(args), ...);
+    launch_packed(config, pack);
+  }
+  void launch_packed(const LaunchConfig& config, const ArgPack& args) const;
+
+  [[nodiscard]] const std::string& name() const;          ///< as requested
+  [[nodiscard]] const std::string& lowered_name() const;  ///< the symbol in the binary
+  [[nodiscard]] int device() const;
+  [[nodiscard]] int max_threads_per_block() const;
+  /// The parameters the binary declares, when the driver/metadata exposes them.
+  [[nodiscard]] const std::optional<std::vector<ParamInfo>>& params() const;
+  /// CUfunction / hipFunction_t.
+  [[nodiscard]] void* native_handle() const;
+  explicit operator bool() const noexcept { return m_state != nullptr; }
+
+ private:
+  friend class Program;
+  friend class detail::EngineCore;
+  explicit Kernel(std::shared_ptr<const detail::KernelState> state) : m_state(std::move(state)) {}
+  std::shared_ptr<const detail::KernelState> m_state;
+};
+
+/// Where a program's binary came from.
+enum class Origin : std::uint8_t { memory, disk, compiled };
+
+/// A compiled module (one source + options + name expressions) loaded on one device.
+class Program {
+ public:
+  Program() = default;
+  /// A kernel by plain name or by one of the program's name expressions. Throws LoadError listing the
+  /// kernels the module has.
+  [[nodiscard]] Kernel kernel(std::string_view name_or_expression) const;
+  [[nodiscard]] std::vector<std::string> kernel_names() const;
+  [[nodiscard]] const cache::Hash128& key() const;
+  [[nodiscard]] const std::string& target() const;
+  [[nodiscard]] int device() const;
+  [[nodiscard]] Origin origin() const;
+  explicit operator bool() const noexcept { return m_state != nullptr; }
+
+ private:
+  friend class detail::EngineCore;
+  explicit Program(std::shared_ptr<detail::ProgramState> state) : m_state(std::move(state)) {}
+  std::shared_ptr<detail::ProgramState> m_state;
+};
+
+/// The result of compiling into the cache without loading (works with no GPU).
+struct PrewarmResult {
+  cache::Hash128 key;
+  std::string target;
+  Origin origin = Origin::compiled;  ///< disk (already cached) or compiled
+  double seconds = 0;
+  std::size_t binary_bytes = 0;
+  bool stored = false;               ///< written to the disk tier
+};
+
+class Engine {
+ public:
+  /// From the environment (EngineConfig::from_environment()).
+  Engine();
+  explicit Engine(EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Compiles (or finds) and loads a program on a device (-1 = the engine's default device).
+  /// Throws CompileError, LoadError, ConfigError, DeviceUnavailable.
+  [[nodiscard]] Program program(const Source& source, const Options& options = {},
+                                const std::vector<std::string>& name_expressions = {}, int device = -1);
+  /// program(source, options, {name} if name is an expression).kernel(name).
+  [[nodiscard]] Kernel kernel(const Source& source, std::string_view name, const Options& options = {},
+                              int device = -1);
+
+  /// Compiles into the cache for a named target ("sm_90", "gfx90a", "native") without loading.
+  /// Needs no GPU for named targets. Throws CompileError, ConfigError, DeviceUnavailable.
+  PrewarmResult prewarm(const Source& source, const Options& options,
+                        const std::vector<std::string>& name_expressions, std::string_view target);
+
+  /// The cache key a request would have for a target, without compiling: (hash, canonical bytes).
+  /// For `kiln cache why-miss`. Throws ConfigError / DeviceUnavailable like prewarm().
+  [[nodiscard]] std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
+                                                                    const std::vector<std::string>& name_expressions,
+                                                                    std::string_view target);
+
+  /// The vendor lane that runs kernels (none when there is no device).
+  [[nodiscard]] Vendor vendor() const;
+  [[nodiscard]] std::vector<DeviceInfo> devices() const;
+  [[nodiscard]] int default_device() const;
+  /// Every vendor lane: compiled in, libraries loaded (paths and versions), devices. Loads what it can.
+  [[nodiscard]] std::vector<LaneInfo> lanes() const;
+  /// The default targets for prewarming: the local devices' targets, or sm_90 and gfx90a without one.
+  [[nodiscard]] std::vector<std::string> default_targets() const;
+
+  /// This engine's counters.
+  [[nodiscard]] cache::Counters stats() const;
+  [[nodiscard]] cache::Store& store();
+
+  /// Unloads every module. Kernels obtained before keep their handles but refuse to launch.
+  void unload_all();
+
+  // Thin device helpers (for callers without their own allocator/streams).
+  [[nodiscard]] void* allocate(std::size_t bytes, int device = -1);
+  void free(void* pointer, int device = -1) noexcept;
+  void copy_to_device(void* dst, const void* src, std::size_t bytes, StreamHandle stream = nullptr, int device = -1);
+  void copy_to_host(void* dst, const void* src, std::size_t bytes, StreamHandle stream = nullptr, int device = -1);
+  void memset(void* dst, int value, std::size_t bytes, StreamHandle stream = nullptr, int device = -1);
+  [[nodiscard]] StreamHandle create_stream(int device = -1);
+  void destroy_stream(StreamHandle stream, int device = -1) noexcept;
+  void synchronize(StreamHandle stream = nullptr, int device = -1);
+
+  [[nodiscard]] detail::EngineCore& core() noexcept { return *m_core; }
+
+ private:
+  std::shared_ptr<detail::EngineCore> m_core;
+};
+
+}  // namespace kiln

@@ -1,0 +1,392 @@
+/*
+ * kiln.h: the stable C API of kiln (C11 and C++; no C++ type crosses it).
+ *
+ * Conventions that hold for every function below unless its comment says otherwise:
+ *  - Every function returns a kiln_status. KILN_OK (0) is success; any other value is an error, and
+ *    kiln_last_error() then returns a message that says what failed, where and why.
+ *  - Out-parameters are written only on success.
+ *  - No function crashes on bad input and no C++ exception ever leaves the library: a null, foreign
+ *    or already destroyed handle gives KILN_ERROR_INVALID_HANDLE, a null pointer where one is
+ *    required gives KILN_ERROR_INVALID_ARGUMENT.
+ *  - Handles are opaque ids, never pointers into memory: using a handle after it was destroyed (or
+ *    after its engine was destroyed) is a reported error, not undefined behaviour. Ids are never reused
+ *    within a process.
+ *  - Every function is thread-safe. Handles may be shared between threads; destroying a handle while
+ *    another thread uses it is allowed (the other call either completes or reports the handle gone).
+ *  - Strings passed in are NUL-terminated UTF-8 and are copied before the call returns; the caller
+ *    keeps ownership. Strings handed out are owned by the library; each comment says how long they stay
+ *    valid.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define KILN_API
+#elif defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The version of this header's API. Bumped when a function or struct field is added or changed.
+ *  Compare with kiln_api_version() to detect a library older than the header. */
+#define KILN_API_VERSION 1
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Status codes and errors                                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERROR_INVALID_ARGUMENT = 1,   /**< a null pointer, a bad count, a size field too small, ... */
+  KILN_ERROR_INVALID_HANDLE = 2,     /**< a null, foreign or destroyed handle (or one of a destroyed engine) */
+  KILN_ERROR_COMPILE = 3,            /**< the compiler rejected the source: see kiln_last_compile_log() */
+  KILN_ERROR_LOAD = 4,               /**< a binary did not load, or the module has no such kernel */
+  KILN_ERROR_LAUNCH = 5,             /**< a launch, copy or stream operation was refused (by kiln or the driver) */
+  KILN_ERROR_CONFIG = 6,             /**< bad configuration: unknown target/option/built-in, empty source, bad env */
+  KILN_ERROR_DEVICE_UNAVAILABLE = 7, /**< no vendor library or no device for what was asked */
+  KILN_ERROR_OUT_OF_MEMORY = 8,      /**< host or device memory ran out */
+  KILN_ERROR_INTERNAL = 9            /**< a fault inside kiln (a bug): the message says where */
+} kiln_status;
+
+/** The API version the library was built with (KILN_API_VERSION of its header). Never fails. */
+KILN_API int kiln_api_version(void);
+
+/** A constant name for a status, e.g. "KILN_ERROR_COMPILE". Never NULL; unknown values give
+ *  "KILN_ERROR_UNKNOWN". The string is static. */
+KILN_API const char* kiln_status_name(kiln_status status);
+
+/** The message of the most recent failing call on the calling thread, or "" when none failed yet.
+ *  Successful calls do not clear it. Never NULL. The string stays valid until the next failing call on
+ *  the same thread. */
+KILN_API const char* kiln_last_error(void);
+
+/** The whole compiler log of the most recent KILN_ERROR_COMPILE on the calling thread ("" when there
+ *  was none, or the compiler printed nothing). Never NULL. Valid until the next failing call on the
+ *  same thread. */
+KILN_API const char* kiln_last_compile_log(void);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Handles                                                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct kiln_engine_s* kiln_engine;   /**< an engine: vendor lane, device, cache */
+typedef struct kiln_source_s* kiln_source;   /**< a kernel source; independent of any engine */
+typedef struct kiln_program_s* kiln_program; /**< a compiled module loaded on one device of one engine */
+typedef struct kiln_kernel_s* kiln_kernel;   /**< a launchable kernel of one engine */
+
+typedef enum kiln_vendor {
+  KILN_VENDOR_AUTO = 0, /**< in a config: KILN_VENDOR, else the first lane with a device. As a result: none */
+  KILN_VENDOR_CUDA = 1,
+  KILN_VENDOR_HIP = 2
+} kiln_vendor;
+
+/** Where a program's binary came from. */
+typedef enum kiln_origin { KILN_ORIGIN_MEMORY = 0, KILN_ORIGIN_DISK = 1, KILN_ORIGIN_COMPILED = 2 } kiln_origin;
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Engine                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/** Engine flags (kiln_engine_config.flags). */
+#define KILN_ENGINE_CACHE_DISABLE 0x1u  /**< memory only: no disk cache (as KILN_CACHE_DISABLE=1) */
+#define KILN_ENGINE_CACHE_READONLY 0x2u /**< serve disk hits, write nothing (as KILN_CACHE_READONLY=1) */
+
+/** Engine configuration. Set `size` to sizeof(kiln_engine_config) (kiln_engine_config_init does):
+ *  the library reads only the fields that fit in `size`, so a program built against an older header
+ *  keeps working with a newer library. Fields left at their init values take the environment's
+ *  settings (KILN_VENDOR, KILN_DEVICE, KILN_CACHE_DIR, KILN_CACHE_*), then kiln's defaults. */
+typedef struct kiln_engine_config {
+  size_t size;             /**< sizeof(kiln_engine_config) */
+  kiln_vendor vendor;      /**< KILN_VENDOR_AUTO: from KILN_VENDOR, else the first lane with a device */
+  int device;              /**< -1: KILN_DEVICE, else 0 */
+  const char* cache_dir;   /**< NULL: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln */
+  uint32_t flags;          /**< KILN_ENGINE_* bits, added to what the environment sets */
+  uint64_t cache_max_size; /**< bytes; 0: KILN_CACHE_MAXSIZE, else 1 GiB */
+} kiln_engine_config;
+
+/** Fills `config` with the defaults (everything from the environment) and sets its size. Does nothing
+ *  when `config` is NULL. Never fails. */
+KILN_API void kiln_engine_config_init(kiln_engine_config* config);
+
+/** Creates an engine. `config` may be NULL (everything from the environment). An engine is created
+ *  even when no device is present: it can still compile and prewarm (kiln_prewarm); kernel gets then
+ *  fail with KILN_ERROR_DEVICE_UNAVAILABLE. The caller owns `*engine` and destroys it with
+ *  kiln_engine_destroy.
+ *  Errors: INVALID_ARGUMENT (engine NULL; config->size smaller than the first version of the struct, or
+ *  larger with unknown non-zero fields), CONFIG (a malformed KILN_* variable or field), INTERNAL. */
+KILN_API kiln_status kiln_engine_create(const kiln_engine_config* config, kiln_engine* engine);
+
+/** Destroys an engine: every program and kernel handle obtained from it becomes invalid
+ *  (INVALID_HANDLE from then on), every buffer and stream it allocated that was not freed is freed,
+ *  and its modules are unloaded once calls in flight on other threads have returned. Sources are not
+ *  affected. Errors: INVALID_HANDLE (NULL, or already destroyed). */
+KILN_API kiln_status kiln_engine_destroy(kiln_engine engine);
+
+/** The vendor lane that runs kernels: CUDA or HIP, or KILN_VENDOR_AUTO (0) when there is no device.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (vendor NULL). */
+KILN_API kiln_status kiln_engine_vendor(kiln_engine engine, kiln_vendor* vendor);
+
+/** The number of devices of the engine's lane (0 without a device) and the default device ordinal
+ *  (-1 without a device); either pointer may be NULL. Errors: INVALID_HANDLE. */
+KILN_API kiln_status kiln_engine_device_count(kiln_engine engine, int* count, int* default_device);
+
+/** What kiln knows about one device. Set `size` before the call (kiln_device_info_init). */
+typedef struct kiln_device_info {
+  size_t size; /**< sizeof(kiln_device_info) */
+  kiln_vendor vendor;
+  int ordinal;
+  char name[128];  /**< "NVIDIA H200" (truncated, always NUL-terminated) */
+  char target[64]; /**< "sm_90", "gfx90a:sramecc+:xnack-" */
+  int warp_size;
+  int max_threads_per_block;
+  int multiprocessors;
+  uint64_t total_memory;         /**< bytes */
+  uint64_t max_shared_per_block; /**< bytes a block may opt in to */
+} kiln_device_info;
+
+/** Sets `info->size`; does nothing when `info` is NULL. Never fails. */
+KILN_API void kiln_device_info_init(kiln_device_info* info);
+
+/** Describes device `ordinal` of the engine's lane. Errors: INVALID_HANDLE, INVALID_ARGUMENT (info
+ *  NULL, info->size too small, ordinal out of range). */
+KILN_API kiln_status kiln_engine_device_info(kiln_engine engine, int ordinal, kiln_device_info* info);
+
+/** Counters of one engine since it was created. Set `size` before the call (kiln_stats_init). */
+typedef struct kiln_stats {
+  size_t size;          /**< sizeof(kiln_stats) */
+  uint64_t memory_hits; /**< requests served by the engine's loaded modules */
+  uint64_t disk_hits;   /**< requests served by the disk cache */
+  uint64_t misses;      /**< requests that reached the compiler (or waited on another's compile) */
+  uint64_t compiles;
+  uint64_t compile_failures;
+  uint64_t compile_nanoseconds; /**< total time spent compiling */
+  uint64_t corrupt_removed;     /**< damaged cache entries deleted */
+  uint64_t evictions;
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t remote_hits;
+  uint64_t remote_misses;
+  uint64_t remote_errors;
+} kiln_stats;
+
+/** Sets `stats->size` and zeroes the counters; does nothing when `stats` is NULL. Never fails. */
+KILN_API void kiln_stats_init(kiln_stats* stats);
+
+/** Copies the engine's counters into `*stats`. Errors: INVALID_HANDLE, INVALID_ARGUMENT (stats NULL or
+ *  stats->size too small). */
+KILN_API kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Sources                                                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+/** An in-memory header: what `#include "name"` (or <name>) resolves to. */
+typedef struct kiln_header {
+  const char* name;
+  const char* text;
+} kiln_header;
+
+/** A source from text. `name` appears in compiler messages (NULL: "source.cu"). `headers` (may be
+ *  NULL when `header_count` is 0) are copied. Every source also sees kiln's embedded headers
+ *  (`#include <kiln/rtc.h>`). The caller owns `*source` and destroys it with kiln_source_destroy.
+ *  Errors: INVALID_ARGUMENT (text or source NULL, a header with a NULL name or text), CONFIG (empty
+ *  text). */
+KILN_API kiln_status kiln_source_from_text(const char* name, const char* text, const kiln_header* headers,
+                                           size_t header_count, kiln_source* source);
+
+/** A built-in (embedded) source by file name, with or without ".cu" ("saxpy" or "saxpy.cu").
+ *  Errors: INVALID_ARGUMENT (NULL pointer), CONFIG (no such built-in: the message lists them). */
+KILN_API kiln_status kiln_source_builtin(const char* name, kiln_source* source);
+
+/** Destroys a source. Programs and kernels made from it are not affected.
+ *  Errors: INVALID_HANDLE. */
+KILN_API kiln_status kiln_source_destroy(kiln_source source);
+
+/** The number of built-in sources, and the name of built-in `index` ("saxpy.cu"). Either pointer may
+ *  be NULL. The name is static (valid until the library is unloaded). Errors: INVALID_ARGUMENT (index
+ *  out of range when `name` is not NULL). */
+KILN_API kiln_status kiln_builtin_source_name(size_t index, size_t* count, const char** name);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Programs and kernels                                                                             */
+/* ------------------------------------------------------------------------------------------------ */
+/* Options are kiln's portable spellings (see kiln/options.hpp): "-DNAME=VALUE", "-UNAME",
+ * "-std=c++20", "--fast-math", "--line-info", "--device-debug", "--no-fma", "--max-registers=N",
+ * "-Xcuda=FLAG", "-Xhip=FLAG". A name expression is a kernel named with template arguments, e.g.
+ * "scale<float, 4>"; a plain extern "C" name needs none. */
+
+/** Compiles (or finds in the cache) and loads a program on `device` (-1: the engine's default).
+ *  `options` (`option_count` strings) and `name_expressions` (`name_count` strings) may be NULL when
+ *  their count is 0. The caller owns `*program` (kiln_program_destroy); it becomes invalid when its
+ *  engine is destroyed.
+ *  Errors: INVALID_HANDLE (engine, source), INVALID_ARGUMENT (NULL pointers or NULL strings in the
+ *  arrays), CONFIG (bad option), COMPILE (log: kiln_last_compile_log), LOAD, DEVICE_UNAVAILABLE (no
+ *  device, no driver). */
+KILN_API kiln_status kiln_program_create(kiln_engine engine, kiln_source source, const char* const* options,
+                                         size_t option_count, const char* const* name_expressions, size_t name_count,
+                                         int device, kiln_program* program);
+
+/** Destroys a program handle. Kernels obtained from it stay valid. Errors: INVALID_HANDLE. */
+KILN_API kiln_status kiln_program_destroy(kiln_program program);
+
+/** A kernel of a program, by plain name or by one of the program's name expressions. The caller owns
+ *  `*kernel` (kiln_kernel_destroy). Errors: INVALID_HANDLE, INVALID_ARGUMENT, LOAD (no such kernel: the
+ *  message lists the kernels the module has). */
+KILN_API kiln_status kiln_program_get_kernel(kiln_program program, const char* name, kiln_kernel* kernel);
+
+/** Facts about a program. Set `size` before the call (kiln_program_info_init). */
+typedef struct kiln_program_info {
+  size_t size;     /**< sizeof(kiln_program_info) */
+  char key[33];    /**< the cache key: 32 lower-case hex digits */
+  char target[64]; /**< "sm_90", ... */
+  int device;
+  kiln_origin origin; /**< where the binary came from when the program was created */
+  size_t kernel_count;
+} kiln_program_info;
+
+/** Sets `info->size`; does nothing when `info` is NULL. Never fails. */
+KILN_API void kiln_program_info_init(kiln_program_info* info);
+
+/** Describes a program. Errors: INVALID_HANDLE, INVALID_ARGUMENT (info NULL or info->size too small). */
+KILN_API kiln_status kiln_program_get_info(kiln_program program, kiln_program_info* info);
+
+/** The name of kernel `index` (< kernel_count) of a program. The string is owned by the program handle
+ *  and valid until it is destroyed. Errors: INVALID_HANDLE, INVALID_ARGUMENT (index out of range, name
+ *  NULL). */
+KILN_API kiln_status kiln_program_kernel_name(kiln_program program, size_t index, const char** name);
+
+/** Shortcut: compiles (or finds) the program for one kernel and returns the kernel. `name` is a plain
+ *  name or a name expression (then it is also the program's only name expression). Same ownership and
+ *  errors as kiln_program_create + kiln_program_get_kernel. */
+KILN_API kiln_status kiln_kernel_get(kiln_engine engine, kiln_source source, const char* name,
+                                     const char* const* options, size_t option_count, int device, kiln_kernel* kernel);
+
+/** Destroys a kernel handle. Errors: INVALID_HANDLE. */
+KILN_API kiln_status kiln_kernel_destroy(kiln_kernel kernel);
+
+/** Facts about a kernel. Set `size` before the call (kiln_kernel_info_init). */
+typedef struct kiln_kernel_info {
+  size_t size; /**< sizeof(kiln_kernel_info) */
+  int device;
+  int max_threads_per_block; /**< the most threads a block of this kernel may have */
+  int param_count;           /**< parameters the binary declares; -1 when the driver cannot tell */
+  const char* name;          /**< as requested; owned by the kernel handle */
+  const char* lowered_name;  /**< the symbol in the binary; owned by the kernel handle */
+  void* native_handle;       /**< CUfunction / hipFunction_t */
+} kiln_kernel_info;
+
+/** Sets `info->size`; does nothing when `info` is NULL. Never fails. */
+KILN_API void kiln_kernel_info_init(kiln_kernel_info* info);
+
+/** Describes a kernel. The strings stay valid until the kernel handle is destroyed.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (info NULL or info->size too small). */
+KILN_API kiln_status kiln_kernel_get_info(kiln_kernel kernel, kiln_kernel_info* info);
+
+/** The byte offset and size of parameter `index` as the binary declares it.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL pointers, index out of range), LOAD (the driver does
+ *  not tell parameter layouts: param_count is -1). */
+KILN_API kiln_status kiln_kernel_param(kiln_kernel kernel, size_t index, size_t* offset, size_t* size);
+
+/** Launches a kernel on `stream` (a raw CUstream / hipStream_t, e.g. CuPy's
+ *  `cupy.cuda.get_current_stream().ptr` or PyTorch's `torch.cuda.current_stream().cuda_stream`;
+ *  NULL = the legacy default stream). Asynchronous: returns once the launch is queued.
+ *
+ *  Arguments: `args[i]` points at the value of argument i (for a device pointer argument: at the
+ *  pointer variable), `arg_sizes[i]` is its size in bytes. Both may be NULL when `arg_count` is 0.
+ *  Packing: when the binary declares its parameter layout (kiln_kernel_info.param_count >= 0), each
+ *  argument is placed at its declared offset and its size must match. Otherwise each argument is
+ *  aligned to its natural alignment, taken as min(its size rounded up to a power of two, 8) bytes: right
+ *  for scalars, pointers and structs of 4- or 8-byte members; pass a 16-byte aligned type (float4) or an
+ *  odd-sized struct only to kernels whose layout is declared.
+ *  The argument count and sizes are checked against the binary, and the block against the kernel's
+ *  limit, before the driver is called.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL arrays with a non-zero count, a NULL argument pointer,
+ *  a zero size, a zero grid or block dimension), LAUNCH (wrong argument count or size, block too big,
+ *  the driver refused: the message names the call and its error). */
+KILN_API kiln_status kiln_kernel_launch(kiln_kernel kernel, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                        uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                                        void* stream, const void* const* args, const size_t* arg_sizes,
+                                        size_t arg_count);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Prewarm: compile into the disk cache without a device                                            */
+/* ------------------------------------------------------------------------------------------------ */
+
+/** The outcome of a prewarm. Set `size` before the call (kiln_prewarm_result_init). */
+typedef struct kiln_prewarm_result {
+  size_t size;        /**< sizeof(kiln_prewarm_result) */
+  char key[33];       /**< the cache key: 32 lower-case hex digits */
+  char target[64];    /**< the resolved target */
+  kiln_origin origin; /**< KILN_ORIGIN_DISK (was cached) or KILN_ORIGIN_COMPILED */
+  double seconds;     /**< time taken */
+  uint64_t binary_bytes;
+  int stored; /**< 1 when the binary was written to the disk cache */
+} kiln_prewarm_result;
+
+/** Sets `result->size`; does nothing when `result` is NULL. Never fails. */
+KILN_API void kiln_prewarm_result_init(kiln_prewarm_result* result);
+
+/** Compiles a source into the engine's disk cache for `target` ("sm_90", "sm_90a", "gfx90a", or
+ *  "native" for the engine's device) without loading it. Needs no GPU for a named target; the vendor
+ *  follows from the target (sm_/compute_: CUDA; gfx: HIP). `result` may be NULL.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL pointers, result->size too small), CONFIG (unknown
+ *  target, bad option), COMPILE (log: kiln_last_compile_log), DEVICE_UNAVAILABLE (no compiler for the
+ *  target's vendor; "native" without a device). */
+KILN_API kiln_status kiln_prewarm(kiln_engine engine, kiln_source source, const char* const* options,
+                                  size_t option_count, const char* const* name_expressions, size_t name_count,
+                                  const char* target, kiln_prewarm_result* result);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Device memory and streams (for callers without their own)                                        */
+/* ------------------------------------------------------------------------------------------------ */
+/* `device` -1 means the engine's default device. Streams are raw CUstream / hipStream_t values;
+ * NULL is the legacy default stream. Copies on a stream are asynchronous with respect to the host
+ * only when the host memory is pinned; call kiln_synchronize before reading results. */
+
+/** Allocates `bytes` (> 0) of device memory. The engine owns the allocation's bookkeeping: free it
+ *  with kiln_free on the same engine, or it is freed when the engine is destroyed.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (pointer NULL, bytes 0), OUT_OF_MEMORY, LAUNCH,
+ *  DEVICE_UNAVAILABLE. */
+KILN_API kiln_status kiln_malloc(kiln_engine engine, size_t bytes, int device, void** pointer);
+
+/** Frees memory from kiln_malloc of this engine. NULL is a no-op. Errors: INVALID_HANDLE,
+ *  INVALID_ARGUMENT (a pointer this engine did not allocate, or already freed). */
+KILN_API kiln_status kiln_free(kiln_engine engine, void* pointer);
+
+/** Copies `bytes` from host `src` to device `dst`. Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL
+ *  pointer with bytes > 0), LAUNCH (the driver refused), DEVICE_UNAVAILABLE. */
+KILN_API kiln_status kiln_copy_to_device(kiln_engine engine, void* dst, const void* src, size_t bytes, void* stream,
+                                         int device);
+
+/** Copies `bytes` from device `src` to host `dst`. Errors as kiln_copy_to_device. */
+KILN_API kiln_status kiln_copy_to_host(kiln_engine engine, void* dst, const void* src, size_t bytes, void* stream,
+                                       int device);
+
+/** Sets `bytes` of device memory at `dst` to the byte `value`. Errors as kiln_copy_to_device. */
+KILN_API kiln_status kiln_memset(kiln_engine engine, void* dst, int value, size_t bytes, void* stream, int device);
+
+/** Creates a stream on a device. Destroy it with kiln_stream_destroy on the same engine, or it is
+ *  destroyed with the engine. Errors: INVALID_HANDLE, INVALID_ARGUMENT, LAUNCH, DEVICE_UNAVAILABLE. */
+KILN_API kiln_status kiln_stream_create(kiln_engine engine, int device, void** stream);
+
+/** Destroys a stream from kiln_stream_create of this engine. Errors: INVALID_HANDLE, INVALID_ARGUMENT
+ *  (a stream this engine did not create). */
+KILN_API kiln_status kiln_stream_destroy(kiln_engine engine, void* stream);
+
+/** Waits until all work queued on `stream` (NULL: the legacy default stream) has finished.
+ *  Errors: INVALID_HANDLE, LAUNCH (an earlier asynchronous error surfaces here), DEVICE_UNAVAILABLE. */
+KILN_API kiln_status kiln_synchronize(kiln_engine engine, void* stream, int device);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KILN_KILN_H */

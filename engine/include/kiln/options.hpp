@@ -1,0 +1,69 @@
+#pragma once
+// Compile options. kiln accepts one portable spelling and maps it to each compiler:
+//   -DNAME / -DNAME=VALUE     define a macro                    (both)
+//   -UNAME                    undefine a macro                  (both)
+//   -std=c++17 | -std=c++20   language standard (default c++17) (both)
+//   --fast-math               NVRTC --use_fast_math ; HIPRTC -ffast-math
+//   --line-info               NVRTC -lineinfo       ; HIPRTC -gline-tables-only
+//   --device-debug            NVRTC -G              ; HIPRTC -g
+//   --no-fma                  NVRTC -fmad=false     ; HIPRTC -ffp-contract=off
+//   --max-registers=N         NVRTC -maxrregcount=N ; HIPRTC (rejected: no equivalent)
+//   -Xcuda=FLAG / -Xhip=FLAG  a raw flag for one compiler only; ignored by the other
+// A known flag of one compiler written without -X (e.g. --use_fast_math, -O3) is accepted for that
+// compiler, and is a ConfigError for the other one that names the portable spelling. Unknown options,
+// -I (headers are passed in memory, so their bytes are part of the key) and target options (-arch,
+// --offload-arch: the target is its own argument) are rejected.
+// A raw flag of one compiler given without -X to the other (e.g. --use_fast_math to HIPRTC, -O3 to
+// NVRTC) is a ConfigError that names the portable spelling. Targets are never options: pass them as
+// the target (an -arch/--offload-arch option is rejected).
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache/types.hpp"
+
+namespace kiln {
+
+class Options {
+ public:
+  Options() = default;
+  /// Parses portable options. Throws ConfigError naming the bad option.
+  Options(std::initializer_list<std::string_view> options);
+  explicit Options(const std::vector<std::string>& options);
+
+  Options& define(std::string_view name, std::string_view value = {});
+  Options& fast_math(bool on = true) { m_fast_math = on; refresh(); return *this; }
+  Options& line_info(bool on = true) { m_line_info = on; refresh(); return *this; }
+
+  /// Canonical text: one option per line, sorted where order has no meaning (defines by name, flags),
+  /// raw -X flags in the order given. Equal option sets give equal text.
+  [[nodiscard]] const std::string& canonical() const;
+  /// The options as the caller spelled them (canonical order), for messages and manifests.
+  [[nodiscard]] std::vector<std::string> portable() const;
+  /// The flags for one vendor's compiler, without the target and the flags the engine adds itself.
+  /// Throws ConfigError for an option with no equivalent on that vendor.
+  [[nodiscard]] std::vector<std::string> vendor_flags(Vendor vendor) const;
+
+ private:
+  void parse_one(std::string_view option);
+  void refresh();
+  bool m_fast_math = false;
+  bool m_line_info = false;
+  bool m_device_debug = false;
+  bool m_no_fma = false;
+  std::optional<int> m_max_registers;
+  std::string m_std = "c++17";
+  std::map<std::string, std::optional<std::string>, std::less<>> m_defines;  // nullopt value = -U
+  struct RawFlag {
+    Vendor vendor;
+    std::string flag;
+    bool explicit_prefix;  ///< -Xcuda=/-Xhip=: ignored by the other vendor; otherwise an error there
+  };
+  std::vector<RawFlag> m_raw;
+  std::string m_canonical = "options/1\n";  ///< kept current by every mutation (no lazy state: thread-safe reads)
+};
+
+}  // namespace kiln

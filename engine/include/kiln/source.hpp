@@ -1,0 +1,49 @@
+#pragma once
+// A kernel source: embedded by name, or text handed in at run time with in-memory headers.
+// A Source is cheap to copy (shared, immutable) and hashes its content once, at construction, so
+// looking a kernel up again never hashes source text.
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache/hash.hpp"
+
+namespace kiln {
+
+/// An in-memory header: what `#include "name"` (or <name>) resolves to.
+struct Header {
+  std::string name;
+  std::string text;
+};
+
+class Source {
+ public:
+  /// An embedded source of device_src/, by file name with or without ".cu" ("saxpy" or "saxpy.cu").
+  /// Throws ConfigError listing the built-in names when there is none.
+  static Source builtin(std::string_view name);
+  /// Source text given at run time. `name` appears in compiler messages. Throws ConfigError when the
+  /// text is empty. Every source also sees the embedded headers (kiln/rtc.h).
+  static Source from_text(std::string name, std::string text, std::vector<Header> headers = {});
+  /// The names of the built-in kernel sources ("saxpy.cu", ...).
+  static std::vector<std::string> builtin_names();
+
+  [[nodiscard]] const std::string& name() const noexcept;
+  [[nodiscard]] std::string_view text() const noexcept;
+  /// The user's headers followed by kiln's embedded headers, sorted by name.
+  [[nodiscard]] std::span<const Header> headers() const noexcept;
+  [[nodiscard]] bool is_builtin() const noexcept;
+  /// The kernels a source lists on its `//! kiln-kernels: a; ns::b<float, 4>` line (names or name
+  /// expressions, `;`-separated); empty when it has none. What `kiln prewarm --all-builtin` compiles.
+  [[nodiscard]] std::vector<std::string> listed_kernels() const;
+  /// XXH3-128 over the text and every header (name and bytes); computed once.
+  [[nodiscard]] const cache::Hash128& content_hash() const noexcept;
+
+  struct Data;
+ private:
+  explicit Source(std::shared_ptr<const Data> data) : m_data(std::move(data)) {}
+  std::shared_ptr<const Data> m_data;
+};
+
+}  // namespace kiln

@@ -1,0 +1,692 @@
+// The request path: request -> key -> memory tier -> disk tier (+ read-through tiers) -> compile
+// (single flight in the process, a lease across processes) -> publish -> load -> Kernel.
+#include "kiln/engine.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <ctime>
+
+#include "engine_internal.hpp"
+#include "kiln/cache/key.hpp"
+#include "kiln/cache/log.hpp"
+#include "kiln/cache/pack.hpp"
+#include "kiln/embedded.hpp"
+#include "kiln/error.hpp"
+#include "targets.hpp"
+
+#if __has_include("manifest.hpp")
+#include "manifest.hpp"
+#define KILN_HAVE_MANIFEST 1
+#endif
+#if __has_include("elf.hpp")
+#include "elf.hpp"
+#define KILN_HAVE_ELF 1
+#endif
+
+namespace kiln {
+namespace detail {
+namespace {
+
+constexpr auto kLeaseWait = std::chrono::seconds(120);
+
+/// Environment variables that silently change HIPRTC's flags: part of every AMD key.
+constexpr const char* kHipEnvironment[] = {"HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND",
+                                           "GPU_ENABLE_WGP_MODE"};
+
+bool is_name_expression(std::string_view name) {
+  return name.find_first_of("<>:&( ") != std::string_view::npos;
+}
+
+std::string join(const std::vector<std::string>& items, char separator) {
+  std::string out;
+  for (const std::string& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::uint64_t memory_key(const cache::Hash128& source, const std::string& options, std::string_view names, int device) {
+  std::uint64_t h = XXH3_64bits_withSeed(options.data(), options.size(), source.low ^ source.high);
+  return XXH3_64bits_withSeed(names.data(), names.size(), h ^ static_cast<std::uint64_t>(device + 1));
+}
+
+}  // namespace
+
+struct EngineCore::Lane {
+  Vendor vendor;
+  std::once_flag once;
+  std::unique_ptr<vendor::Compiler> compiler;
+  std::vector<std::string> targets;
+  std::string error;
+};
+
+struct EngineCore::Request {
+  Source source;
+  Target target;
+  std::vector<std::string> names;  // sorted, unique
+  std::vector<std::string> flags;  // complete vendor flags
+  cache::CanonicalKey key;
+  cache::Hash128 hash;
+  vendor::Compiler* compiler = nullptr;
+};
+
+struct EngineCore::Flight {
+  std::mutex mutex;
+  std::condition_variable done_signal;
+  bool done = false;
+  Obtained result;
+  std::exception_ptr error;
+};
+
+ProgramState::~ProgramState() { unload(); }
+
+void ProgramState::unload() noexcept {
+  if (loaded.exchange(false) && module != nullptr && runtime) runtime->unload_module(device, module);
+}
+
+EngineCore::EngineCore(EngineConfig config)
+    : m_config(std::move(config)),
+      m_store(m_config.cache),
+      m_cuda(std::make_unique<Lane>()),
+      m_hip(std::make_unique<Lane>()) {
+  m_cuda->vendor = Vendor::cuda;
+  m_hip->vendor = Vendor::hip;
+
+  // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
+  // left out with one warning; it never fails the engine.
+  for (const std::string& pack : m_config.packs) {
+    try {
+      m_tiers.push_back(cache::open_pack(pack));
+    } catch (const std::exception& e) {
+      KILN_LOG(warn, "{}; continuing without this pack", e.what());
+    }
+  }
+  if (!m_config.remote.empty()) {
+    try {
+      std::unique_ptr<cache::RemoteTier> remote = cache::open_remote(cache::remote_config_from_environment(m_config.remote));
+      m_remote = remote.get();
+      m_tiers.push_back(std::move(remote));
+    } catch (const std::exception& e) {
+      KILN_LOG(warn, "remote cache {}: {}; continuing without it", cache::redact_remote_url(m_config.remote), e.what());
+    }
+  }
+
+  // The runtime that runs kernels: the requested vendor, or (auto) the first with a device.
+  std::vector<Vendor> order;
+  if (m_config.vendor == Vendor::none) order = {Vendor::cuda, Vendor::hip};
+  else order = {m_config.vendor};
+  std::vector<std::string> reasons;
+  for (Vendor v : order) {
+    try {
+      std::unique_ptr<vendor::Runtime> runtime = v == Vendor::cuda ? vendor::load_cuda_runtime() : vendor::load_hip_runtime();
+      if (!runtime->devices().empty() || m_config.vendor != Vendor::none) {
+        m_runtime = std::move(runtime);
+        break;
+      }
+      reasons.push_back(fmt::format("{}: runtime loaded but it reports no device", to_string(v)));
+    } catch (const Error& e) {
+      if (m_config.vendor != Vendor::none) throw;  // an explicit vendor that cannot load is an error now
+      reasons.push_back(fmt::format("{}: {}", to_string(v), e.what()));
+    }
+  }
+  if (!m_runtime) {
+    m_runtime_error = fmt::format("no GPU: {}", join(reasons, '\n'));
+    KILN_LOG(info, "{}; compile-only engine (prewarm with named targets works)", m_runtime_error);
+  } else if (m_runtime->devices().empty()) {
+    m_runtime_error = fmt::format("the {} runtime reports no device", to_string(m_runtime->vendor()));
+  }
+  if (m_runtime && !m_runtime->devices().empty()) {
+    const int count = static_cast<int>(m_runtime->devices().size());
+    if (m_config.device >= count) {
+      throw ConfigError(fmt::format("device {} requested (KILN_DEVICE or config) but only {} {} device(s) exist",
+                                    m_config.device, count, to_string(m_runtime->vendor())));
+    }
+    m_default_device = std::max(0, m_config.device);
+  }
+#ifdef KILN_HAVE_MANIFEST
+  if (!m_config.record_path.empty()) m_recorder = std::make_unique<ManifestRecorder>(m_config.record_path);
+#endif
+}
+
+EngineCore::~EngineCore() {
+  unload_all();
+  // Lifetime statistics: a failed write is never an error.
+  if (m_store.mode() == cache::StoreMode::read_write) {
+    cache::PersistentStats(m_store.config().root).add(stats());
+  }
+}
+
+EngineCore::Lane& EngineCore::lane(Vendor v) {
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  std::call_once(l.once, [&] {
+    try {
+      l.compiler = v == Vendor::cuda ? vendor::load_nvrtc() : vendor::load_hiprtc();
+      l.targets = l.compiler->supported_targets();
+    } catch (const Error& e) {
+      l.error = e.what();
+    }
+  });
+  return l;
+}
+
+vendor::Compiler& EngineCore::compiler(Vendor v) {
+  Lane& l = lane(v);
+  if (!l.compiler) throw DeviceUnavailable(l.error);
+  return *l.compiler;
+}
+
+vendor::Runtime& EngineCore::runtime() {
+  if (!m_runtime || m_runtime->devices().empty()) throw DeviceUnavailable(m_runtime_error);
+  return *m_runtime;
+}
+
+int EngineCore::resolve_device(int device) {
+  vendor::Runtime& r = runtime();
+  if (device < 0) return m_default_device;
+  if (static_cast<std::size_t>(device) >= r.devices().size()) {
+    throw ConfigError(fmt::format("device {} does not exist ({} {} device(s))", device, r.devices().size(),
+                                  to_string(r.vendor())));
+  }
+  return device;
+}
+
+std::vector<DeviceInfo> EngineCore::devices() const { return m_runtime ? m_runtime->devices() : std::vector<DeviceInfo>{}; }
+
+std::vector<std::string> EngineCore::default_targets() const {
+  std::vector<std::string> targets;
+  for (const DeviceInfo& d : devices()) {
+    if (std::find(targets.begin(), targets.end(), d.target) == targets.end()) targets.push_back(d.target);
+  }
+  if (targets.empty()) targets = {"sm_90", "gfx90a"};
+  return targets;
+}
+
+std::vector<LaneInfo> EngineCore::lanes() {
+  std::vector<LaneInfo> out;
+  for (Vendor v : {Vendor::cuda, Vendor::hip}) {
+    LaneInfo info;
+    info.vendor = v;
+    info.compiled_in = v == Vendor::cuda ? KILN_HAVE_CUDA : KILN_HAVE_HIP;
+    Lane& l = lane(v);
+    info.compiler_loaded = l.compiler != nullptr;
+    if (l.compiler) {
+      for (LibraryInfo& lib : l.compiler->libraries()) info.libraries.push_back(std::move(lib));
+    }
+    std::vector<std::string> problems;
+    if (!l.compiler) problems.push_back(l.error);
+    if (m_runtime && m_runtime->vendor() == v) {
+      info.runtime_loaded = true;
+      for (LibraryInfo& lib : m_runtime->libraries()) info.libraries.push_back(std::move(lib));
+      info.devices = m_runtime->devices();
+    } else if (info.compiled_in) {
+      // Not the engine's runtime: probe it for the report only.
+      try {
+        std::unique_ptr<vendor::Runtime> probe = v == Vendor::cuda ? vendor::load_cuda_runtime() : vendor::load_hip_runtime();
+        info.runtime_loaded = true;
+        for (LibraryInfo& lib : probe->libraries()) info.libraries.push_back(std::move(lib));
+        info.devices = probe->devices();
+      } catch (const Error& e) {
+        problems.push_back(e.what());
+      }
+    }
+    if (!info.compiled_in) {
+      info.status = v == Vendor::cuda ? "CUDA lane " KILN_CUDA_STATUS : "HIP lane " KILN_HIP_STATUS;
+    } else if (problems.empty()) {
+      info.status = fmt::format("on: compiler and runtime loaded, {} device(s)", info.devices.size());
+    } else if (info.compiler_loaded) {
+      info.status = fmt::format("compile-only (no runtime: {})", join(problems, ';'));
+    } else {
+      info.status = fmt::format("off: {}", join(problems, ';'));
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
+                                             const std::vector<std::string>& names, std::string_view target_text,
+                                             std::optional<int> warp_size) {
+  Request r{source, parse_target(target_text), names, {}, {}, {}, nullptr};
+  r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
+  Lane& l = lane(r.target.vendor);
+  if (!l.compiler) throw DeviceUnavailable(l.error);
+  r.compiler = l.compiler.get();
+  validate_target(r.target, l.targets, r.compiler->identity());
+  if (warp_size) r.target.warp_size = *warp_size;
+
+  for (const std::string& name : r.names) {
+    if (name.empty()) throw ConfigError(fmt::format("source '{}': empty kernel name", source.name()));
+  }
+  std::sort(r.names.begin(), r.names.end());
+  r.names.erase(std::unique(r.names.begin(), r.names.end()), r.names.end());
+
+  if (r.target.vendor == Vendor::cuda) {
+    r.flags.push_back("-arch=" + r.target.full);
+    r.flags.emplace_back("-default-device");
+  } else {
+    r.flags.push_back("--offload-arch=" + r.target.full);
+  }
+  r.flags.push_back(fmt::format("-DKILN_WARP_SIZE={}", r.target.warp_size));
+
+  // The canonical key: every input that can change the binary, in one fixed order.
+  r.key.add("format", std::to_string(cache::kEntryFormatVersion));
+  r.key.add("vendor", to_string(r.target.vendor));
+  r.key.add("compiler", r.compiler->identity());
+  r.key.add("target", r.target.full);
+  r.key.add("options", join(r.flags, '\n'));
+  if (r.target.vendor == Vendor::hip) {
+    std::string environment;
+    for (const char* variable : kHipEnvironment) {
+      const char* value = std::getenv(variable);
+      environment += fmt::format("{}={}\n", variable, value != nullptr ? value : "");
+    }
+    r.key.add("env", environment);
+  }
+  r.key.add("names", join(r.names, '\n'));
+  r.key.add("source", source.text());
+  for (const Header& h : source.headers()) r.key.add("header:" + h.name, h.text);
+  r.hash = r.key.hash();
+  return r;
+}
+
+std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r) {
+  const auto start = std::chrono::steady_clock::now();
+  vendor::CompileInput input{r.source.name(), r.source.text(), r.source.headers(), r.names, r.flags, r.target.full};
+  vendor::CompileOutput output;
+  try {
+    output = r.compiler->compile(input);
+  } catch (...) {
+    m_counters.add({.compile_failures = 1});
+    throw;
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  m_counters.add({.compiles = 1,
+                  .compile_nanoseconds = static_cast<std::uint64_t>(
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count())});
+  KILN_LOG(debug, "compiled {} for {} in {:.1f} ms ({} bytes, key {})", r.source.name(), r.target.full,
+           std::chrono::duration<double, std::milli>(elapsed).count(), output.binary.size(), r.hash.hex());
+  if (!output.log.empty()) KILN_LOG(debug, "compiler log for {}:\n{}", r.source.name(), output.log);
+
+  auto entry = std::make_shared<cache::Entry>();
+  entry->vendor = r.target.vendor;
+  entry->payload_kind = output.kind;
+  entry->target = r.target.full;
+  entry->compiler = r.compiler->identity();
+  entry->created_unix = static_cast<std::int64_t>(std::time(nullptr));
+  entry->key_hash = r.hash;
+  entry->canonical_key = r.key.bytes();
+  entry->names = std::move(output.lowered);
+  entry->payload = std::move(output.binary);
+  entry->aux = std::move(output.ptx);
+  return entry;
+}
+
+Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const auto from_store = [&]() -> std::shared_ptr<const cache::Entry> {
+    cache::LookupResult found = m_store.get(r.hash, r.key.bytes());
+    if (found.outcome == cache::LookupOutcome::corrupt_removed) {
+      m_counters.add({.corrupt_removed = 1});
+      KILN_LOG(warn, "cache entry {} was damaged ({}); removed, recompiling", r.hash.hex(), found.detail);
+    }
+    if (found.outcome != cache::LookupOutcome::hit || !found.entry) return nullptr;
+    m_counters.add({.disk_hits = 1, .bytes_read = found.entry->payload.size() + found.entry->aux.size()});
+    return std::make_shared<const cache::Entry>(std::move(*found.entry));
+  };
+
+  if (!bypass_cache) {
+    if (auto entry = from_store()) return {entry, Origin::disk, seconds(), false};
+    for (const auto& tier : m_tiers) {
+      cache::LookupResult found = tier->get(r.hash, r.key.bytes());
+      if (found.outcome == cache::LookupOutcome::hit && found.entry) {
+        auto entry = std::make_shared<const cache::Entry>(std::move(*found.entry));
+        if (tier.get() != m_remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
+        const bool stored = m_store.put(*entry);
+        KILN_LOG(debug, "{} served {} (copied to the local cache: {})", tier->describe(), r.hash.hex(), stored);
+        return {entry, Origin::disk, seconds(), stored};
+      }
+    }
+  }
+  m_counters.add({.misses = 1});
+
+  // One compile per key across processes: wait for another process's compile, then re-read.
+  cache::CompileLease lease = m_store.acquire_lease(r.hash, kLeaseWait);
+  if (!lease.owned() && !bypass_cache) {
+    if (auto entry = from_store()) {
+      for (const auto& tier : m_tiers) tier->abandon(r.hash);  // another local process compiled it
+      return {entry, Origin::disk, seconds(), false};
+    }
+  }
+  std::shared_ptr<const cache::Entry> entry;
+  try {
+    entry = compile(r);
+  } catch (...) {
+    for (const auto& tier : m_tiers) tier->abandon(r.hash);
+    throw;
+  }
+  const bool stored = m_store.put(*entry);
+  if (stored) m_counters.add({.bytes_written = entry->payload.size() + entry->aux.size()});
+  lease.release();
+  for (const auto& tier : m_tiers) tier->publish(*entry);
+  return {entry, Origin::compiled, seconds(), stored};
+}
+
+Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
+  // Single flight: the first thread for a key does the work; the others wait for its result.
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    const std::lock_guard lock(m_flights_mutex);
+    auto [it, inserted] = m_flights.try_emplace(r.hash);
+    if (inserted) it->second = std::make_shared<Flight>();
+    flight = it->second;
+    leader = inserted;
+  }
+  if (!leader) {
+    std::unique_lock lock(flight->mutex);
+    flight->done_signal.wait(lock, [&] { return flight->done; });
+    if (flight->error) std::rethrow_exception(flight->error);
+    Obtained shared = flight->result;
+    if (shared.origin == Origin::compiled) shared.origin = Origin::memory;  // this thread compiled nothing
+    return shared;
+  }
+  Obtained result;
+  std::exception_ptr error;
+  try {
+    result = obtain_uncached(r, bypass_cache);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    const std::lock_guard lock(m_flights_mutex);
+    m_flights.erase(r.hash);
+  }
+  {
+    const std::lock_guard lock(flight->mutex);
+    flight->result = result;
+    flight->error = error;
+    flight->done = true;
+  }
+  flight->done_signal.notify_all();
+  if (error) std::rethrow_exception(error);
+  return result;
+}
+
+std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtained obtained, int device) {
+  vendor::Runtime& rt = runtime();
+  auto state = std::make_shared<ProgramState>();
+  state->runtime = m_runtime;
+  state->device = device;
+  state->origin = obtained.origin;
+  try {
+    state->module = rt.load_module(device, *obtained.entry);
+  } catch (const LoadError& first) {
+    if (obtained.origin == Origin::compiled) throw;
+    // A cached binary the driver refuses (e.g. a CUBIN for another arch under this key): remove it and
+    // recompile; never fail a request a compile can serve.
+    KILN_LOG(warn, "{}; removing the cache entry and recompiling", first.what());
+    m_store.remove(r.hash);
+    m_counters.add({.corrupt_removed = 1});
+    obtained = obtain(r, /*bypass_cache=*/true);
+    state->origin = obtained.origin;
+    state->module = rt.load_module(device, *obtained.entry);
+  }
+  state->entry = obtained.entry;
+  return state;
+}
+
+Program EngineCore::program(const Source& source, const Options& options, const std::vector<std::string>& names,
+                            int device) {
+  device = resolve_device(device);
+  const std::string joined = join(names, '\n');
+  const std::uint64_t key = memory_key(source.content_hash(), options.canonical(), joined, device);
+  {
+    const std::shared_lock lock(m_memory_mutex);
+    auto it = m_programs.find(key);
+    if (it != m_programs.end() && it->second.source == source.content_hash() && it->second.device == device &&
+        it->second.names == joined && it->second.options == options.canonical() && it->second.program->loaded) {
+      m_counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
+      return Program(it->second.program);
+    }
+  }
+  const DeviceInfo& info = m_runtime->devices()[static_cast<std::size_t>(device)];
+  Request r = make_request(source, options, names, info.target, info.warp_size);
+  record(source, options, r.names, info.target);
+  std::shared_ptr<ProgramState> state = load(r, obtain(r, false), device);
+  {
+    const std::unique_lock lock(m_memory_mutex);
+    auto [it, inserted] = m_programs.try_emplace(key, ProgramSlot{source.content_hash(), options.canonical(), joined, device, state});
+    if (!inserted) {
+      if (it->second.program->loaded && it->second.source == source.content_hash() && it->second.names == joined &&
+          it->second.options == options.canonical() && it->second.device == device) {
+        return Program(it->second.program);  // another thread loaded it first; ours unloads on release
+      }
+      it->second = ProgramSlot{source.content_hash(), options.canonical(), joined, device, state};
+    }
+  }
+  return Program(state);
+}
+
+Kernel EngineCore::kernel(const Source& source, std::string_view name, const Options& options, int device) {
+  device = resolve_device(device);
+  const std::uint64_t key = memory_key(source.content_hash(), options.canonical(), name, device) ^ 0x6b65726e656cULL;
+  {
+    const std::shared_lock lock(m_memory_mutex);
+    auto it = m_kernels.find(key);
+    if (it != m_kernels.end()) {
+      const KernelSlot& slot = it->second;
+      if (slot.source == source.content_hash() && slot.device == device && slot.name == name &&
+          slot.options == options.canonical() && slot.kernel.m_state->program->loaded.load(std::memory_order_relaxed)) {
+        m_counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
+        return slot.kernel;
+      }
+    }
+  }
+  std::vector<std::string> names;
+  if (is_name_expression(name)) names.emplace_back(name);
+  Kernel k = program(source, options, names, device).kernel(name);
+  const std::unique_lock lock(m_memory_mutex);
+  m_kernels.insert_or_assign(key, KernelSlot{source.content_hash(), options.canonical(), std::string(name), device, k});
+  return k;
+}
+
+PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                  std::string_view target) {
+  std::string resolved(target);
+  std::optional<int> warp_size;
+  if (target == "native") {
+    const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
+    resolved = info.target;
+    warp_size = info.warp_size;
+  }
+  Request r = make_request(source, options, names, resolved, warp_size);
+  record(source, options, r.names, resolved);
+  Obtained obtained = obtain(r, false);
+  PrewarmResult result;
+  result.key = r.hash;
+  result.target = r.target.full;
+  result.origin = obtained.origin;
+  result.seconds = obtained.seconds;
+  result.binary_bytes = obtained.entry->payload.size();
+  result.stored = obtained.stored || obtained.origin == Origin::disk;
+  return result;
+}
+
+std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& source, const Options& options,
+                                                                const std::vector<std::string>& names,
+                                                                std::string_view target) {
+  std::string resolved(target);
+  std::optional<int> warp_size;
+  if (target == "native") {
+    const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
+    resolved = info.target;
+    warp_size = info.warp_size;
+  }
+  Request r = make_request(source, options, names, resolved, warp_size);
+  return {r.hash, r.key.bytes()};
+}
+
+void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
+                        const std::string& target) {
+#ifdef KILN_HAVE_MANIFEST
+  if (!m_recorder) return;
+  ManifestRecord record;
+  record.source_name = source.name();
+  record.builtin = source.is_builtin();
+  record.source_hash = source.content_hash().hex();
+  if (!source.is_builtin()) {
+    record.source_text = std::string(source.text());
+    for (const Header& h : source.headers()) {
+      // Only the user's headers: kiln's own embedded headers are found again by name at replay.
+      bool embedded = false;
+      for (const EmbeddedFile& f : embedded_files()) embedded = embedded || (f.name == h.name && f.text == h.text);
+      if (!embedded) record.headers.push_back(h);
+    }
+  }
+  record.name_expressions = names;
+  record.options = options.portable();
+  record.target = target;
+  m_recorder->record(record);
+#else
+  (void)source, (void)options, (void)names, (void)target;
+#endif
+}
+
+cache::Counters EngineCore::stats() const noexcept {
+  cache::Counters counters = m_counters.snapshot();
+  counters.evictions += m_store.evictions();
+  if (m_remote != nullptr) counters += m_remote->counters();
+  return counters;
+}
+
+void EngineCore::unload_all() noexcept {
+  std::unordered_map<std::uint64_t, ProgramSlot> programs;
+  std::unordered_map<std::uint64_t, KernelSlot> kernels;
+  {
+    const std::unique_lock lock(m_memory_mutex);
+    programs.swap(m_programs);
+    kernels.swap(m_kernels);
+  }
+  for (auto& [key, slot] : programs) slot.program->unload();
+  for (auto& [key, slot] : kernels) slot.kernel.m_state->program->unload();
+}
+
+}  // namespace detail
+
+// ---- public handles -----------------------------------------------------------------------------------
+
+Engine::Engine() : Engine(EngineConfig::from_environment()) {}
+Engine::Engine(EngineConfig config) : m_core(std::make_shared<detail::EngineCore>(std::move(config))) {}
+Engine::~Engine() = default;
+
+Program Engine::program(const Source& source, const Options& options, const std::vector<std::string>& names, int device) {
+  return m_core->program(source, options, names, device);
+}
+Kernel Engine::kernel(const Source& source, std::string_view name, const Options& options, int device) {
+  return m_core->kernel(source, name, options, device);
+}
+PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                              std::string_view target) {
+  return m_core->prewarm(source, options, names, target);
+}
+std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
+                                                            const std::vector<std::string>& names,
+                                                            std::string_view target) {
+  return m_core->describe_key(source, options, names, target);
+}
+Vendor Engine::vendor() const { return m_core->vendor(); }
+std::vector<DeviceInfo> Engine::devices() const { return m_core->devices(); }
+int Engine::default_device() const { return m_core->default_device(); }
+std::vector<LaneInfo> Engine::lanes() const { return m_core->lanes(); }
+std::vector<std::string> Engine::default_targets() const { return m_core->default_targets(); }
+cache::Counters Engine::stats() const { return m_core->stats(); }
+cache::Store& Engine::store() { return m_core->store(); }
+void Engine::unload_all() { m_core->unload_all(); }
+
+void* Engine::allocate(std::size_t bytes, int device) {
+  device = m_core->resolve_device(device);
+  return m_core->runtime().allocate(device, bytes);
+}
+void Engine::free(void* pointer, int device) noexcept {
+  try {
+    device = m_core->resolve_device(device);
+    m_core->runtime().free(device, pointer);
+  } catch (...) {
+  }
+}
+void Engine::copy_to_device(void* dst, const void* src, std::size_t bytes, StreamHandle stream, int device) {
+  device = m_core->resolve_device(device);
+  m_core->runtime().copy_to_device(device, dst, src, bytes, stream);
+}
+void Engine::copy_to_host(void* dst, const void* src, std::size_t bytes, StreamHandle stream, int device) {
+  device = m_core->resolve_device(device);
+  m_core->runtime().copy_to_host(device, dst, src, bytes, stream);
+}
+void Engine::memset(void* dst, int value, std::size_t bytes, StreamHandle stream, int device) {
+  device = m_core->resolve_device(device);
+  m_core->runtime().memset(device, dst, value, bytes, stream);
+}
+StreamHandle Engine::create_stream(int device) {
+  device = m_core->resolve_device(device);
+  return m_core->runtime().create_stream(device);
+}
+void Engine::destroy_stream(StreamHandle stream, int device) noexcept {
+  try {
+    device = m_core->resolve_device(device);
+    m_core->runtime().destroy_stream(device, stream);
+  } catch (...) {
+  }
+}
+void Engine::synchronize(StreamHandle stream, int device) {
+  device = m_core->resolve_device(device);
+  m_core->runtime().synchronize(device, stream);
+}
+
+// ---- configuration ---------------------------------------------------------------------------------------
+
+EngineConfig EngineConfig::from_environment() {
+  EngineConfig config;
+  if (const char* v = std::getenv("KILN_VENDOR"); v != nullptr && v[0] != '\0') {
+    const std::string_view value(v);
+    if (value == "cuda") config.vendor = Vendor::cuda;
+    else if (value == "hip") config.vendor = Vendor::hip;
+    else if (value != "auto") throw ConfigError(fmt::format("KILN_VENDOR='{}': expected auto, cuda or hip", value));
+  }
+  if (const char* v = std::getenv("KILN_DEVICE"); v != nullptr && v[0] != '\0') {
+    const std::string_view value(v);
+    int device = -1;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), device);
+    if (ec != std::errc() || end != value.data() + value.size() || device < 0) {
+      throw ConfigError(fmt::format("KILN_DEVICE='{}': expected a device ordinal (0, 1, ...)", value));
+    }
+    config.device = device;
+  }
+  try {
+    config.cache = cache::StoreConfig::from_environment();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+  if (const char* v = std::getenv("KILN_RECORD"); v != nullptr) config.record_path = v;
+  if (const char* v = std::getenv("KILN_CACHE_PACKS"); v != nullptr) {
+    std::string_view rest(v);
+    while (!rest.empty()) {
+      const std::size_t colon = rest.find(':');
+      if (colon != 0) config.packs.emplace_back(rest.substr(0, colon));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  if (const char* v = std::getenv("KILN_REMOTE_CACHE"); v != nullptr) config.remote = v;
+  return config;
+}
+
+}  // namespace kiln

@@ -1,0 +1,140 @@
+#pragma once
+// The engine's internal state, shared by engine.cpp and the handles (Program, Kernel).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/store.hpp"
+#include "kiln/cache/remote.hpp"
+#include "kiln/cache/tier.hpp"
+#include "kiln/engine.hpp"
+#include "vendor/vendor.hpp"
+
+namespace kiln::detail {
+
+class ManifestRecorder;
+
+/// A module loaded on one device. Kernels keep it (and the runtime) alive; `loaded` turns false when
+/// the engine unloads it, after which its kernels refuse to launch.
+struct ProgramState {
+  std::shared_ptr<vendor::Runtime> runtime;
+  std::shared_ptr<const cache::Entry> entry;
+  void* module = nullptr;
+  int device = 0;
+  Origin origin = Origin::compiled;
+  std::atomic<bool> loaded{true};
+  std::mutex kernels_mutex;
+  std::unordered_map<std::string, std::shared_ptr<const KernelState>> kernels;
+
+  ~ProgramState();
+  /// Unloads the module once; safe to call from several threads. Never throws.
+  void unload() noexcept;
+};
+
+struct KernelState {
+  std::shared_ptr<ProgramState> program;
+  std::string name;
+  std::string lowered;
+  void* function = nullptr;
+  vendor::FunctionInfo info;
+  std::optional<std::vector<ParamInfo>> params;
+  std::uint64_t max_shared_optin = 0;
+  mutable std::atomic<std::uint32_t> dynamic_shared_limit{48 * 1024};  ///< set above 48 KB on demand
+  mutable std::atomic<void*> checked_stream{nullptr};                   ///< last stream verified to match
+};
+
+/// A compiled (or found) binary and how it was obtained.
+struct Obtained {
+  std::shared_ptr<const cache::Entry> entry;
+  Origin origin = Origin::compiled;
+  double seconds = 0;
+  bool stored = false;
+};
+
+class EngineCore : public std::enable_shared_from_this<EngineCore> {
+ public:
+  explicit EngineCore(EngineConfig config);
+  ~EngineCore();
+
+  Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device);
+  Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
+  PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                        std::string_view target);
+  std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
+                                                      const std::vector<std::string>& names, std::string_view target);
+
+  [[nodiscard]] Vendor vendor() const noexcept { return m_runtime ? m_runtime->vendor() : Vendor::none; }
+  [[nodiscard]] std::vector<DeviceInfo> devices() const;
+  [[nodiscard]] int default_device() const noexcept { return m_default_device; }
+  [[nodiscard]] std::vector<LaneInfo> lanes();
+  [[nodiscard]] std::vector<std::string> default_targets() const;
+  [[nodiscard]] cache::Counters stats() const noexcept;
+  [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_remote; }
+  [[nodiscard]] cache::Store& store() noexcept { return m_store; }
+  void unload_all() noexcept;
+  /// The runtime, or DeviceUnavailable explaining why there is none.
+  vendor::Runtime& runtime();
+  int resolve_device(int device);
+
+ private:
+  struct Lane;
+  struct Request;
+  struct Flight;
+  Lane& lane(Vendor vendor);
+  vendor::Compiler& compiler(Vendor vendor);
+  Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
+                       std::string_view target, std::optional<int> warp_size);
+  Obtained obtain(const Request& request, bool bypass_cache);
+  Obtained obtain_uncached(const Request& request, bool bypass_cache);
+  std::shared_ptr<const cache::Entry> compile(const Request& request);
+  std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
+  void record(const Source& source, const Options& options, const std::vector<std::string>& names,
+              const std::string& target);
+
+  EngineConfig m_config;
+  cache::Store m_store;
+  std::vector<std::unique_ptr<cache::Tier>> m_tiers;  // packs (read-only), then the remote tier
+  cache::RemoteTier* m_remote = nullptr;               // the remote tier in m_tiers, if any
+  cache::AtomicCounters m_counters;
+  cache::Counters m_persisted;  // what was already added to the persistent stats
+  std::unique_ptr<Lane> m_cuda;
+  std::unique_ptr<Lane> m_hip;
+  std::shared_ptr<vendor::Runtime> m_runtime;
+  std::string m_runtime_error;
+  int m_default_device = 0;
+  std::unique_ptr<ManifestRecorder> m_recorder;
+
+  // Memory tier: request -> kernel / program. Keys are a 64-bit hash of (source hash, options, names,
+  // device); the slot keeps those inputs and is compared on every hit, so a hash collision is a miss.
+  struct ProgramSlot {
+    cache::Hash128 source;
+    std::string options;
+    std::string names;
+    int device;
+    std::shared_ptr<ProgramState> program;
+  };
+  struct KernelSlot {
+    cache::Hash128 source;
+    std::string options;
+    std::string name;
+    int device;
+    Kernel kernel;
+  };
+  std::shared_mutex m_memory_mutex;
+  std::unordered_map<std::uint64_t, ProgramSlot> m_programs;
+  std::unordered_map<std::uint64_t, KernelSlot> m_kernels;
+
+  // Single flight: one compile per key in this process.
+  std::mutex m_flights_mutex;
+  std::unordered_map<cache::Hash128, std::shared_ptr<Flight>, cache::Hash128Hasher> m_flights;
+};
+
+}  // namespace kiln::detail

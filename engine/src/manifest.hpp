@@ -1,0 +1,79 @@
+#pragma once
+// Request manifests (KILN_RECORD=FILE): one JSON object per line, one line per distinct request an
+// engine served, so `kiln prewarm --manifest FILE --target NEW` can replay real use for a new GPU,
+// driver or container image.
+//
+// Line grammar (JSON, one object per line, UTF-8; blank lines are ignored):
+//   {"v":1, "source":NAME, "builtin":BOOL, "source_hash":HEX32, "names":[STRING...],
+//    "options":[STRING...], "target":STRING
+//    [, "text":STRING | "text_base64":STRING]                       (runtime sources only)
+//    [, "headers":[{"name":STRING, ("text":STRING | "text_base64":STRING)}...]]}  (runtime sources only)
+// Built-in sources are found again by name; runtime sources carry their text and their user headers.
+// Text that is not valid UTF-8 is stored as base64 ("text_base64") so every byte survives.
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/source.hpp"
+
+namespace kiln::detail {
+
+inline constexpr int kManifestVersion = 1;
+
+/// One request as recorded.
+struct ManifestRecord {
+  std::string source_name;
+  bool builtin = false;
+  std::string source_hash;      ///< Hash128 hex of Source::content_hash()
+  std::string source_text;      ///< runtime sources only
+  std::vector<Header> headers;  ///< user headers only; runtime sources only
+  std::vector<std::string> name_expressions;
+  std::vector<std::string> options;  ///< Options::portable()
+  std::string target;
+  friend bool operator==(const ManifestRecord& a, const ManifestRecord& b) {
+    return a.source_name == b.source_name && a.builtin == b.builtin && a.source_hash == b.source_hash &&
+           a.source_text == b.source_text && a.name_expressions == b.name_expressions && a.options == b.options &&
+           a.target == b.target && a.headers.size() == b.headers.size() &&
+           std::equal(a.headers.begin(), a.headers.end(), b.headers.begin(),
+                      [](const Header& x, const Header& y) { return x.name == y.name && x.text == y.text; });
+  }
+};
+
+/// One JSON line (without the newline) for a record. Throws std::bad_alloc only.
+[[nodiscard]] std::string manifest_line(const ManifestRecord& record);
+
+/// Appends each distinct request to a manifest. Thread-safe. Every line goes out in one write() on
+/// an O_APPEND descriptor, so concurrent processes recording into one file never interleave lines.
+class ManifestRecorder {
+ public:
+  /// Opens nothing yet: the file is created (0600) on the first record.
+  explicit ManifestRecorder(std::filesystem::path path);
+  ~ManifestRecorder();
+  ManifestRecorder(const ManifestRecorder&) = delete;
+  ManifestRecorder& operator=(const ManifestRecorder&) = delete;
+
+  /// Appends the record unless this recorder already wrote an identical one. A failure warns once
+  /// (KILN_LOG warn) and is otherwise ignored: recording never fails a request. Never throws.
+  void record(const ManifestRecord& record) noexcept;
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return m_path; }
+
+ private:
+  std::filesystem::path m_path;
+  std::mutex m_mutex;
+  int m_fd = -1;
+  bool m_failed = false;
+  std::unordered_set<std::string> m_seen;  // XXH3-128 hex of each line written
+};
+
+/// Parses one line (manifest_line's format). Throws kiln::ConfigError "why" for a malformed line.
+[[nodiscard]] ManifestRecord parse_manifest_line(std::string_view line);
+
+/// Reads every record of a manifest, in file order. Throws kiln::ConfigError
+/// "manifest FILE line N: why" for an unreadable file or a malformed line.
+[[nodiscard]] std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path);
+
+}  // namespace kiln::detail

@@ -1,0 +1,233 @@
+#include "kiln/options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <span>
+
+#include "kiln/error.hpp"
+
+namespace kiln {
+namespace {
+
+struct Spelling {
+  std::string_view flag;      ///< the vendor flag, or its prefix when `prefix` is true
+  bool prefix;                ///< matches "flag..." (e.g. -maxrregcount=32)
+  std::string_view portable;  ///< the portable spelling to suggest, empty if none
+};
+
+// Flags one compiler knows and the other rejects. Used to accept them for their own compiler and to
+// explain the error for the other one.
+constexpr std::array kNvrtcOnly = {
+    Spelling{"--use_fast_math", false, "--fast-math"}, Spelling{"-use_fast_math", false, "--fast-math"},
+    Spelling{"-lineinfo", false, "--line-info"},       Spelling{"--generate-line-info", false, "--line-info"},
+    Spelling{"-G", false, "--device-debug"},           Spelling{"--device-debug", false, "--device-debug"},
+    Spelling{"-fmad=", true, "--no-fma"},              Spelling{"--fmad=", true, "--no-fma"},
+    Spelling{"-maxrregcount=", true, "--max-registers=N"}, Spelling{"--maxrregcount=", true, "--max-registers=N"},
+    Spelling{"-ftz=", true, ""},                       Spelling{"--ftz=", true, ""},
+    Spelling{"-prec-div=", true, ""},                  Spelling{"--prec-div=", true, ""},
+    Spelling{"-prec-sqrt=", true, ""},                 Spelling{"--prec-sqrt=", true, ""},
+    Spelling{"-Ofc=", true, ""},                       Spelling{"--extra-device-vectorization", false, ""},
+    Spelling{"-dlto", false, ""},                      Spelling{"--restrict", false, ""},
+    Spelling{"-restrict", false, ""},                  Spelling{"--split-compile=", true, ""},
+    Spelling{"--time=", true, ""},                     Spelling{"--fdevice-time-trace=", true, ""},
+    Spelling{"-no-cache", false, ""},                  Spelling{"--minimal", false, ""},
+    Spelling{"-device-int128", false, ""},             Spelling{"--Wno-deprecated-declarations", false, ""},
+    Spelling{"-w", false, ""},                         Spelling{"--disable-warnings", false, ""},
+};
+constexpr std::array kHiprtcOnly = {
+    Spelling{"-ffast-math", false, "--fast-math"},     Spelling{"-gline-tables-only", false, "--line-info"},
+    Spelling{"-g", false, "--device-debug"},           Spelling{"-ffp-contract=", true, "--no-fma"},
+    Spelling{"-O0", false, ""},                        Spelling{"-O1", false, ""},
+    Spelling{"-O2", false, ""},                        Spelling{"-O3", false, ""},
+    Spelling{"-Os", false, ""},                        Spelling{"-fgpu-flush-denormals-to-zero", false, ""},
+    Spelling{"-fno-gpu-flush-denormals-to-zero", false, ""}, Spelling{"-fgpu-rdc", false, ""},
+    Spelling{"-mllvm", false, ""},                     Spelling{"-ftime-trace", false, ""},
+    Spelling{"-mcode-object-version=", true, ""},      Spelling{"-munsafe-fp-atomics", false, ""},
+    Spelling{"-fno-unsafe-math-optimizations", false, ""}, Spelling{"-Wno-", true, ""},
+};
+constexpr std::array<std::string_view, 6> kTargetFlags = {"-arch", "--gpu-architecture", "--offload-arch", "-march",
+                                                          "-mcpu", "--cuda-gpu-arch"};
+
+const Spelling* find_spelling(std::span<const Spelling> table, std::string_view option) {
+  for (const Spelling& s : table) {
+    if (s.prefix ? option.starts_with(s.flag) : option == s.flag) return &s;
+  }
+  return nullptr;
+}
+
+std::string_view compiler_name(Vendor v) { return v == Vendor::cuda ? "NVRTC" : "HIPRTC"; }
+
+bool valid_macro_name(std::string_view name) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+}  // namespace
+
+Options::Options(std::initializer_list<std::string_view> options) {
+  for (std::string_view option : options) parse_one(option);
+  refresh();
+}
+
+Options::Options(const std::vector<std::string>& options) {
+  for (const std::string& option : options) parse_one(option);
+  refresh();
+}
+
+Options& Options::define(std::string_view name, std::string_view value) {
+  if (!valid_macro_name(name)) throw ConfigError(fmt::format("invalid macro name '{}'", name));
+  m_defines[std::string(name)] = std::string(value);
+  refresh();
+  return *this;
+}
+
+void Options::parse_one(std::string_view option) {
+  if (option.empty()) throw ConfigError("empty compile option");
+  if (option == "--fast-math") { m_fast_math = true; return; }
+  if (option == "--line-info") { m_line_info = true; return; }
+  if (option == "--device-debug") { m_device_debug = true; return; }
+  if (option == "--no-fma") { m_no_fma = true; return; }
+  if (option.starts_with("--max-registers=")) {
+    const std::string_view digits = option.substr(16);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size() || value < 16 || value > 255) {
+      throw ConfigError(fmt::format("bad option '{}': --max-registers takes a number from 16 to 255", option));
+    }
+    m_max_registers = value;
+    return;
+  }
+  if (option.starts_with("-std=")) {
+    const std::string_view standard = option.substr(5);
+    if (standard != "c++17" && standard != "c++20") {
+      throw ConfigError(fmt::format("bad option '{}': kiln supports -std=c++17 and -std=c++20", option));
+    }
+    m_std = std::string(standard);
+    return;
+  }
+  if (option.starts_with("-D") || option.starts_with("-U")) {
+    const bool undefine = option[1] == 'U';
+    std::string_view body = option.substr(2);
+    const std::size_t equals = body.find('=');
+    const std::string_view name = body.substr(0, equals);
+    if (!valid_macro_name(name) || (undefine && equals != std::string_view::npos)) {
+      throw ConfigError(fmt::format("bad option '{}': expected -DNAME, -DNAME=VALUE or -UNAME", option));
+    }
+    if (undefine) {
+      m_defines[std::string(name)] = std::nullopt;
+    } else {
+      m_defines[std::string(name)] = equals == std::string_view::npos ? std::string() : std::string(body.substr(equals + 1));
+    }
+    return;
+  }
+  for (const auto& [prefix, vendor] : {std::pair{std::string_view("-Xcuda="), Vendor::cuda},
+                                       std::pair{std::string_view("-Xhip="), Vendor::hip}}) {
+    if (option.starts_with(prefix)) {
+      const std::string_view flag = option.substr(prefix.size());
+      if (flag.empty()) throw ConfigError(fmt::format("bad option '{}': nothing after '='", option));
+      m_raw.push_back({vendor, std::string(flag), true});
+      return;
+    }
+  }
+  for (std::string_view target_flag : kTargetFlags) {
+    if (option.starts_with(target_flag)) {
+      throw ConfigError(fmt::format(
+          "option '{}' names a target; pass the target separately (e.g. \"sm_90\" or \"gfx90a\"), not as an option",
+          option));
+    }
+  }
+  if (option.starts_with("-I") || option.starts_with("--include-path")) {
+    throw ConfigError(fmt::format(
+        "option '{}': include paths are not accepted; pass headers in memory (Source::from_text(..., headers)) so "
+        "their bytes are part of the cache key",
+        option));
+  }
+  if (option == "-default-device" || option == "--device-as-default-execution-space") {
+    throw ConfigError(fmt::format("option '{}' is added by kiln itself", option));
+  }
+  if (find_spelling(kNvrtcOnly, option) != nullptr) {
+    m_raw.push_back({Vendor::cuda, std::string(option), false});
+    return;
+  }
+  if (find_spelling(kHiprtcOnly, option) != nullptr) {
+    m_raw.push_back({Vendor::hip, std::string(option), false});
+    return;
+  }
+  throw ConfigError(fmt::format(
+      "unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
+      "--max-registers=N, -std=, -D, -U) or pass a compiler's own flag with -Xcuda=FLAG / -Xhip=FLAG",
+      option));
+}
+
+std::vector<std::string> Options::portable() const {
+  std::vector<std::string> out;
+  if (m_fast_math) out.emplace_back("--fast-math");
+  if (m_line_info) out.emplace_back("--line-info");
+  if (m_device_debug) out.emplace_back("--device-debug");
+  if (m_no_fma) out.emplace_back("--no-fma");
+  if (m_max_registers) out.push_back(fmt::format("--max-registers={}", *m_max_registers));
+  if (m_std != "c++17") out.push_back("-std=" + m_std);
+  for (const auto& [name, value] : m_defines) {
+    if (!value) out.push_back("-U" + name);
+    else if (value->empty()) out.push_back("-D" + name);
+    else out.push_back(fmt::format("-D{}={}", name, *value));
+  }
+  for (const RawFlag& raw : m_raw) {
+    if (raw.explicit_prefix) out.push_back(fmt::format("-X{}={}", to_string(raw.vendor), raw.flag));
+    else out.push_back(raw.flag);
+  }
+  return out;
+}
+
+void Options::refresh() {
+  std::string text = "options/1\n";
+  for (const std::string& option : portable()) {
+    text += option;
+    text += '\n';
+  }
+  m_canonical = std::move(text);
+}
+
+const std::string& Options::canonical() const { return m_canonical; }
+
+std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
+  if (vendor != Vendor::cuda && vendor != Vendor::hip) throw ConfigError("options: no vendor to translate for");
+  const bool cuda = vendor == Vendor::cuda;
+  std::vector<std::string> flags;
+  flags.push_back("-std=" + m_std);
+  if (m_fast_math) flags.emplace_back(cuda ? "--use_fast_math" : "-ffast-math");
+  if (m_line_info) flags.emplace_back(cuda ? "-lineinfo" : "-gline-tables-only");
+  if (m_device_debug) flags.emplace_back(cuda ? "-G" : "-g");
+  if (m_no_fma) flags.emplace_back(cuda ? "-fmad=false" : "-ffp-contract=off");
+  if (m_max_registers) {
+    if (!cuda) throw ConfigError("option --max-registers has no HIPRTC equivalent (use it for CUDA targets only, or -Xcuda=-maxrregcount=N)");
+    flags.push_back(fmt::format("-maxrregcount={}", *m_max_registers));
+  }
+  for (const auto& [name, value] : m_defines) {
+    if (!value) flags.push_back("-U" + name);
+    else if (value->empty()) flags.push_back("-D" + name);
+    else flags.push_back(fmt::format("-D{}={}", name, *value));
+  }
+  for (const RawFlag& raw : m_raw) {
+    if (raw.vendor == vendor) {
+      flags.push_back(raw.flag);
+    } else if (!raw.explicit_prefix) {
+      const Spelling* s = find_spelling(raw.vendor == Vendor::cuda ? std::span<const Spelling>(kNvrtcOnly)
+                                                                   : std::span<const Spelling>(kHiprtcOnly),
+                                        raw.flag);
+      std::string hint = (s != nullptr && !s->portable.empty()) ? fmt::format("write {} (portable)", s->portable)
+                                                               : std::string("there is no portable spelling");
+      throw ConfigError(fmt::format("option '{}' is a {} flag and this request compiles with {}: {}, or pass it as "
+                                    "-X{}={} to give it to {} only",
+                                    raw.flag, compiler_name(raw.vendor), compiler_name(vendor), hint,
+                                    to_string(raw.vendor), raw.flag, compiler_name(raw.vendor)));
+    }
+  }
+  return flags;
+}
+
+}  // namespace kiln

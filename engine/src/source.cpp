@@ -1,0 +1,133 @@
+#include "kiln/source.hpp"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "kiln/embedded.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln {
+
+struct Source::Data {
+  std::string name;
+  std::string text;
+  std::vector<Header> headers;  // user headers, then embedded headers; sorted by name, unique
+  bool builtin = false;
+  cache::Hash128 hash;
+};
+
+namespace {
+
+constexpr std::string_view kListedPrefix = "//! kiln-kernels:";
+
+bool is_kernel_file(std::string_view name) { return name.ends_with(".cu"); }
+
+/// kiln's embedded headers (device_src/**/*.h): every source sees them as in-memory headers.
+const std::vector<Header>& embedded_headers() {
+  static const std::vector<Header> headers = [] {
+    std::vector<Header> out;
+    for (const EmbeddedFile& file : embedded_files()) {
+      if (!is_kernel_file(file.name)) out.push_back({std::string(file.name), std::string(file.text)});
+    }
+    return out;
+  }();
+  return headers;
+}
+
+std::shared_ptr<const Source::Data> finish(std::string name, std::string text, std::vector<Header> headers,
+                                           bool builtin) {
+  auto data = std::make_shared<Source::Data>();
+  data->name = std::move(name);
+  data->text = std::move(text);
+  data->builtin = builtin;
+  for (const Header& h : embedded_headers()) {
+    const bool overridden = std::any_of(headers.begin(), headers.end(), [&](const Header& u) { return u.name == h.name; });
+    if (!overridden) headers.push_back(h);
+  }
+  std::sort(headers.begin(), headers.end(), [](const Header& a, const Header& b) { return a.name < b.name; });
+  data->headers = std::move(headers);
+
+  // Content hash: length-prefixed fields so no two different inputs share a byte stream.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  const auto feed = [&](std::string_view bytes) {
+    const std::uint64_t length = bytes.size();
+    XXH3_128bits_update(state, &length, sizeof length);
+    XXH3_128bits_update(state, bytes.data(), bytes.size());
+  };
+  feed(data->text);
+  for (const Header& h : data->headers) {
+    feed(h.name);
+    feed(h.text);
+  }
+  const XXH128_hash_t digest = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  data->hash = {digest.high64, digest.low64};
+  return data;
+}
+
+}  // namespace
+
+Source Source::builtin(std::string_view name) {
+  for (const EmbeddedFile& file : embedded_files()) {
+    if (!is_kernel_file(file.name)) continue;
+    if (file.name == name || file.name.substr(0, file.name.size() - 3) == name) {
+      return Source(finish(std::string(file.name), std::string(file.text), {}, true));
+    }
+  }
+  throw ConfigError(fmt::format("no built-in source named '{}' (built-in: {})", name, fmt::join(builtin_names(), ", ")));
+}
+
+Source Source::from_text(std::string name, std::string text, std::vector<Header> headers) {
+  if (name.empty()) name = "<source>";
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw ConfigError(fmt::format("source '{}' is empty", name));
+  }
+  for (const Header& h : headers) {
+    if (h.name.empty()) throw ConfigError(fmt::format("source '{}': a header has an empty name", name));
+  }
+  return Source(finish(std::move(name), std::move(text), std::move(headers), false));
+}
+
+std::vector<std::string> Source::builtin_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedFile& file : embedded_files()) {
+    if (is_kernel_file(file.name)) names.emplace_back(file.name);
+  }
+  return names;
+}
+
+const std::string& Source::name() const noexcept { return m_data->name; }
+std::string_view Source::text() const noexcept { return m_data->text; }
+std::span<const Header> Source::headers() const noexcept { return m_data->headers; }
+bool Source::is_builtin() const noexcept { return m_data->builtin; }
+const cache::Hash128& Source::content_hash() const noexcept { return m_data->hash; }
+
+std::vector<std::string> Source::listed_kernels() const {
+  std::vector<std::string> out;
+  std::string_view text = m_data->text;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    if (line.starts_with(kListedPrefix)) {
+      line.remove_prefix(kListedPrefix.size());
+      while (!line.empty()) {
+        const std::size_t semicolon = line.find(';');
+        std::string_view item = line.substr(0, semicolon);
+        const std::size_t first = item.find_first_not_of(" \t\r");
+        const std::size_t last = item.find_last_not_of(" \t\r");
+        if (first != std::string_view::npos) out.emplace_back(item.substr(first, last - first + 1));
+        if (semicolon == std::string_view::npos) break;
+        line.remove_prefix(semicolon + 1);
+      }
+      break;
+    }
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+#include "targets.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "kiln/error.hpp"
+
+namespace kiln::detail {
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+bool all_alnum_lower(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+  });
+}
+
+[[noreturn]] void bad_target(std::string_view text) {
+  throw ConfigError(fmt::format(
+      "unknown target '{}': expected sm_XY[a|f] or compute_XY[a|f] (NVIDIA) or gfxNNN[:feature+|-...] (AMD), "
+      "e.g. sm_90, sm_90a, gfx90a, gfx90a:sramecc+:xnack-",
+      text));
+}
+
+}  // namespace
+
+Target parse_target(std::string_view text) {
+  Target t;
+  t.full = std::string(text);
+  for (const std::string_view prefix : {std::string_view("sm_"), std::string_view("compute_")}) {
+    if (!text.starts_with(prefix)) continue;
+    std::string_view number = text.substr(prefix.size());
+    if (!number.empty() && (number.back() == 'a' || number.back() == 'f')) number.remove_suffix(1);
+    if (!all_digits(number) || number.size() < 2 || number.size() > 3) bad_target(text);
+    t.vendor = Vendor::cuda;
+    t.base = "sm_" + std::string(number);
+    t.ptx_only = prefix == "compute_";
+    t.warp_size = 32;
+    return t;
+  }
+  if (text.starts_with("gfx")) {
+    const std::size_t colon = text.find(':');
+    const std::string_view processor = text.substr(0, colon);
+    if (!all_alnum_lower(processor.substr(3)) || processor.size() < 6) bad_target(text);
+    std::string_view features = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
+    while (colon != std::string_view::npos) {
+      const std::size_t next = features.find(':');
+      const std::string_view feature = features.substr(0, next);
+      if (feature != "sramecc+" && feature != "sramecc-" && feature != "xnack+" && feature != "xnack-") {
+        throw ConfigError(fmt::format("target '{}': unknown feature '{}' (known: sramecc+, sramecc-, xnack+, xnack-)",
+                                      text, feature));
+      }
+      if (next == std::string_view::npos) break;
+      features.remove_prefix(next + 1);
+    }
+    t.vendor = Vendor::hip;
+    t.base = std::string(processor);
+    // Wave64 on GCN/CDNA (gfx6-gfx9), wave32 by default on RDNA (gfx10+), as HIPRTC compiles them.
+    const std::string_view digits = processor.substr(3);
+    t.warp_size = (digits.size() >= 4) ? 32 : 64;
+    return t;
+  }
+  bad_target(text);
+}
+
+void validate_target(const Target& target, const std::vector<std::string>& supported, std::string_view compiler) {
+  if (std::find(supported.begin(), supported.end(), target.base) != supported.end()) return;
+  throw ConfigError(fmt::format("target '{}' is not supported by {} (supported: {})", target.full, compiler,
+                                fmt::join(supported, " ")));
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,27 @@
+#pragma once
+// Target ids: parsing, the vendor a target belongs to, its warp size, validation against what the
+// loaded compiler supports. Shared by both lanes (no vendor API here).
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache/types.hpp"
+
+namespace kiln::detail {
+
+struct Target {
+  Vendor vendor = Vendor::none;
+  std::string full;  ///< as given, normalised: "sm_90a", "compute_90", "gfx90a:sramecc+:xnack-"
+  std::string base;  ///< what the compiler's list names: "sm_90", "gfx90a"
+  bool ptx_only = false;  ///< compute_XX: PTX, no CUBIN
+  int warp_size = 32;
+};
+
+/// Parses "sm_90", "sm_90a", "sm_100f", "compute_90", "gfx90a", "gfx90a:sramecc+:xnack-".
+/// Throws ConfigError for anything else (naming the accepted forms).
+[[nodiscard]] Target parse_target(std::string_view text);
+
+/// Throws ConfigError when target.base is not in `supported`, listing what the compiler supports.
+void validate_target(const Target& target, const std::vector<std::string>& supported, std::string_view compiler);
+
+}  // namespace kiln::detail

@@ -1,0 +1,19 @@
+// Factories of lanes that were compiled out: they say so, naming why (the build's finding).
+#include <fmt/format.h>
+
+#include "kiln/error.hpp"
+#include "vendor/vendor.hpp"
+
+namespace kiln::vendor {
+
+#if !KILN_HAVE_CUDA
+std::unique_ptr<Compiler> load_nvrtc() { throw DeviceUnavailable("CUDA lane " KILN_CUDA_STATUS); }
+std::unique_ptr<Runtime> load_cuda_runtime() { throw DeviceUnavailable("CUDA lane " KILN_CUDA_STATUS); }
+#endif
+
+#if !KILN_HAVE_HIP
+std::unique_ptr<Compiler> load_hiprtc() { throw DeviceUnavailable("HIP lane " KILN_HIP_STATUS); }
+std::unique_ptr<Runtime> load_hip_runtime() { throw DeviceUnavailable("HIP lane " KILN_HIP_STATUS); }
+#endif
+
+}  // namespace kiln::vendor

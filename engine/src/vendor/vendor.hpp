@@ -1,0 +1,105 @@
+#pragma once
+// The interface every vendor block implements: find and load the libraries, compile (RTC), load a
+// module, look up a function, launch, free. Nothing else: everything both vendors do (keys, options,
+// targets, argument checks, caching) lives above this, once.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache/entry.hpp"
+#include "kiln/device.hpp"
+#include "kiln/engine.hpp"
+#include "kiln/launch.hpp"
+#include "kiln/source.hpp"
+
+namespace kiln::vendor {
+
+struct CompileInput {
+  std::string_view source_name;
+  std::string_view source;
+  std::span<const Header> headers;
+  std::span<const std::string> name_expressions;
+  std::span<const std::string> flags;  ///< complete: target and engine-added flags included
+  std::string_view target;
+};
+
+struct CompileOutput {
+  PayloadKind kind = PayloadKind::cubin;
+  std::vector<std::byte> binary;
+  std::vector<std::byte> ptx;  ///< CUDA: kept beside the CUBIN; empty for HIP
+  std::vector<cache::LoweredName> lowered;
+  std::string log;
+};
+
+/// A run-time compiler (NVRTC or HIPRTC), loaded with dlopen.
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  [[nodiscard]] virtual Vendor vendor() const noexcept = 0;
+  /// Identity and exact version, part of every key: "nvrtc 13.0", "hiprtc hip-5.2.21153 comgr-2.4".
+  [[nodiscard]] virtual const std::string& identity() const noexcept = 0;
+  [[nodiscard]] virtual std::vector<LibraryInfo> libraries() const = 0;
+  /// Targets this compiler accepts, e.g. {"sm_75", ..., "sm_121"} or {"gfx900", "gfx90a", ...}.
+  /// Feature suffixes (sm_90a, gfx90a:xnack-) are validated by the engine against these bases.
+  [[nodiscard]] virtual std::vector<std::string> supported_targets() const = 0;
+  /// Compiles; throws CompileError carrying the whole log. Thread-safe.
+  [[nodiscard]] virtual CompileOutput compile(const CompileInput& input) const = 0;
+};
+
+/// What a loaded function declares.
+struct FunctionInfo {
+  int max_threads_per_block = 0;
+  int num_regs = 0;
+  std::size_t static_shared_bytes = 0;
+  std::optional<std::vector<ParamInfo>> params;  ///< nullopt when the driver cannot tell
+};
+
+/// A device runtime (CUDA driver API or HIP module API), loaded with dlopen.
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  [[nodiscard]] virtual Vendor vendor() const noexcept = 0;
+  [[nodiscard]] virtual std::vector<LibraryInfo> libraries() const = 0;
+  [[nodiscard]] virtual const std::vector<DeviceInfo>& devices() const noexcept = 0;
+  /// Makes `device` current on the calling thread (primary context / hipSetDevice). Cheap when it
+  /// already is.
+  virtual void make_current(int device) = 0;
+
+  /// Loads a binary on a device. CUDA falls back to the entry's PTX when the CUBIN is refused.
+  /// Throws LoadError naming the call, the error and the entry.
+  [[nodiscard]] virtual void* load_module(int device, const cache::Entry& entry) = 0;
+  virtual void unload_module(int device, void* module) noexcept = 0;
+  /// nullptr when the module has no such symbol.
+  [[nodiscard]] virtual void* get_function(void* module, const std::string& lowered_name) = 0;
+  /// Attributes and parameter layout. `entry` is the loaded binary (HIP reads its metadata).
+  [[nodiscard]] virtual FunctionInfo function_info(void* function, const cache::Entry& entry,
+                                                   const std::string& lowered_name) = 0;
+  virtual void set_max_dynamic_shared(void* function, std::size_t bytes) = 0;
+  /// Launches with the packed-buffer (`extra`) form. Throws LaunchError.
+  virtual void launch(void* function, const LaunchConfig& config, void* packed_args, std::size_t packed_size) = 0;
+
+  [[nodiscard]] virtual void* allocate(int device, std::size_t bytes) = 0;
+  virtual void free(int device, void* pointer) noexcept = 0;
+  virtual void copy_to_device(int device, void* dst, const void* src, std::size_t bytes, StreamHandle stream) = 0;
+  virtual void copy_to_host(int device, void* dst, const void* src, std::size_t bytes, StreamHandle stream) = 0;
+  virtual void memset(int device, void* dst, int value, std::size_t bytes, StreamHandle stream) = 0;
+  [[nodiscard]] virtual StreamHandle create_stream(int device) = 0;
+  virtual void destroy_stream(int device, StreamHandle stream) noexcept = 0;
+  virtual void synchronize(int device, StreamHandle stream) = 0;
+  /// The device a stream belongs to, when the vendor can tell (mismatch checks); nullopt otherwise.
+  [[nodiscard]] virtual std::optional<int> stream_device(StreamHandle stream) = 0;
+};
+
+// Factories. Each throws DeviceUnavailable naming every path searched, or naming a missing symbol.
+// Defined only when the lane is compiled in (KILN_HAVE_CUDA / KILN_HAVE_HIP).
+std::unique_ptr<Compiler> load_nvrtc();
+std::unique_ptr<Runtime> load_cuda_runtime();
+std::unique_ptr<Compiler> load_hiprtc();
+std::unique_ptr<Runtime> load_hip_runtime();
+
+}  // namespace kiln::vendor

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Build and run kiln's GPU work on a machine with NVIDIA GPUs but without Debian's -dev packages
+# (the lent H200 machine): header-only dependencies travel in .carry/include. Builds with the
+# machine's cmake/g++, then runs the GPU tests, the examples and the GPU benchmarks.
+#   scripts/h200_run.sh [outdir]
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-/tmp/kiln-h200}"
+mkdir -p "$out"
+build=/tmp/kiln-h200-build
+export CMAKE_INCLUDE_PATH="$root/.carry/include"
+export KILN_CACHE_DIR=/tmp/kiln-h200-cache
+rm -rf "$KILN_CACHE_DIR"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
+cat /etc/os-release | head -2
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+targets=(kiln_cli hello expr_jit launch_bench compile_bench)
+for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench; do
+  grep -q "^$t:" <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/') && targets+=("$t")
+done
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" -- -k >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error" -A3 "$out/build.log" | head -40; }
+echo "== ctest -L gpu"
+(cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -25)
+(cd "$build" && ctest -R '^capi_c$' --output-on-failure 2>&1 | tail -5)
+echo "== hello"; "$build/examples/hello/hello"
+echo "== expr_jit (first run, then second run)"; rm -rf /tmp/kiln-expr-cache
+KILN_CACHE_DIR=/tmp/kiln-expr-cache "$build/examples/expr_jit/expr_jit" | tail -12
+KILN_CACHE_DIR=/tmp/kiln-expr-cache "$build/examples/expr_jit/expr_jit" | tail -6
+echo "== python"; KILN_LIBRARY="$build/engine/libkiln.so" python3 "$root/examples/python/demo.py" 2>&1 | tail -12
+echo "== kiln devices"; "$build/tools/kiln" devices
+echo "== launch_bench"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench.txt"
+echo "== compile_bench (CUDA_CACHE_DISABLE=1)"; CUDA_CACHE_DISABLE=1 "$build/bench/compile_bench/compile_bench" --lanes nvrtc --runs 7 | tee "$out/compile_bench.txt"
+if [[ -x "$build/bench/cli_bench/cli_bench" ]]; then
+  echo "== cli_bench prewarm scaling"
+  timeout 240 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,16 --variants 8 --target sm_90 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -15
+fi
+if [[ -x "$build/bench/cache_bench/cache_bench" ]]; then
+  echo "== cache_bench (memory tier on a GPU)"; timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | tail -25
+fi

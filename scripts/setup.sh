@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what kiln needs (Debian packages) and configures the build. Idempotent: packages already
+# present are not reinstalled, and an existing build directory is reconfigured in place.
+#   scripts/setup.sh [build-dir]        (default: build)
+# Environment: KILN_SKIP_APT=1 skips the package step; CI=true turns warnings into errors.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+
+packages=(cmake g++ make libxxhash-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
+          libamdhip64-dev hipcc libhiredis-dev redis-server clang-14 libclang-rt-14-dev ccache python3)
+if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "kiln setup: installing ${missing[*]}"
+    sudo_cmd=()
+    [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+werror=OFF
+[[ "${CI:-}" == true ]] && werror=ON
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S "$root" -B "$build" -DKILN_WERROR="$werror" "${launcher[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
+echo "kiln setup: configured $build ($(grep -E '^KILN_HAVE_(CUDA|HIP)' "$build/CMakeCache.txt" 2>/dev/null | tr '\n' ' '))"

@@ -1,0 +1,261 @@
+// The entry format: round trip, the grammar's layout, and every malformed input a file can hold.
+#include <sys/mman.h>
+
+#include <random>
+
+#include "cache_test_support.hpp"
+#include "entry_io.hpp"
+#include "xxh3.hpp"
+
+using namespace kiln_test;
+using kiln::cache::ContentError;
+using kiln::cache::kEntryEpilogueBytes;
+using kiln::cache::kEntryFixedBytes;
+using kiln::cache::Limits;
+using kiln::cache::parse;
+using kiln::cache::serialize;
+
+namespace {
+
+void store_u64(std::vector<std::byte>& bytes, std::size_t at, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) bytes[at + static_cast<std::size_t>(i)] = static_cast<std::byte>(value >> (8 * i));
+}
+void store_u32(std::vector<std::byte>& bytes, std::size_t at, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) bytes[at + static_cast<std::size_t>(i)] = static_cast<std::byte>(value >> (8 * i));
+}
+std::uint64_t load_u64(const std::vector<std::byte>& bytes, std::size_t at) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= static_cast<std::uint64_t>(bytes[at + static_cast<std::size_t>(i)]) << (8 * i);
+  return value;
+}
+
+/// Recomputes the checksum, so a test can reach the checks behind it.
+void fix_checksum(std::vector<std::byte>& bytes) {
+  const std::size_t body = bytes.size() - kEntryEpilogueBytes;
+  const Hash128 checksum = kiln::cache::hash128(std::span(bytes).first(body), kiln::cache::kChecksumSeed);
+  store_u64(bytes, body, checksum.high);
+  store_u64(bytes, body + 8, checksum.low);
+}
+
+std::string reason(const std::variant<Entry, ContentError>& result) {
+  const auto* error = std::get_if<ContentError>(&result);
+  return error != nullptr ? error->reason : std::string("(parsed)");
+}
+
+/// parse_file over a memory file holding `bytes`.
+kiln::cache::detail::FileParseResult parse_via_file(std::span<const std::byte> bytes, const Limits& limits = {}) {
+  const int fd = ::memfd_create("kiln-entry", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  REQUIRE(::lseek(fd, 0, SEEK_SET) == 0);
+  auto result = kiln::cache::detail::parse_file(fd, bytes.size(), limits, nullptr);
+  ::close(fd);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("entry: round trip and layout", "[cache]") {
+  const Entry entry = make_entry("roundtrip", 5000);
+  const std::vector<std::byte> bytes = serialize(entry);
+  const auto parsed = parse(bytes);
+  REQUIRE(std::holds_alternative<Entry>(parsed));
+  const Entry& back = std::get<Entry>(parsed);
+  CHECK(back.vendor == entry.vendor);
+  CHECK(back.payload_kind == entry.payload_kind);
+  CHECK(back.target == entry.target);
+  CHECK(back.compiler == entry.compiler);
+  CHECK(back.created_unix == entry.created_unix);
+  CHECK(back.key_hash == entry.key_hash);
+  CHECK(back.canonical_key == entry.canonical_key);
+  CHECK(back.names == entry.names);
+  CHECK(back.payload == entry.payload);
+  CHECK(back.aux == entry.aux);
+
+  // The grammar in entry.hpp, byte for byte.
+  CHECK(std::memcmp(bytes.data(), "KILNENT\x01", 8) == 0);
+  CHECK(static_cast<int>(bytes[8]) == 1);
+  CHECK(static_cast<int>(bytes[12]) == 1);  // cuda
+  CHECK(static_cast<int>(bytes[13]) == 1);  // cubin
+  CHECK(load_u64(bytes, 24) == entry.key_hash.high);
+  CHECK(load_u64(bytes, 32) == entry.key_hash.low);
+  CHECK(load_u64(bytes, 64) == entry.payload.size());
+  CHECK(load_u64(bytes, 72) == entry.aux.size());
+  CHECK(load_u64(bytes, 80) == bytes.size());
+  CHECK(std::memcmp(bytes.data() + bytes.size() - 8, "KILNEND\x01", 8) == 0);
+  std::size_t names_len = 0;
+  for (const auto& name : entry.names) names_len += 8 + name.expression.size() + name.lowered.size();
+  CHECK(bytes.size() == kEntryFixedBytes + entry.target.size() + entry.compiler.size() + entry.canonical_key.size() +
+                            names_len + entry.payload.size() + entry.aux.size() + kEntryEpilogueBytes);
+
+  SECTION("the file reader agrees") {
+    auto via_file = parse_via_file(bytes);
+    REQUIRE(std::holds_alternative<Entry>(via_file));
+    CHECK(std::get<Entry>(via_file).payload == entry.payload);
+    CHECK(std::get<Entry>(via_file).names == entry.names);
+  }
+  SECTION("empty payload, no names, big payload") {
+    Entry minimal = make_entry("minimal", 0);
+    minimal.names.clear();
+    minimal.aux.clear();
+    CHECK(std::holds_alternative<Entry>(parse(serialize(minimal))));
+    const Entry big = make_entry("big", 3 << 20);
+    const auto big_bytes = serialize(big);
+    CHECK(std::holds_alternative<Entry>(parse(big_bytes)));
+    auto via_file = parse_via_file(big_bytes);
+    REQUIRE(std::holds_alternative<Entry>(via_file));
+    CHECK(std::get<Entry>(via_file).payload == big.payload);
+  }
+  SECTION("serialize writes the hash of the stored key") {
+    Entry wrong = entry;
+    wrong.key_hash = Hash128{1, 2};
+    const auto reparsed = parse(serialize(wrong));
+    REQUIRE(std::holds_alternative<Entry>(reparsed));
+    CHECK(std::get<Entry>(reparsed).key_hash == entry.key_hash);
+  }
+}
+
+TEST_CASE("entry: every truncation and every flipped byte is a content error", "[cache]") {
+  const Entry entry = make_entry("small", 300);
+  const std::vector<std::byte> bytes = serialize(entry);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    const auto result = parse(std::span(bytes).first(n));
+    INFO("prefix " << n);
+    REQUIRE(std::holds_alternative<ContentError>(result));
+    const auto via_file = parse_via_file(std::span(bytes).first(n));
+    REQUIRE(std::holds_alternative<ContentError>(via_file));
+  }
+  CHECK(reason(parse({})) == "empty file (0 bytes)");
+  CHECK(reason(parse(std::span(bytes).first(100))).starts_with("truncated"));
+  for (std::size_t at = 0; at < bytes.size(); ++at) {
+    std::vector<std::byte> damaged = bytes;
+    damaged[at] ^= std::byte{0x01};
+    INFO("byte " << at);
+    REQUIRE(std::holds_alternative<ContentError>(parse(damaged)));
+  }
+}
+
+TEST_CASE("entry: each check names what is wrong", "[cache]") {
+  const Entry entry = make_entry("checks", 1000);
+  const std::vector<std::byte> good = serialize(entry);
+  auto with = [&good](auto edit) {
+    std::vector<std::byte> bytes = good;
+    edit(bytes);
+    return reason(parse(bytes));
+  };
+  CHECK(with([](auto& b) { b[0] = std::byte{'X'}; }) == "bad magic: not a kiln cache entry");
+  CHECK(with([](auto& b) { store_u32(b, 8, 2); }) == "format version 2, this build reads version 1");
+  CHECK(with([](auto& b) { b[12] = std::byte{7}; }) == "unknown vendor 7");
+  CHECK(with([](auto& b) { b[13] = std::byte{0}; }) == "unknown payload kind 0");
+  CHECK(with([](auto& b) { b[14] = std::byte{1}; }) == "reserved header fields are not zero");
+  CHECK(with([](auto& b) { store_u32(b, 40, 5000); }) == "target length 5000 exceeds the limit 4096");
+  CHECK(with([](auto& b) { store_u32(b, 56, 1000000); }) == "names count 1000000 exceeds the limit 65536");
+  CHECK(with([](auto& b) { store_u32(b, 56, 100); }).starts_with("names length"));
+  // Sizes far beyond the file are refused before anything is allocated.
+  CHECK(with([](auto& b) { store_u64(b, 64, 1ULL << 40); }) ==
+        "payload length 1099511627776 exceeds the limit 536870912");
+  CHECK(with([](auto& b) { store_u64(b, 72, ~0ULL); }).starts_with("aux length"));
+  CHECK(with([](auto& b) { store_u64(b, 64, 1ULL << 20); }).starts_with("header lengths add up to"));
+  CHECK(with([](auto& b) {
+          store_u64(b, 64, load_u64(b, 64) + 100);
+          store_u64(b, 80, load_u64(b, 80) + 100);
+        }).starts_with("truncated: "));
+  CHECK(with([](auto& b) {
+          store_u64(b, 64, load_u64(b, 64) - 100);
+          store_u64(b, 80, load_u64(b, 80) - 100);
+        }) == "100 trailing bytes after the entry");
+  CHECK(with([](auto& b) { b[b.size() - 1] = std::byte{0}; }).starts_with("bad end magic"));
+  CHECK(with([](auto& b) { b[200] ^= std::byte{1}; }) == "checksum mismatch");
+  // Behind a valid checksum: the names list and the key hash.
+  CHECK(with([](auto& b) {
+          const std::size_t names_at =
+              kEntryFixedBytes + 5 + 10 + static_cast<std::size_t>(load_u64(b, 48) & 0xffffffff);
+          store_u32(b, names_at, 0xfffffff0u);
+          fix_checksum(b);
+        }).starts_with("names list"));
+  CHECK(with([](auto& b) {
+          b[kEntryFixedBytes + 5 + 10 + 20] ^= std::byte{1};  // a byte of the canonical key
+          fix_checksum(b);
+        }) == "key hash does not match the stored canonical key");
+
+  Limits tight;
+  tight.max_payload_bytes = 100;
+  CHECK(reason(parse(good, tight)) == "payload length 1000 exceeds the limit 100");
+  tight = Limits{};
+  tight.max_file_bytes = 1000;
+  CHECK(reason(parse(good, tight)).starts_with("file length"));
+  tight = Limits{};
+  tight.max_name_bytes = 3;
+  CHECK(reason(parse(good, tight)).starts_with("names list"));
+}
+
+TEST_CASE("entry: the file reader compares the expected key", "[cache]") {
+  const Entry entry = make_entry("expected", 700);
+  const Entry other = make_entry("other", 700);
+  const std::vector<std::byte> bytes = serialize(entry);
+  const int fd = ::memfd_create("kiln-entry", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  auto parse_expecting = [&](const Entry& wanted) {
+    REQUIRE(::lseek(fd, 0, SEEK_SET) == 0);
+    const kiln::cache::detail::ExpectedKey expected{wanted.key_hash, wanted.canonical_key};
+    return kiln::cache::detail::parse_file(fd, bytes.size(), {}, &expected);
+  };
+  CHECK(std::holds_alternative<Entry>(parse_expecting(entry)));
+  const auto mismatch = parse_expecting(other);
+  REQUIRE(std::holds_alternative<ContentError>(mismatch));
+  CHECK(std::get<ContentError>(mismatch).reason.starts_with("key mismatch"));
+  ::close(fd);
+}
+
+TEST_CASE("entry: random and mutated bytes never crash the parser", "[cache]") {
+  const std::vector<std::byte> good = serialize(make_entry("mutated", 200));
+  std::mt19937_64 random(42);
+  std::size_t accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> bytes = good;
+    const int edits = 1 + static_cast<int>(random() % 6);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = random() % bytes.size();
+      switch (random() % 4) {
+        case 0:
+          bytes[at] = static_cast<std::byte>(random());
+          break;
+        case 1:
+          bytes.resize(at);
+          break;
+        case 2:
+          store_u32(bytes, std::min<std::size_t>(at, bytes.size() - 4), static_cast<std::uint32_t>(random()));
+          break;
+        default:
+          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::byte>(random()));
+          break;
+      }
+      if (bytes.size() < 8) bytes.resize(8);
+    }
+    if (random() % 2 == 0 && bytes.size() > kEntryEpilogueBytes) fix_checksum(bytes);
+    if (std::holds_alternative<Entry>(parse(bytes))) ++accepted;
+  }
+  UNSCOPED_INFO(accepted << " of 20000 mutated entries still parsed");
+  CHECK(accepted < 20000);
+}
+
+TEST_CASE("xxh3: the AVX2 and baseline paths give the same hashes", "[cache]") {
+  std::vector<unsigned char> data(300000);
+  std::mt19937 random(5);
+  for (auto& byte : data) byte = static_cast<unsigned char>(random());
+  for (std::size_t size : {0, 1, 16, 17, 128, 129, 240, 241, 1024, 1025, 4096, 100000, 300000}) {
+    INFO("size " << size);
+    const Hash128 baseline = kiln::cache::detail::xxh3_128_baseline(data.data(), size, 77);
+    CHECK(kiln::cache::detail::xxh3_128_avx2(data.data(), size, 77) == baseline);
+    CHECK(kiln::cache::detail::xxh3_128(data.data(), size, 77) == baseline);
+    // In pieces of uneven sizes, through the dispatch.
+    kiln::cache::detail::Xxh3Stream stream(77);
+    for (std::size_t at = 0; at < size;) {
+      const std::size_t piece = std::min<std::size_t>(size - at, 1 + random() % 5000);
+      stream.update(data.data() + at, piece);
+      at += piece;
+    }
+    CHECK(stream.digest() == baseline);
+  }
+}

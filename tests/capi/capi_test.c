@@ -1,0 +1,540 @@
+/* The C API from C11, using only kiln.h: engine, sources, prewarm (the compile path, no GPU needed),
+ * kernel get, errors (null/foreign/destroyed handles, unknown built-in, bad option, empty source,
+ * compile errors with their log), statistics, thread-local errors. The GPU part (launch, argument
+ * checks, buffers, streams, use of a kernel of a destroyed engine) runs only when a device exists.
+ *
+ * Needs NVRTC for the compile checks; without it they are reported as skipped and the rest still
+ * runs. Exit status: 0 pass, 1 failure. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kiln/kiln.h"
+
+static int g_checks = 0;
+static int g_failures = 0;
+
+#define CHECK(condition)                                                            \
+  do {                                                                              \
+    ++g_checks;                                                                     \
+    if (!(condition)) {                                                             \
+      ++g_failures;                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #condition); \
+    }                                                                               \
+  } while (0)
+
+/* A call that must return `expected` and, when it is an error, leave a message containing `needle`
+ * (NULL: any non-empty message). */
+#define EXPECT_STATUS(call, expected, needle)                                                             \
+  do {                                                                                                    \
+    kiln_status status_ = (call);                                                                         \
+    ++g_checks;                                                                                           \
+    if (status_ != (expected)) {                                                                          \
+      ++g_failures;                                                                                       \
+      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, __LINE__, #call, \
+              kiln_status_name(status_), kiln_status_name(expected), kiln_last_error());                  \
+    } else if ((expected) != KILN_OK) {                                                                   \
+      const char* needle_ = (needle);                                                                     \
+      const char* message_ = kiln_last_error();                                                           \
+      ++g_checks;                                                                                         \
+      if (message_[0] == '\0' || (needle_ != NULL && strstr(message_, needle_) == NULL)) {                \
+        ++g_failures;                                                                                     \
+        fprintf(stderr, "%s:%d: %s: message \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, #call, message_,  \
+                needle_ != NULL ? needle_ : "(anything)");                                                \
+      } else {                                                                                            \
+        printf("  ok: %s -> %s: %s\n", #call, kiln_status_name(status_), message_);                       \
+      }                                                                                                   \
+    }                                                                                                     \
+  } while (0)
+
+static const char* kSaxpy =
+    "#include <kiln/rtc.h>\n"
+    "#include \"capi_test_factor.h\"\n"
+    "KILN_KERNEL void capi_saxpy(float a, const float* x, float* y, unsigned int n) {\n"
+    "  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = CAPI_TEST_FACTOR * a * x[i] + y[i];\n"
+    "}\n"
+    "template <typename T> __global__ void capi_scale(T* x, T factor, unsigned int n) {\n"
+    "  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) x[i] = x[i] * factor;\n"
+    "}\n";
+
+static const kiln_header kHeaders[] = {{"capi_test_factor.h", "#pragma once\n#define CAPI_TEST_FACTOR 2.0f\n"}};
+
+static int remove_entry(const char* path, const struct stat* info, int flag, struct FTW* ftw) {
+  (void)info;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static int is_hex32(const char* text) {
+  size_t i = 0;
+  for (; text[i] != '\0'; ++i) {
+    if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f'))) return 0;
+  }
+  return i == 32;
+}
+
+static void* thread_error_probe(void* arg) {
+  const char** seen = (const char**)arg;
+  /* A fresh thread has no error yet, whatever the main thread did. */
+  seen[0] = kiln_last_error()[0] == '\0' ? "empty" : "not empty";
+  kiln_stats stats;
+  kiln_stats_init(&stats);
+  seen[1] = kiln_engine_stats(NULL, &stats) == KILN_ERROR_INVALID_HANDLE ? "invalid handle" : "other";
+  return NULL;
+}
+
+static void test_basics(void) {
+  printf("basics\n");
+  CHECK(kiln_api_version() == KILN_API_VERSION);
+  CHECK(strcmp(kiln_status_name(KILN_OK), "KILN_OK") == 0);
+  CHECK(strcmp(kiln_status_name(KILN_ERROR_COMPILE), "KILN_ERROR_COMPILE") == 0);
+  CHECK(strcmp(kiln_status_name((kiln_status)999), "KILN_ERROR_UNKNOWN") == 0);
+  CHECK(kiln_last_error() != NULL);
+  CHECK(kiln_last_compile_log() != NULL);
+  kiln_engine_config_init(NULL); /* must not crash */
+  kiln_stats_init(NULL);
+}
+
+static void test_bad_handles(void) {
+  printf("null, foreign and wrongly typed handles\n");
+  kiln_stats stats;
+  kiln_stats_init(&stats);
+  EXPECT_STATUS(kiln_engine_stats(NULL, &stats), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_engine_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_source_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_program_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_kernel_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_kernel_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL, 0), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_engine_stats((kiln_engine)(uintptr_t)0x7f3a12345678u, &stats), KILN_ERROR_INVALID_HANDLE, NULL);
+  EXPECT_STATUS(kiln_engine_stats((kiln_engine)(uintptr_t)((UINT64_C(1) << 40) | 1u), &stats),
+                KILN_ERROR_INVALID_HANDLE, "not a kiln handle");
+  kiln_kernel_info info;
+  kiln_kernel_info_init(&info);
+  EXPECT_STATUS(kiln_kernel_get_info((kiln_kernel)(uintptr_t)0xdeadbeefu, &info), KILN_ERROR_INVALID_HANDLE, NULL);
+}
+
+static void test_engine_config(void) {
+  printf("engine configuration\n");
+  kiln_engine engine = NULL;
+  EXPECT_STATUS(kiln_engine_create(NULL, NULL), KILN_ERROR_INVALID_ARGUMENT, "engine");
+  kiln_engine_config config;
+  kiln_engine_config_init(&config);
+  config.size = sizeof(size_t);
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_ERROR_INVALID_ARGUMENT, "size");
+  kiln_engine_config_init(&config);
+  config.flags = 0x80u;
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_ERROR_INVALID_ARGUMENT, "flags");
+  kiln_engine_config_init(&config);
+  config.vendor = (kiln_vendor)7;
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_ERROR_INVALID_ARGUMENT, "vendor");
+  kiln_engine_config_init(&config);
+  config.cache_dir = "";
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_ERROR_INVALID_ARGUMENT, "cache_dir");
+  CHECK(engine == NULL); /* out-parameters are written only on success */
+
+  /* A struct from a "newer header": larger, with the unknown tail zero, is accepted. */
+  struct {
+    kiln_engine_config base;
+    uint64_t future_field;
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  kiln_engine_config_init(&newer.base);
+  newer.base.size = sizeof newer;
+  newer.base.flags = KILN_ENGINE_CACHE_DISABLE;
+  EXPECT_STATUS(kiln_engine_create(&newer.base, &engine), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+  newer.future_field = 1;
+  engine = NULL;
+  EXPECT_STATUS(kiln_engine_create(&newer.base, &engine), KILN_ERROR_INVALID_ARGUMENT, "does not know");
+}
+
+static void test_destroyed_engine(void) {
+  printf("use of a destroyed engine\n");
+  kiln_engine_config config;
+  kiln_engine_config_init(&config);
+  config.flags = KILN_ENGINE_CACHE_DISABLE;
+  kiln_engine engine = NULL;
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_OK, NULL);
+  CHECK(engine != NULL);
+  EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+  kiln_stats stats;
+  kiln_stats_init(&stats);
+  EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_engine_destroy(engine), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  kiln_vendor vendor;
+  EXPECT_STATUS(kiln_engine_vendor(engine, &vendor), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  void* pointer = NULL;
+  EXPECT_STATUS(kiln_malloc(engine, 64, -1, &pointer), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("t.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_prewarm(engine, source, NULL, 0, NULL, 0, "sm_90", NULL), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  kiln_kernel kernel = NULL;
+  EXPECT_STATUS(kiln_kernel_get(engine, source, "capi_saxpy", NULL, 0, -1, &kernel), KILN_ERROR_INVALID_HANDLE,
+                "destroyed");
+  /* A source handle passed where an engine is expected. */
+  EXPECT_STATUS(kiln_engine_stats((kiln_engine)(void*)source, &stats), KILN_ERROR_INVALID_HANDLE, "kind source");
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
+static void test_sources(void) {
+  printf("sources\n");
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("t.cu", NULL, NULL, 0, &source), KILN_ERROR_INVALID_ARGUMENT, "text");
+  EXPECT_STATUS(kiln_source_from_text("t.cu", kSaxpy, NULL, 0, NULL), KILN_ERROR_INVALID_ARGUMENT, "source");
+  EXPECT_STATUS(kiln_source_from_text("t.cu", "", NULL, 0, &source), KILN_ERROR_CONFIG, NULL);
+  EXPECT_STATUS(kiln_source_from_text("t.cu", kSaxpy, NULL, 2, &source), KILN_ERROR_INVALID_ARGUMENT, "headers");
+  const kiln_header no_name[] = {{NULL, "x"}};
+  EXPECT_STATUS(kiln_source_from_text("t.cu", kSaxpy, no_name, 1, &source), KILN_ERROR_INVALID_ARGUMENT, "name");
+  CHECK(source == NULL);
+
+  size_t count = 0;
+  EXPECT_STATUS(kiln_builtin_source_name(0, &count, NULL), KILN_OK, NULL);
+  printf("  %zu built-in sources\n", count);
+  const char* first = NULL;
+  if (count > 0) {
+    EXPECT_STATUS(kiln_builtin_source_name(0, NULL, &first), KILN_OK, NULL);
+    CHECK(first != NULL && first[0] != '\0');
+    EXPECT_STATUS(kiln_builtin_source_name(0, NULL, &first), KILN_OK, NULL);
+    kiln_source builtin = NULL;
+    EXPECT_STATUS(kiln_source_builtin(first, &builtin), KILN_OK, NULL);
+    CHECK(builtin != NULL);
+    /* The same built-in without ".cu". */
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", first);
+    char* dot = strstr(stem, ".cu");
+    if (dot != NULL && dot[3] == '\0') {
+      *dot = '\0';
+      kiln_source again = NULL;
+      EXPECT_STATUS(kiln_source_builtin(stem, &again), KILN_OK, NULL);
+      EXPECT_STATUS(kiln_source_destroy(again), KILN_OK, NULL);
+    }
+    EXPECT_STATUS(kiln_source_destroy(builtin), KILN_OK, NULL);
+    EXPECT_STATUS(kiln_source_destroy(builtin), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  }
+  EXPECT_STATUS(kiln_builtin_source_name(count, NULL, &first), KILN_ERROR_INVALID_ARGUMENT, "out of range");
+  EXPECT_STATUS(kiln_source_builtin("no_such_builtin_source", &source), KILN_ERROR_CONFIG,
+                count > 0 ? first : NULL); /* the message lists what exists */
+  EXPECT_STATUS(kiln_source_builtin(NULL, &source), KILN_ERROR_INVALID_ARGUMENT, "name");
+}
+
+/* The compile path without a device: prewarm into a fresh disk cache, then hit it. Returns 0 when
+ * NVRTC is not there (skipped). */
+static int test_prewarm(kiln_engine engine) {
+  printf("prewarm for sm_90 (compile path)\n");
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  kiln_prewarm_result result;
+  kiln_prewarm_result_init(&result);
+  const kiln_status first = kiln_prewarm(engine, source, NULL, 0, NULL, 0, "sm_90", &result);
+  if (first == KILN_ERROR_DEVICE_UNAVAILABLE) {
+    printf("SKIPPED (compile checks): no CUDA compiler: %s\n", kiln_last_error());
+    kiln_source_destroy(source);
+    return 0;
+  }
+  EXPECT_STATUS(first, KILN_OK, NULL);
+  CHECK(result.origin == KILN_ORIGIN_COMPILED);
+  CHECK(result.stored == 1);
+  CHECK(result.binary_bytes > 0);
+  CHECK(is_hex32(result.key));
+  CHECK(strcmp(result.target, "sm_90") == 0);
+  printf("  compiled: key %s, %llu bytes, %.3f s\n", result.key, (unsigned long long)result.binary_bytes,
+         result.seconds);
+  char first_key[33];
+  memcpy(first_key, result.key, sizeof first_key);
+
+  kiln_stats stats;
+  kiln_stats_init(&stats);
+  EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_OK, NULL);
+  CHECK(stats.compiles == 1);
+  CHECK(stats.compile_nanoseconds > 0);
+  CHECK(stats.bytes_written > 0);
+
+  /* The same text from a new handle: a disk hit under the same key, no compile. */
+  kiln_source same = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &same), KILN_OK, NULL);
+  kiln_prewarm_result_init(&result);
+  EXPECT_STATUS(kiln_prewarm(engine, same, NULL, 0, NULL, 0, "sm_90", &result), KILN_OK, NULL);
+  CHECK(result.origin == KILN_ORIGIN_DISK);
+  CHECK(strcmp(result.key, first_key) == 0);
+  kiln_stats_init(&stats);
+  EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_OK, NULL);
+  CHECK(stats.compiles == 1);
+  CHECK(stats.disk_hits >= 1);
+
+  /* Options change the key; a name expression compiles the template. */
+  const char* options[] = {"-DCAPI_EXTRA=1", "--fast-math"};
+  const char* names[] = {"capi_scale<float>"};
+  kiln_prewarm_result_init(&result);
+  EXPECT_STATUS(kiln_prewarm(engine, same, options, 2, names, 1, "sm_90", &result), KILN_OK, NULL);
+  CHECK(result.origin == KILN_ORIGIN_COMPILED);
+  CHECK(strcmp(result.key, first_key) != 0);
+
+  /* Bad input. */
+  const char* bad_options[] = {"--no-such-option"};
+  EXPECT_STATUS(kiln_prewarm(engine, same, bad_options, 1, NULL, 0, "sm_90", NULL), KILN_ERROR_CONFIG,
+                "--no-such-option");
+  const char* null_option[] = {NULL};
+  EXPECT_STATUS(kiln_prewarm(engine, same, null_option, 1, NULL, 0, "sm_90", NULL), KILN_ERROR_INVALID_ARGUMENT,
+                "options[0]");
+  EXPECT_STATUS(kiln_prewarm(engine, same, NULL, 3, NULL, 0, "sm_90", NULL), KILN_ERROR_INVALID_ARGUMENT, "options");
+  EXPECT_STATUS(kiln_prewarm(engine, same, NULL, 0, NULL, 0, "sm_1", NULL), KILN_ERROR_CONFIG, "sm_1");
+  EXPECT_STATUS(kiln_prewarm(engine, same, NULL, 0, NULL, 0, NULL, NULL), KILN_ERROR_INVALID_ARGUMENT, "target");
+  kiln_prewarm_result small;
+  kiln_prewarm_result_init(&small);
+  small.size = 4;
+  EXPECT_STATUS(kiln_prewarm(engine, same, NULL, 0, NULL, 0, "sm_90", &small), KILN_ERROR_INVALID_ARGUMENT, "size");
+  EXPECT_STATUS(kiln_prewarm(engine, NULL, NULL, 0, NULL, 0, "sm_90", NULL), KILN_ERROR_INVALID_HANDLE, "source");
+
+  /* A compile error carries the whole log. */
+  kiln_source broken = NULL;
+  EXPECT_STATUS(
+      kiln_source_from_text("capi_broken.cu",
+                            "#include <kiln/rtc.h>\nKILN_KERNEL void broken(float* x) { x[0] = undeclared_name; }\n",
+                            NULL, 0, &broken),
+      KILN_OK, NULL);
+  EXPECT_STATUS(kiln_prewarm(engine, broken, NULL, 0, NULL, 0, "sm_90", NULL), KILN_ERROR_COMPILE, NULL);
+  CHECK(strstr(kiln_last_compile_log(), "undeclared_name") != NULL);
+  printf("  compile log: %.200s\n", kiln_last_compile_log());
+  kiln_stats_init(&stats);
+  EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_OK, NULL);
+  CHECK(stats.compile_failures >= 1);
+  CHECK(stats.compiles == 2);
+
+  kiln_stats tiny;
+  kiln_stats_init(&tiny);
+  tiny.size = sizeof(size_t);
+  EXPECT_STATUS(kiln_engine_stats(engine, &tiny), KILN_ERROR_INVALID_ARGUMENT, "size");
+
+  EXPECT_STATUS(kiln_source_destroy(broken), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_source_destroy(same), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+  return 1;
+}
+
+static void test_no_device(kiln_engine engine) {
+  printf("kernel get without a device\n");
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  kiln_kernel kernel = NULL;
+  EXPECT_STATUS(kiln_kernel_get(engine, source, "capi_saxpy", NULL, 0, -1, &kernel), KILN_ERROR_DEVICE_UNAVAILABLE,
+                NULL);
+  CHECK(kernel == NULL);
+  kiln_program program = NULL;
+  EXPECT_STATUS(kiln_program_create(engine, source, NULL, 0, NULL, 0, -1, &program), KILN_ERROR_DEVICE_UNAVAILABLE,
+                NULL);
+  kiln_vendor vendor = KILN_VENDOR_CUDA;
+  EXPECT_STATUS(kiln_engine_vendor(engine, &vendor), KILN_OK, NULL);
+  CHECK(vendor == KILN_VENDOR_AUTO);
+  kiln_device_info info;
+  kiln_device_info_init(&info);
+  EXPECT_STATUS(kiln_engine_device_info(engine, 0, &info), KILN_ERROR_INVALID_ARGUMENT, "out of range");
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
+static void test_gpu(kiln_engine engine, int device) {
+  printf("GPU: kernels, launches, buffers, streams\n");
+  kiln_device_info device_info;
+  kiln_device_info_init(&device_info);
+  EXPECT_STATUS(kiln_engine_device_info(engine, device, &device_info), KILN_OK, NULL);
+  printf("  device %d: %s (%s)\n", device, device_info.name, device_info.target);
+
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  kiln_kernel kernel = NULL;
+  EXPECT_STATUS(kiln_kernel_get(engine, source, "capi_saxpy", NULL, 0, -1, &kernel), KILN_OK, NULL);
+  if (kernel == NULL) return;
+  kiln_kernel_info info;
+  kiln_kernel_info_init(&info);
+  EXPECT_STATUS(kiln_kernel_get_info(kernel, &info), KILN_OK, NULL);
+  CHECK(strcmp(info.name, "capi_saxpy") == 0);
+  CHECK(info.max_threads_per_block > 0);
+  CHECK(info.native_handle != NULL);
+  printf("  kernel %s: %d parameters, max %d threads per block\n", info.lowered_name, info.param_count,
+         info.max_threads_per_block);
+  if (info.param_count >= 0) {
+    CHECK(info.param_count == 4);
+    size_t offset = 0, size = 0;
+    EXPECT_STATUS(kiln_kernel_param(kernel, 1, &offset, &size), KILN_OK, NULL);
+    CHECK(offset == 8 && size == 8);
+    EXPECT_STATUS(kiln_kernel_param(kernel, 9, &offset, &size), KILN_ERROR_INVALID_ARGUMENT, "out of range");
+  }
+
+  enum { N = 1000 };
+  float x[N], y[N], result[N];
+  for (int i = 0; i < N; ++i) {
+    x[i] = (float)i;
+    y[i] = 1.0f;
+  }
+  void* dx = NULL;
+  void* dy = NULL;
+  EXPECT_STATUS(kiln_malloc(engine, sizeof x, -1, &dx), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_malloc(engine, sizeof y, -1, &dy), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_malloc(engine, 0, -1, &dy), KILN_ERROR_INVALID_ARGUMENT, "0");
+  void* stream = NULL;
+  EXPECT_STATUS(kiln_stream_create(engine, -1, &stream), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_copy_to_device(engine, dx, x, sizeof x, stream, -1), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_copy_to_device(engine, dy, y, sizeof y, stream, -1), KILN_OK, NULL);
+
+  const float a = 3.0f;
+  const unsigned int n = N;
+  const void* args[] = {&a, &dx, &dy, &n};
+  const size_t sizes[] = {sizeof a, sizeof dx, sizeof dy, sizeof n};
+  EXPECT_STATUS(kiln_kernel_launch(kernel, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, args, sizes, 4), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_copy_to_host(engine, result, dy, sizeof result, stream, -1), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_synchronize(engine, stream, -1), KILN_OK, NULL);
+  int wrong = 0;
+  for (int i = 0; i < N; ++i) wrong += result[i] != 2.0f * 3.0f * (float)i + 1.0f;
+  CHECK(wrong == 0);
+  printf("  saxpy on %d elements: %d wrong\n", N, wrong);
+
+  /* Bad launches. */
+  if (info.param_count >= 0) {
+    EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 128, 1, 1, 0, stream, args, sizes, 3), KILN_ERROR_LAUNCH, NULL);
+    const size_t bad_sizes[] = {sizeof a, sizeof dx, sizeof dy, 8};
+    EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 128, 1, 1, 0, stream, args, bad_sizes, 4), KILN_ERROR_LAUNCH,
+                  NULL);
+  }
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 0, 1, 1, 0, stream, args, sizes, 4), KILN_ERROR_INVALID_ARGUMENT,
+                "block");
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 4096, 1, 1, 0, stream, args, sizes, 4), KILN_ERROR_LAUNCH, NULL);
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 128, 1, 1, 0, stream, NULL, sizes, 4), KILN_ERROR_INVALID_ARGUMENT,
+                "args");
+  const void* null_arg[] = {&a, NULL, &dy, &n};
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 128, 1, 1, 0, stream, null_arg, sizes, 4),
+                KILN_ERROR_INVALID_ARGUMENT, "args[1]");
+
+  /* Programs: unknown kernel, name expressions, memory hits. */
+  kiln_program program = NULL;
+  const char* names[] = {"capi_scale<float>"};
+  EXPECT_STATUS(kiln_program_create(engine, source, NULL, 0, names, 1, -1, &program), KILN_OK, NULL);
+  kiln_program_info program_info;
+  kiln_program_info_init(&program_info);
+  EXPECT_STATUS(kiln_program_get_info(program, &program_info), KILN_OK, NULL);
+  CHECK(is_hex32(program_info.key));
+  CHECK(program_info.kernel_count >= 1);
+  kiln_kernel missing = NULL;
+  EXPECT_STATUS(kiln_program_get_kernel(program, "no_such_kernel", &missing), KILN_ERROR_LOAD, "no_such_kernel");
+  kiln_kernel scale = NULL;
+  EXPECT_STATUS(kiln_program_get_kernel(program, "capi_scale<float>", &scale), KILN_OK, NULL);
+  const float factor = 0.5f;
+  const void* scale_args[] = {&dy, &factor, &n};
+  const size_t scale_sizes[] = {sizeof dy, sizeof factor, sizeof n};
+  EXPECT_STATUS(kiln_kernel_launch(scale, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, scale_args, scale_sizes, 3),
+                KILN_OK, NULL);
+  EXPECT_STATUS(kiln_copy_to_host(engine, result, dy, sizeof result, NULL, -1), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_synchronize(engine, NULL, -1), KILN_OK, NULL);
+  wrong = 0;
+  for (int i = 0; i < N; ++i) wrong += result[i] != 0.5f * (2.0f * 3.0f * (float)i + 1.0f);
+  CHECK(wrong == 0);
+
+  kiln_stats before, after;
+  kiln_stats_init(&before);
+  kiln_stats_init(&after);
+  EXPECT_STATUS(kiln_engine_stats(engine, &before), KILN_OK, NULL);
+  kiln_kernel again = NULL;
+  EXPECT_STATUS(kiln_kernel_get(engine, source, "capi_saxpy", NULL, 0, -1, &again), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_engine_stats(engine, &after), KILN_OK, NULL);
+  CHECK(after.memory_hits == before.memory_hits + 1);
+  CHECK(after.compiles == before.compiles);
+
+  /* Memory bookkeeping. */
+  int on_stack = 0;
+  EXPECT_STATUS(kiln_free(engine, &on_stack), KILN_ERROR_INVALID_ARGUMENT, "not allocated");
+  EXPECT_STATUS(kiln_stream_destroy(engine, &on_stack), KILN_ERROR_INVALID_ARGUMENT, "not created");
+  EXPECT_STATUS(kiln_free(engine, dx), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_free(engine, dx), KILN_ERROR_INVALID_ARGUMENT, "not allocated");
+  EXPECT_STATUS(kiln_free(engine, NULL), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_stream_destroy(engine, stream), KILN_OK, NULL);
+
+  EXPECT_STATUS(kiln_kernel_destroy(again), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_kernel_destroy(scale), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_program_destroy(program), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_kernel_destroy(kernel), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 1, 1, 1, 0, NULL, args, sizes, 4), KILN_ERROR_INVALID_HANDLE,
+                "destroyed");
+  /* dy is left allocated on purpose: the engine frees it when destroyed. */
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
+/* Kernels and programs of an engine become invalid handles when it is destroyed. */
+static void test_gpu_destroyed_engine(void) {
+  printf("GPU: kernel of a destroyed engine\n");
+  kiln_engine engine = NULL;
+  EXPECT_STATUS(kiln_engine_create(NULL, &engine), KILN_OK, NULL);
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  kiln_kernel kernel = NULL;
+  kiln_program program = NULL;
+  EXPECT_STATUS(kiln_kernel_get(engine, source, "capi_saxpy", NULL, 0, -1, &kernel), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_program_create(engine, source, NULL, 0, NULL, 0, -1, &program), KILN_OK, NULL);
+  void* buffer = NULL;
+  EXPECT_STATUS(kiln_malloc(engine, 256, -1, &buffer), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+  const float a = 1.0f;
+  const unsigned int n = 0;
+  const void* args[] = {&a, &buffer, &buffer, &n};
+  const size_t sizes[] = {sizeof a, sizeof buffer, sizeof buffer, sizeof n};
+  EXPECT_STATUS(kiln_kernel_launch(kernel, 1, 1, 1, 1, 1, 1, 0, NULL, args, sizes, 4), KILN_ERROR_INVALID_HANDLE,
+                "destroyed");
+  kiln_kernel other = NULL;
+  EXPECT_STATUS(kiln_program_get_kernel(program, "capi_saxpy", &other), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_kernel_destroy(kernel), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
+int main(void) {
+  char cache_dir[] = "/tmp/kiln-capi-test-XXXXXX";
+  if (mkdtemp(cache_dir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_basics();
+  test_bad_handles();
+  test_engine_config();
+  test_destroyed_engine();
+  test_sources();
+
+  kiln_engine_config config;
+  kiln_engine_config_init(&config);
+  config.cache_dir = cache_dir;
+  kiln_engine engine = NULL;
+  EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_OK, NULL);
+  if (engine == NULL) return 1;
+  int devices = -1, device = -2;
+  EXPECT_STATUS(kiln_engine_device_count(engine, &devices, &device), KILN_OK, NULL);
+  CHECK(devices >= 0);
+  CHECK(devices == 0 ? device == -1 : device >= 0);
+
+  const int compiled = test_prewarm(engine);
+  if (devices == 0) {
+    test_no_device(engine);
+    printf("SKIPPED (GPU part): no GPU device\n");
+  } else {
+    test_gpu(engine, device);
+    test_gpu_destroyed_engine();
+  }
+
+  /* Errors are per thread. */
+  EXPECT_STATUS(kiln_source_destroy(NULL), KILN_ERROR_INVALID_HANDLE, NULL);
+  const char* seen[2] = {NULL, NULL};
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, thread_error_probe, seen) == 0);
+  pthread_join(thread, NULL);
+  CHECK(seen[0] != NULL && strcmp(seen[0], "empty") == 0);
+  CHECK(seen[1] != NULL && strcmp(seen[1], "invalid handle") == 0);
+  CHECK(strstr(kiln_last_error(), "kiln_source_destroy") != NULL); /* the main thread's error is intact */
+
+  EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+  nftw(cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+
+  printf("%d checks, %d failed%s\n", g_checks, g_failures, compiled ? "" : " (compile checks skipped: no NVRTC)");
+  return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,43 @@
+// main() of every gpu test binary: child modes first, then the device check (exit 77 with
+// "SKIPPED: <reason>" when there is none), then Catch2.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "gpu_internal.hpp"
+#include "gpu_support.hpp"
+
+int main(int argc, char** argv) {
+  if (const auto child_exit = kiln_test::detail::run_child_mode(argc, argv)) {
+    return *child_exit;
+  }
+  std::string skip_reason;
+  try {
+    if (!kiln_test::detail::start_shared_engine(skip_reason)) {
+      std::printf("SKIPPED: %s\n", skip_reason.c_str());
+      std::fflush(stdout);
+      kiln_test::detail::stop_shared_engine();
+      return 77;
+    }
+  } catch (const std::exception& error) {
+    std::printf("FAILED: creating the engine threw: %s\n", error.what());
+    kiln_test::detail::stop_shared_engine();
+    return 1;
+  }
+  const kiln::Engine& engine = kiln_test::shared_engine();
+  std::printf("seed: %llu (set KILN_TEST_SEED to repeat)\n", static_cast<unsigned long long>(kiln_test::run_seed()));
+  for (const kiln::DeviceInfo& device : engine.devices()) {
+    std::printf("device %d: %s (%s, warp %d)%s\n", device.ordinal, device.name.c_str(), device.target.c_str(),
+                device.warp_size, device.ordinal == engine.default_device() ? " [default]" : "");
+  }
+  std::fflush(stdout);
+  int result = 0;
+  {
+    Catch::Session session;
+    result = session.run(argc, argv);
+  }
+  kiln_test::detail::stop_shared_engine();
+  return result;
+}

@@ -1,0 +1,176 @@
+// parse_remote_url, the KILN_REMOTE_* variables and the password never showing in messages. No server.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "kiln/cache/remote.hpp"
+
+using kiln::cache::parse_remote_url;
+using kiln::cache::RemoteConfig;
+
+namespace {
+
+/// The message of the std::invalid_argument that parse_remote_url throws for `url`.
+std::string url_error(const std::string& url) {
+  try {
+    (void)parse_remote_url(url);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  FAIL("parse_remote_url accepted " << url);
+  return {};
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : m_name(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(m_name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* m_name;
+};
+
+}  // namespace
+
+TEST_CASE("parse_remote_url reads host, port and database", "[remote][url]") {
+  const RemoteConfig plain = parse_remote_url("redis://127.0.0.1:6380");
+  CHECK(plain.host == "127.0.0.1");
+  CHECK(plain.port == 6380);
+  CHECK(plain.db == 0);
+  CHECK(plain.user.empty());
+  CHECK(plain.password.empty());
+
+  const RemoteConfig defaults = parse_remote_url("redis://cache.example.org");
+  CHECK(defaults.host == "cache.example.org");
+  CHECK(defaults.port == 6379);
+
+  const RemoteConfig with_db = parse_remote_url("redis://cache:7000/12");
+  CHECK(with_db.port == 7000);
+  CHECK(with_db.db == 12);
+  CHECK(parse_remote_url("redis://cache:7000/").db == 0);
+
+  const RemoteConfig ipv6 = parse_remote_url("redis://[::1]:6390/2");
+  CHECK(ipv6.host == "::1");
+  CHECK(ipv6.port == 6390);
+  CHECK(ipv6.db == 2);
+  CHECK(ipv6.display() == "redis://[::1]:6390/2");
+}
+
+TEST_CASE("parse_remote_url reads user and password", "[remote][url]") {
+  const RemoteConfig acl = parse_remote_url("redis://kiln:s3cret@10.0.0.5:6379/1");
+  CHECK(acl.user == "kiln");
+  CHECK(acl.password == "s3cret");
+  CHECK(acl.host == "10.0.0.5");
+  CHECK(acl.db == 1);
+
+  const RemoteConfig legacy = parse_remote_url("redis://:only-password@host:1");
+  CHECK(legacy.user.empty());
+  CHECK(legacy.password == "only-password");
+
+  // Percent-escapes, and an unescaped '@' in the password (the last '@' ends the user info).
+  const RemoteConfig escaped = parse_remote_url("redis://us%65r:p%40ss%3Aw0rd@host:2");
+  CHECK(escaped.user == "user");
+  CHECK(escaped.password == "p@ss:w0rd");
+  CHECK(parse_remote_url("redis://u:a@b@host:3").password == "a@b");
+}
+
+TEST_CASE("display() and messages never show the password", "[remote][url]") {
+  const RemoteConfig config = parse_remote_url("redis://kiln:hunter2@host:6379/3");
+  CHECK(config.display() == "redis://kiln@host:6379/3");
+  CHECK(parse_remote_url("redis://:hunter2@host:6379").display() == "redis://host:6379/0");
+
+  const std::string message = url_error("redis://kiln:hunter2@host:notaport");
+  CHECK(message.find("hunter2") == std::string::npos);
+  CHECK(message.find("notaport") != std::string::npos);
+  CHECK(message.find("redis://kiln:***@host:notaport") != std::string::npos);
+
+  CHECK(kiln::cache::redact_remote_url("redis://a:b/c@host:1") == "redis://a:***@host:1");
+  CHECK(kiln::cache::redact_remote_url("redis://secret@host:1") == "redis://***@host:1");
+  CHECK(kiln::cache::redact_remote_url("redis://host:1/0") == "redis://host:1/0");
+}
+
+TEST_CASE("parse_remote_url rejects malformed URLs with a clear message", "[remote][url]") {
+  CHECK(url_error("").find("scheme must be redis://") != std::string::npos);
+  CHECK(url_error("http://host:6379").find("scheme must be redis://") != std::string::npos);
+  CHECK(url_error("rediss://host:6379").find("TLS") != std::string::npos);
+  CHECK(url_error("redis://").find("no host") != std::string::npos);
+  CHECK(url_error("redis://:6379").find("no host") != std::string::npos);
+  CHECK(url_error("redis://host:").find("port \"\"") != std::string::npos);
+  CHECK(url_error("redis://host:0").find("port \"0\"") != std::string::npos);
+  CHECK(url_error("redis://host:65536").find("port \"65536\"") != std::string::npos);
+  CHECK(url_error("redis://host:-1").find("port") != std::string::npos);
+  CHECK(url_error("redis://host:6379/x").find("database \"x\"") != std::string::npos);
+  CHECK(url_error("redis://host:6379/1/2").find("database") != std::string::npos);
+  CHECK(url_error("redis://host:6379/-1").find("database") != std::string::npos);
+  CHECK(url_error("redis://host:6379?timeout=1").find("query") != std::string::npos);
+  CHECK(url_error("redis://::1:6379").find("brackets") != std::string::npos);
+  CHECK(url_error("redis://[::1").find("unterminated") != std::string::npos);
+  CHECK(url_error("redis://[zz]:1").find("IPv6") != std::string::npos);
+  CHECK(url_error("redis://ho st:1").find("host name") != std::string::npos);
+  CHECK(url_error("redis://user@host:1").find("user:password") != std::string::npos);
+  CHECK(url_error("redis://user:@host:1").find("password is empty") != std::string::npos);
+  CHECK(url_error("redis://u:%zz@host:1").find("%-escape") != std::string::npos);
+  // Every message names the expected form.
+  CHECK(url_error("redis://host:x").find("expected redis://[[user]:password@]host[:port][/db]") != std::string::npos);
+}
+
+TEST_CASE("remote_config_from_environment applies KILN_REMOTE_* and rejects nonsense", "[remote][url]") {
+  {
+    const ScopedEnv timeout("KILN_REMOTE_TIMEOUT_MS", "40");
+    const ScopedEnv connect("KILN_REMOTE_CONNECT_TIMEOUT_MS", "30");
+    const ScopedEnv retry("KILN_REMOTE_RETRY_S", "5");
+    const ScopedEnv ttl("KILN_REMOTE_TTL", "86400");
+    const ScopedEnv lease("KILN_REMOTE_LEASE_WAIT_MS", "0");
+    const RemoteConfig config = kiln::cache::remote_config_from_environment("redis://h:1");
+    CHECK(config.operation_timeout.count() == 40);
+    CHECK(config.connect_timeout.count() == 30);
+    CHECK(config.retry_after.count() == 5);
+    CHECK(config.ttl.count() == 86400);
+    CHECK(config.lease_wait.count() == 0);
+  }
+  const RemoteConfig defaults = kiln::cache::remote_config_from_environment("redis://h:1");
+  CHECK(defaults.operation_timeout.count() == 250);
+  CHECK(defaults.connect_timeout.count() == 100);
+  CHECK(defaults.ttl.count() == 0);
+  CHECK(defaults.lease_wait.count() > 0);
+
+  for (const char* bad : {"abc", "-5", "0", "1e3", "999999999"}) {
+    const ScopedEnv timeout("KILN_REMOTE_TIMEOUT_MS", bad);
+    try {
+      (void)kiln::cache::remote_config_from_environment("redis://h:1");
+      FAIL("KILN_REMOTE_TIMEOUT_MS=" << bad << " was accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("KILN_REMOTE_TIMEOUT_MS") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("keys live under the kiln:v1: namespace", "[remote][url]") {
+  const RemoteConfig config = parse_remote_url("redis://h:1");
+  const kiln::cache::Hash128 key{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+  CHECK(config.entry_key(key) == "kiln:v1:0123456789abcdeffedcba9876543210");
+  CHECK(config.lease_key(key) == "kiln:v1:lease:0123456789abcdeffedcba9876543210");
+}
+
+TEST_CASE("open_remote matches remote_supported()", "[remote][url]") {
+  const RemoteConfig config = parse_remote_url("redis://127.0.0.1:1");
+  if (kiln::cache::remote_supported()) {
+    // Opening never connects: a dead server is found on first use.
+    const auto tier = kiln::cache::open_remote(config);
+    REQUIRE(tier != nullptr);
+    CHECK(tier->describe() == "redis 127.0.0.1:1/0");
+  } else {
+    try {
+      (void)kiln::cache::open_remote(config);
+      FAIL("open_remote succeeded in a build without hiredis");
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      CHECK(message.find("hiredis") != std::string::npos);
+      CHECK(message.find("redis://127.0.0.1:1/0") != std::string::npos);
+    }
+  }
+}

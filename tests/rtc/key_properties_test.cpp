@@ -1,0 +1,130 @@
+// The cache key: every input that can change a binary changes it; nothing else does.
+// Uses Engine::describe_key (builds the key without compiling; needs NVRTC for its identity).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "kiln/cache/key.hpp"
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+#include "test_support.hpp"
+
+using namespace kiln;
+
+namespace {
+
+EngineConfig memory_only() {
+  EngineConfig config;
+  config.cache.disabled = true;
+  return config;
+}
+
+const char* kText = "#include <kiln/rtc.h>\n#include \"helper.h\"\nKILN_KERNEL void k(float* p) { p[0] = HELPER; }\n";
+
+cache::Hash128 key_of(Engine& e, const std::string& text, const std::string& header, const Options& options,
+                      const std::vector<std::string>& names, const std::string& target) {
+  return e.describe_key(Source::from_text("k.cu", text, {{"helper.h", header}}), options, names, target).first;
+}
+
+std::string part(const std::string& canonical, const std::string& name) {
+  const auto parts = cache::CanonicalKey::parse(canonical);
+  REQUIRE(parts);
+  for (const auto& p : *parts) {
+    if (p.name == name) return p.value;
+  }
+  FAIL("no key part " << name);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("equal requests give equal keys", "[key]") {
+  Engine a(memory_only());
+  Engine b(memory_only());
+  CHECK(key_of(a, kText, "#define HELPER 1", {}, {"k"}, "sm_90") == key_of(b, kText, "#define HELPER 1", {}, {"k"}, "sm_90"));
+}
+
+TEST_CASE("any single byte of the source or a header changes the key", "[key]") {
+  Engine e(memory_only());
+  const std::string header = "#define HELPER 1.0f";
+  const cache::Hash128 base = key_of(e, kText, header, {}, {"k"}, "sm_90");
+  std::vector<cache::Hash128> seen{base};
+  const std::string text(kText);
+  for (std::size_t i = 0; i < text.size(); i += 7) {
+    std::string changed = text;
+    changed[i] = static_cast<char>(changed[i] ^ 0x20);
+    const cache::Hash128 k = key_of(e, changed, header, {}, {"k"}, "sm_90");
+    CHECK(k != base);
+  }
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    std::string changed = header;
+    changed[i] = static_cast<char>(changed[i] + 1);
+    CHECK(key_of(e, kText, changed, {}, {"k"}, "sm_90") != base);
+  }
+  // A header's name is part of the key too, and so are kiln's own embedded headers (rtc.h).
+  const auto renamed = e.describe_key(Source::from_text("k.cu", kText, {{"helper2.h", header}}), {}, {"k"}, "sm_90");
+  CHECK(renamed.first != base);
+  CHECK_FALSE(part(renamed.second, "header:kiln/rtc.h").empty());
+}
+
+TEST_CASE("options, target, name expressions and compiler identity are in the key", "[key]") {
+  Engine e(memory_only());
+  const std::string h = "#define HELPER 1";
+  const cache::Hash128 base = key_of(e, kText, h, {}, {"k"}, "sm_90");
+  CHECK(key_of(e, kText, h, Options{"--fast-math"}, {"k"}, "sm_90") != base);
+  CHECK(key_of(e, kText, h, Options{"-DX=1"}, {"k"}, "sm_90") != base);
+  CHECK(key_of(e, kText, h, Options{"-DX=2"}, {"k"}, "sm_90") != key_of(e, kText, h, Options{"-DX=1"}, {"k"}, "sm_90"));
+  CHECK(key_of(e, kText, h, Options{"-Xcuda=--ftz=true"}, {"k"}, "sm_90") != base);
+  CHECK(key_of(e, kText, h, {}, {"k"}, "sm_90a") != base);
+  CHECK(key_of(e, kText, h, {}, {"k"}, "sm_80") != base);
+  CHECK(key_of(e, kText, h, {}, {"k", "other"}, "sm_90") != base);
+  CHECK(key_of(e, kText, h, {}, {}, "sm_90") != base);
+  // A raw flag for the other compiler is ignored by this one, and leaves the key alone.
+  CHECK(key_of(e, kText, h, Options{"-Xhip=-O2"}, {"k"}, "sm_90") == base);
+
+  // The compiler's identity and exact version are a key part; any change of a part changes the hash.
+  const std::string canonical = e.describe_key(Source::from_text("k.cu", kText, {{"helper.h", h}}), {}, {"k"}, "sm_90").second;
+  const std::string compiler = part(canonical, "compiler");
+  CHECK(compiler.rfind("nvrtc ", 0) == 0);
+  auto parts = cache::CanonicalKey::parse(canonical);
+  REQUIRE(parts);
+  cache::CanonicalKey rebuilt, other_version;
+  for (const auto& p : *parts) {
+    rebuilt.add(p.name, p.value);
+    other_version.add(p.name, p.name == "compiler" ? std::string("nvrtc 12.9") : p.value);
+  }
+  CHECK(rebuilt.bytes() == canonical);
+  CHECK(rebuilt.hash() == base);
+  CHECK(other_version.hash() != base);
+}
+
+TEST_CASE("reordering options or name expressions whose order has no meaning keeps the key", "[key]") {
+  Engine e(memory_only());
+  const std::string h = "#define HELPER 1";
+  CHECK(key_of(e, kText, h, Options{"--fast-math", "-DA=1", "-DB=2", "--line-info"}, {"k"}, "sm_90") ==
+        key_of(e, kText, h, Options{"-DB=2", "--line-info", "-DA=1", "--fast-math"}, {"k"}, "sm_90"));
+  CHECK(key_of(e, kText, h, {}, {"k", "other"}, "sm_90") == key_of(e, kText, h, {}, {"other", "k"}, "sm_90"));
+  CHECK(key_of(e, kText, h, {}, {"k", "k"}, "sm_90") == key_of(e, kText, h, {}, {"k"}, "sm_90"));
+}
+
+TEST_CASE("the canonical string is kept whole and parses back into named parts", "[key]") {
+  Engine e(memory_only());
+  const auto [hash, canonical] = e.describe_key(Source::builtin("saxpy"), Options{"--fast-math"}, {"saxpy"}, "sm_90");
+  CHECK(hash == cache::hash128(canonical));
+  CHECK(part(canonical, "vendor") == "cuda");
+  CHECK(part(canonical, "target") == "sm_90");
+  CHECK(part(canonical, "names") == "saxpy");
+  CHECK(part(canonical, "options").find("--use_fast_math") != std::string::npos);
+  CHECK(part(canonical, "options").find("-arch=sm_90") != std::string::npos);
+  CHECK(part(canonical, "options").find("-DKILN_WARP_SIZE=32") != std::string::npos);
+  CHECK(part(canonical, "source") == std::string(Source::builtin("saxpy").text()));
+}
+
+int main(int argc, char** argv) {
+  try {
+    Engine probe(memory_only());
+    (void)probe.describe_key(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_90");
+  } catch (const DeviceUnavailable& e) {
+    test::skip(std::string("NVRTC is not available: ") + e.what());
+  }
+  return Catch::Session().run(argc, argv);
+}

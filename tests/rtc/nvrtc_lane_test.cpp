@@ -1,0 +1,176 @@
+// The NVRTC lane through the engine's request path, on a machine with no GPU (Engine::prewarm).
+// Needs NVRTC (the CUDA toolkit); skips with the reason when it is absent.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+#include "test_support.hpp"
+
+using namespace kiln;
+
+namespace {
+
+struct Compiled {
+  cache::Entry entry;
+  PrewarmResult result;
+};
+
+Compiled compile(Engine& engine, const Source& source, const std::vector<std::string>& names, const std::string& target,
+                 const Options& options = {}) {
+  PrewarmResult result = engine.prewarm(source, options, names, target);
+  auto [hash, canonical] = engine.describe_key(source, options, names, target);
+  REQUIRE(hash == result.key);
+  cache::LookupResult found = engine.store().get(hash, canonical);
+  REQUIRE(found.outcome == cache::LookupOutcome::hit);
+  return {std::move(*found.entry), result};
+}
+
+template <typename T>
+T read_at(const std::vector<std::byte>& bytes, std::size_t offset) {
+  T value{};
+  REQUIRE(offset + sizeof(T) <= bytes.size());
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+EngineConfig config_in(const test::TempDir& dir) {
+  EngineConfig config;
+  config.cache.root = dir.path();
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("every built-in kernel compiles to a CUBIN for sm_80, sm_90, sm_90a and sm_100", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  for (const std::string& name : Source::builtin_names()) {
+    const Source source = Source::builtin(name);
+    const std::vector<std::string> kernels = source.listed_kernels();
+    REQUIRE_FALSE(kernels.empty());
+    for (const std::string target : {"sm_80", "sm_90", "sm_90a", "sm_100"}) {
+      INFO(name << " for " << target);
+      const Compiled c = compile(engine, source, kernels, target);
+      CHECK(c.result.origin == Origin::compiled);
+      CHECK(c.entry.payload_kind == PayloadKind::cubin);
+      CHECK(c.entry.target == target);
+      // An ELF for EM_CUDA (190) whose e_flags carry the SM number in bits 8..15.
+      const auto& cubin = c.entry.payload;
+      REQUIRE(cubin.size() > 64);
+      CHECK(std::memcmp(cubin.data(), "\x7f" "ELF", 4) == 0);
+      CHECK(read_at<std::uint16_t>(cubin, 18) == 190);
+      const int sm = std::stoi(target.substr(3, target.find_first_not_of("0123456789", 3) - 3));
+      CHECK(((read_at<std::uint32_t>(cubin, 48) >> 8) & 0xff) == static_cast<std::uint32_t>(sm));
+      // The PTX kept beside it names the exact target (sm_90a included: e_flags do not show the 'a').
+      const std::string ptx(reinterpret_cast<const char*>(c.entry.aux.data()), c.entry.aux.size());
+      CHECK(ptx.find(".target " + target) != std::string::npos);
+      // Every requested name has a lowered symbol.
+      REQUIRE(c.entry.names.size() == kernels.size());
+      for (const auto& lowered : c.entry.names) CHECK_FALSE(lowered.lowered.empty());
+    }
+  }
+}
+
+TEST_CASE("a second request is a disk hit with zero compiles", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  {
+    Engine first(config_in(dir));
+    CHECK(first.prewarm(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_90").origin == Origin::compiled);
+    CHECK(first.stats().compiles == 1);
+  }
+  Engine second(config_in(dir));
+  CHECK(second.prewarm(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_90").origin == Origin::disk);
+  CHECK(second.stats().compiles == 0);
+  CHECK(second.stats().disk_hits == 1);
+}
+
+TEST_CASE("name expressions lower templated kernels", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  const Source source = Source::from_text("tmpl.cu", R"(#include <kiln/rtc.h>
+namespace demo { template <typename T, int N> __global__ void scale(T* p) { p[threadIdx.x] *= T(N); } }
+KILN_KERNEL void plain(float* p) { p[0] = 1.0f; }
+)");
+  const Compiled c = compile(engine, source, {"demo::scale<float, 4>", "plain"}, "sm_90");
+  REQUIRE(c.entry.names.size() == 2);
+  // Stored sorted by expression.
+  CHECK(c.entry.names[0].expression == "demo::scale<float, 4>");
+  CHECK(c.entry.names[0].lowered == "_ZN4demo5scaleIfLi4EEEvPT_");
+  CHECK(c.entry.names[1].lowered == "plain");
+}
+
+TEST_CASE("a syntax error is a CompileError naming the source and line, with the whole log", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  const Source broken = Source::from_text("broken_kernel.cu", "#include <kiln/rtc.h>\n\nKILN_KERNEL void k(float* p) {\n  p[0] = ;\n}\n");
+  try {
+    (void)engine.prewarm(broken, {}, {"k"}, "sm_90");
+    FAIL("compiled");
+  } catch (const CompileError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("broken_kernel.cu(4)") != std::string::npos);
+    CHECK(e.log().find("expected an expression") != std::string::npos);
+    CHECK(e.source_name() == "broken_kernel.cu");
+    CHECK(std::find(e.options().begin(), e.options().end(), "-arch=sm_90") != e.options().end());
+  }
+  CHECK(engine.stats().compile_failures == 1);
+  // A failed compile leaves no entry.
+  CHECK(engine.store().list().empty());
+}
+
+TEST_CASE("an unknown target errors before the compiler is called", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  for (const char* target : {"sm_70", "sm_101", "sm_999", "gfx90a:bogus+", "banana", ""}) {
+    INFO(target);
+    CHECK_THROWS_AS(engine.prewarm(Source::builtin("saxpy"), {}, {"saxpy"}, target), ConfigError);
+  }
+  try {
+    (void)engine.prewarm(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_70");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("sm_90") != std::string::npos);  // lists what is supported
+  }
+  CHECK(engine.stats().compiles == 0);
+  CHECK(engine.stats().compile_failures == 0);
+}
+
+TEST_CASE("a missing compiler library names every path searched", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  const test::ScopedEnv cuda_path("KILN_CUDA_PATH", "/nonexistent/cuda");
+  Engine engine(config_in(dir));
+  try {
+    (void)engine.prewarm(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_90");
+    FAIL("compiled without NVRTC");
+  } catch (const DeviceUnavailable& e) {
+    const std::string what = e.what();
+    CHECK(what.find("no NVRTC found") != std::string::npos);
+    CHECK(what.find("/nonexistent/cuda/lib64/libnvrtc.so.") != std::string::npos);
+    CHECK(what.find("/nonexistent/cuda/lib/libnvrtc.so.") != std::string::npos);
+  }
+}
+
+TEST_CASE("bad requests are clear errors", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  CHECK_THROWS_AS(Source::from_text("empty.cu", ""), ConfigError);
+  CHECK_THROWS_AS(engine.prewarm(Source::builtin("saxpy"), Options{"-O3"}, {"saxpy"}, "sm_90"), ConfigError);
+  CHECK_THROWS_AS(engine.prewarm(Source::builtin("saxpy"), {}, {""}, "sm_90"), ConfigError);
+  // A name expression that does not exist is the compiler's error, reported as a CompileError.
+  CHECK_THROWS_AS(engine.prewarm(Source::builtin("saxpy"), {}, {"no_such_kernel<int>"}, "sm_90"), CompileError);
+}
+
+int main(int argc, char** argv) {
+  try {
+    EngineConfig config;
+    config.cache.disabled = true;
+    Engine probe(config);
+    (void)probe.describe_key(Source::builtin("saxpy"), {}, {"saxpy"}, "sm_90");
+  } catch (const DeviceUnavailable& e) {
+    test::skip(std::string("NVRTC is not available: ") + e.what());
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,161 @@
+// Manifests (KILN_RECORD): every byte of a runtime source survives a round trip, malformed lines are
+// refused with their line number, the recorder writes each distinct request once, never throws, and
+// processes appending to one manifest never interleave lines.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "kiln/error.hpp"
+#include "manifest.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kiln::detail::ManifestRecord;
+
+struct Dir {
+  fs::path path = fs::temp_directory_path() /
+                  ("kiln-manifest-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+  Dir() { fs::create_directories(path); }
+  ~Dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+ManifestRecord builtin_record() {
+  ManifestRecord record;
+  record.source_name = "map.cu";
+  record.builtin = true;
+  record.source_hash = "0123456789abcdef0123456789abcdef";
+  record.name_expressions = {"kiln::map<float, 4>"};
+  record.options = {"--fast-math", "-DTILE=8"};
+  record.target = "sm_90";
+  return record;
+}
+
+ManifestRecord runtime_record(std::string text) {
+  ManifestRecord record;
+  record.source_name = "user.cu";
+  record.builtin = false;
+  record.source_hash = "fedcba9876543210fedcba9876543210";
+  record.source_text = std::move(text);
+  record.headers = {{"user/a.h", "#define A 1\n"}, {"user/b.h", std::string("\xff\xfe\x00\x01 binary", 12)}};
+  record.target = "gfx90a:sramecc+:xnack-";
+  return record;
+}
+
+std::string manifest_error(const fs::path& path) {
+  try {
+    (void)kiln::detail::read_manifest(path);
+  } catch (const kiln::ConfigError& error) {
+    return error.what();
+  }
+  return "(read)";
+}
+
+}  // namespace
+
+TEST_CASE("manifest lines round-trip every byte, including text that is not UTF-8") {
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte += static_cast<char>(b);
+  for (const ManifestRecord& record :
+       {builtin_record(), runtime_record("extern \"C\" __global__ void k() {}\n// \xc3\xa9t\xc3\xa9\n"),
+        runtime_record(every_byte)}) {
+    const std::string line = kiln::detail::manifest_line(record);
+    CHECK(line.find('\n') == std::string::npos);
+    CHECK(line.rfind("{\"v\":1,", 0) == 0);
+    CHECK(kiln::detail::parse_manifest_line(line) == record);
+  }
+  // Valid UTF-8 stays readable text; other bytes go to base64.
+  CHECK(kiln::detail::manifest_line(runtime_record("plain text")).find("\"text\":\"plain text\"") != std::string::npos);
+  CHECK(kiln::detail::manifest_line(runtime_record(every_byte)).find("\"text_base64\":") != std::string::npos);
+  // Built-in sources carry no text.
+  CHECK(kiln::detail::manifest_line(builtin_record()).find("\"text") == std::string::npos);
+}
+
+TEST_CASE("read_manifest skips blank lines and names the line of a malformed record") {
+  Dir dir;
+  const fs::path path = dir.path / "m.jsonl";
+  const std::string good = kiln::detail::manifest_line(builtin_record());
+  std::ofstream(path) << good << "\n\n   \n" << kiln::detail::manifest_line(runtime_record("x")) << "\r\n";
+  const auto records = kiln::detail::read_manifest(path);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0] == builtin_record());
+  CHECK(records[1] == runtime_record("x"));
+
+  const auto with_line3 = [&](const std::string& line) {
+    std::ofstream(path) << good << "\n\n" << line << "\n";
+    return manifest_error(path);
+  };
+  CHECK_THAT(with_line3("{oops"), Catch::Contains("line 3: not valid JSON"));
+  CHECK_THAT(with_line3("[1,2]"), Catch::Contains("line 3: not a JSON object"));
+  CHECK_THAT(with_line3(R"({"v":2})"), Catch::Contains("line 3: manifest version 2 is not supported"));
+  CHECK_THAT(
+      with_line3(
+          R"({"v":1,"source":"a.cu","builtin":true,"source_hash":"00","names":[],"options":[],"target":"sm_90"})"),
+      Catch::Contains("line 3: \"source_hash\" is not 32 hex digits"));
+  CHECK_THAT(
+      with_line3(
+          R"({"v":1,"source":"a.cu","builtin":false,"source_hash":"0123456789abcdef0123456789abcdef","names":[],"options":[],"target":"sm_90"})"),
+      Catch::Contains("line 3: runtime source: has neither"));
+  CHECK_THAT(
+      with_line3(
+          R"({"v":1,"source":"a.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef","names":[1],"options":[],"target":"sm_90"})"),
+      Catch::Contains("line 3: \"names\" holds a non-string"));
+  CHECK_THAT(manifest_error(dir.path / "missing.jsonl"), Catch::Contains("cannot open"));
+  CHECK_THAT(manifest_error(dir.path), Catch::Contains("is a directory"));
+}
+
+TEST_CASE("the recorder writes each distinct request once and never throws") {
+  Dir dir;
+  const fs::path path = dir.path / "rec.jsonl";
+  {
+    kiln::detail::ManifestRecorder recorder(path);
+    CHECK_FALSE(fs::exists(path));  // nothing is created before the first record
+    recorder.record(builtin_record());
+    recorder.record(builtin_record());
+    recorder.record(runtime_record("a"));
+    recorder.record(runtime_record("a"));
+    recorder.record(runtime_record("b"));
+  }
+  CHECK(kiln::detail::read_manifest(path).size() == 3);
+  CHECK((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  kiln::detail::ManifestRecorder broken(dir.path / "no" / "such" / "dir.jsonl");
+  CHECK_NOTHROW(broken.record(builtin_record()));
+  CHECK_NOTHROW(broken.record(runtime_record("again")));
+}
+
+TEST_CASE("processes recording into one manifest never interleave lines") {
+  Dir dir;
+  const fs::path path = dir.path / "shared.jsonl";
+  constexpr int kProcesses = 4;
+  constexpr int kRecords = 40;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      kiln::detail::ManifestRecorder recorder(path);
+      for (int r = 0; r < kRecords; ++r) {
+        // Lines well over PIPE_BUF (4096), so a torn write would show.
+        recorder.record(runtime_record(std::string(9000, static_cast<char>('a' + p)) + std::to_string(r)));
+      }
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+  }
+  const auto records = kiln::detail::read_manifest(path);
+  CHECK(records.size() == kProcesses * kRecords);
+}

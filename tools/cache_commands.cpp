@@ -1,0 +1,873 @@
+// kiln cache ...: path, ls, show, stats, verify, prune, clear, why-miss, export, import.
+// Every entry is read with the engine's own parser (Store::read_file, CanonicalKey::parse, diff_keys);
+// nothing here knows the entry's byte layout.
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "kiln/cache/pack.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+#include "tiers.hpp"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+json names_json(const std::vector<cache::LoweredName>& names) {
+  json out = json::array();
+  for (const cache::LoweredName& name : names)
+    out.push_back({{"expression", name.expression}, {"lowered", name.lowered}});
+  return out;
+}
+
+std::string names_text(const std::vector<cache::LoweredName>& names) {
+  if (names.empty()) return "(extern C names)";
+  std::string out;
+  for (const cache::LoweredName& name : names) {
+    if (!out.empty()) out += ", ";
+    out += name.expression;
+  }
+  return out;
+}
+
+std::uint64_t total_size(const std::vector<cache::EntryFile>& files) {
+  std::uint64_t total = 0;
+  for (const cache::EntryFile& file : files) total += file.size;
+  return total;
+}
+
+// ---- path ---------------------------------------------------------------------------------------------
+
+int run_path() {
+  const auto store = open_store();
+  std::cout << store->config().root.string() << '\n';
+  return kExitOk;
+}
+
+// ---- ls -------------------------------------------------------------------------------------------------
+
+struct LsArgs {
+  bool json = false;
+  std::string sort;
+  std::string target;
+};
+
+/// One `ls --json` record, written directly (see append_json_string).
+std::string entry_json(const EntrySummary& e) {
+  std::string out;
+  out.reserve(512);
+  out += "{\"key\":\"";
+  out += e.file.file_hash.hex();
+  out += "\",\"path\":";
+  append_json_string(out, e.file.path.native());
+  fmt::format_to(std::back_inserter(out), ",\"size\":{},\"last_use_unix\":{},\"valid\":{}", e.file.size,
+                 to_unix(e.file.mtime), e.valid);
+  if (!e.valid) {
+    out += ",\"error\":";
+    append_json_string(out, e.error);
+    out += '}';
+    return out;
+  }
+  fmt::format_to(std::back_inserter(out), ",\"vendor\":\"{}\",\"payload_kind\":\"{}\",\"target\":", to_string(e.vendor),
+                 to_string(e.payload_kind));
+  append_json_string(out, e.target);
+  out += ",\"compiler\":";
+  append_json_string(out, e.compiler);
+  fmt::format_to(std::back_inserter(out), ",\"created_unix\":{},\"source\":", e.created_unix);
+  append_json_string(out, e.source);
+  out += ",\"names\":[";
+  for (std::size_t i = 0; i < e.names.size(); ++i) {
+    out += i == 0 ? "{\"expression\":" : ",{\"expression\":";
+    append_json_string(out, e.names[i].expression);
+    out += ",\"lowered\":";
+    append_json_string(out, e.names[i].lowered);
+    out += '}';
+  }
+  fmt::format_to(std::back_inserter(out), "],\"payload_bytes\":{},\"aux_bytes\":{}}}", e.payload_bytes, e.aux_bytes);
+  return out;
+}
+
+constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<24} {:<20} {}\n";
+
+std::string entry_line(const EntrySummary& e) {
+  const std::string key = e.file.file_hash.hex().substr(0, 16);
+  if (!e.valid) {
+    return fmt::format("{:<16}  {:>10}  {:>8}  DAMAGED: {}\n", key, format_bytes(e.file.size), format_age(e.file.mtime),
+                       one_line(e.error));
+  }
+  return fmt::format(fmt::runtime(kLsColumns), key, format_bytes(e.file.size), format_age(e.file.mtime),
+                     to_string(e.vendor), e.target, e.source, names_text(e.names));
+}
+
+int run_ls(const LsArgs& args) {
+  const auto store = open_store();
+  ScanOptions scan;
+  // Each entry's output is formatted on the scanning threads; here it is only ordered and written.
+  if (args.json) {
+    scan.render = entry_json;
+  } else {
+    scan.render = entry_line;
+  }
+  std::vector<EntrySummary> entries = scan_entries(*store, store->list(), scan);
+  if (!args.target.empty()) {
+    std::erase_if(entries, [&](const EntrySummary& e) { return !e.valid || !target_matches(e.target, args.target); });
+  }
+  std::vector<const EntrySummary*> order;
+  order.reserve(entries.size());
+  for (const EntrySummary& e : entries) order.push_back(&e);
+  const auto sort_by = [&](auto less) { std::sort(order.begin(), order.end(), less); };
+  if (args.sort == "size") {
+    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->file.size > b->file.size; });
+  } else if (args.sort == "age") {
+    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->created_unix < b->created_unix; });
+  } else if (args.sort == "use") {
+    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->file.mtime < b->file.mtime; });
+  } else {
+    sort_by([](const EntrySummary* a, const EntrySummary* b) { return key_order(a->file, b->file); });
+  }
+
+  std::string text;
+  std::size_t capacity = 64;
+  for (const EntrySummary* e : order) capacity += e->rendered.size() + 2;
+  text.reserve(capacity);
+  if (args.json) {
+    text += '[';
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (i > 0) text += ',';
+      text += order[i]->rendered;
+    }
+    text += "]\n";
+  } else {
+    std::uint64_t bytes = 0;
+    text += fmt::format(fmt::runtime(kLsColumns), "KEY", "SIZE", "USED", "LANE", "TARGET", "SOURCE", "KERNELS");
+    for (const EntrySummary* e : order) {
+      bytes += e->file.size;
+      text += e->rendered;
+    }
+    text += fmt::format("{} entries, {}\n", order.size(), format_bytes(bytes));
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return kExitOk;
+}
+
+// ---- show -------------------------------------------------------------------------------------------------
+
+struct ShowArgs {
+  std::string prefix;
+  std::string dump;
+  bool json = false;
+};
+
+/// A key part's value as one short line: the value itself when short and printable, else its size,
+/// hash and first line.
+std::string summarize_part(const std::string& value) {
+  const bool printable = std::all_of(value.begin(), value.end(), [](char c) {
+    return c == '\n' || (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
+  });
+  if (printable && value.size() <= 160) return value.empty() ? "(empty)" : one_line(value);
+  std::string first = value.substr(0, value.find('\n'));
+  if (first.size() > 60) first = first.substr(0, 60) + "...";
+  if (!printable) first = "(binary)";
+  return fmt::format("{}, hash {}, starts \"{}\"", format_bytes(value.size()),
+                     cache::hash128(value).hex().substr(0, 16), first);
+}
+
+cache::EntryFile find_by_prefix(const std::vector<cache::EntryFile>& files, std::string prefix, const fs::path& root) {
+  std::transform(prefix.begin(), prefix.end(), prefix.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (prefix.empty() || prefix.size() > 32 ||
+      !std::all_of(prefix.begin(), prefix.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+    throw UsageError(fmt::format("'{}' is not a key prefix (1 to 32 hex digits, as `kiln cache ls` prints)", prefix));
+  }
+  std::vector<const cache::EntryFile*> matches;
+  for (const cache::EntryFile& file : files) {
+    if (file.file_hash.hex().starts_with(prefix)) matches.push_back(&file);
+  }
+  if (matches.empty()) throw UsageError(fmt::format("no entry with key prefix {} in {}", prefix, root.string()));
+  if (matches.size() > 1) {
+    std::string some;
+    for (std::size_t i = 0; i < matches.size() && i < 4; ++i) some += " " + matches[i]->file_hash.hex().substr(0, 16);
+    throw UsageError(fmt::format("key prefix {} is ambiguous: {} entries match ({}{}); give more digits", prefix,
+                                 matches.size(), some.substr(1), matches.size() > 4 ? " ..." : ""));
+  }
+  return *matches.front();
+}
+
+int run_show(const ShowArgs& args) {
+  const auto store = open_store();
+  const cache::EntryFile file = find_by_prefix(store->list(), args.prefix, store->config().root);
+  auto parsed = store->read_file(file.path);
+  if (auto* error = std::get_if<cache::ContentError>(&parsed)) {
+    throw std::runtime_error(
+        fmt::format("entry {} ({}) is damaged: {}", file.file_hash.hex(), file.path.string(), error->reason));
+  }
+  const cache::Entry& entry = std::get<cache::Entry>(parsed);
+  const auto parts = cache::CanonicalKey::parse(entry.canonical_key);
+
+  if (!args.dump.empty()) {
+    if (args.dump == "-") {
+      std::cout.write(reinterpret_cast<const char*>(entry.payload.data()),
+                      static_cast<std::streamsize>(entry.payload.size()));
+      std::cout.flush();
+      return kExitOk;
+    }
+    std::ofstream out(args.dump, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(entry.payload.data()), static_cast<std::streamsize>(entry.payload.size()));
+    out.close();
+    if (!out) throw std::runtime_error(fmt::format("--dump {}: cannot write the payload", args.dump));
+    std::cerr << fmt::format("wrote the {} payload ({}) to {}\n", to_string(entry.payload_kind),
+                             format_bytes(entry.payload.size()), args.dump);
+  }
+
+  if (args.json) {
+    json key_parts = json::array();
+    if (parts) {
+      for (const cache::KeyPart& part : *parts) {
+        json item = {{"name", part.name}, {"size", part.value.size()}, {"hash", cache::hash128(part.value).hex()}};
+        if (part.value.size() <= 4096) item["value"] = part.value;
+        key_parts.push_back(std::move(item));
+      }
+    }
+    print_json({{"key", entry.key_hash.hex()},
+                {"path", file.path.string()},
+                {"file_size", file.size},
+                {"last_use_unix", to_unix(file.mtime)},
+                {"vendor", std::string(to_string(entry.vendor))},
+                {"payload_kind", std::string(to_string(entry.payload_kind))},
+                {"payload_bytes", entry.payload.size()},
+                {"aux_bytes", entry.aux.size()},
+                {"target", entry.target},
+                {"compiler", entry.compiler},
+                {"created_unix", entry.created_unix},
+                {"source", parts ? describe_source(*parts) : "?"},
+                {"names", names_json(entry.names)},
+                {"canonical_key_bytes", entry.canonical_key.size()},
+                {"key_parts", std::move(key_parts)}});
+    return kExitOk;
+  }
+
+  std::string text;
+  text += fmt::format("key       {}\n", entry.key_hash.hex());
+  text += fmt::format("file      {} ({}, last used {} ago)\n", file.path.string(), format_bytes(file.size),
+                      format_age(file.mtime));
+  text += fmt::format("vendor    {}\n", to_string(entry.vendor));
+  text += fmt::format("payload   {} {}", to_string(entry.payload_kind), format_bytes(entry.payload.size()));
+  if (!entry.aux.empty()) text += fmt::format(" (+ PTX {})", format_bytes(entry.aux.size()));
+  text += '\n';
+  text += fmt::format("target    {}\n", entry.target);
+  text += fmt::format("compiler  {}\n", entry.compiler);
+  text += fmt::format("created   {}\n", format_time(entry.created_unix));
+  text += fmt::format("source    {}\n", parts ? describe_source(*parts) : "?");
+  if (entry.names.empty()) text += "kernels   (no name expressions: extern \"C\" kernels by their own names)\n";
+  for (std::size_t i = 0; i < entry.names.size(); ++i) {
+    text += fmt::format("{}{} -> {}\n", i == 0 ? "kernels   " : "          ", entry.names[i].expression,
+                        entry.names[i].lowered);
+  }
+  if (!parts) {
+    text += "canonical key: does not follow the key grammar\n";
+  } else {
+    text += fmt::format("canonical key ({} parts, {}):\n", parts->size(), format_bytes(entry.canonical_key.size()));
+    std::size_t width = 0;
+    for (const cache::KeyPart& part : *parts) width = std::max(width, part.name.size());
+    for (const cache::KeyPart& part : *parts) {
+      text += fmt::format("  {:<{}}  {}\n", part.name, width, summarize_part(part.value));
+    }
+  }
+  std::cout << text;
+  return kExitOk;
+}
+
+// ---- stats ------------------------------------------------------------------------------------------------
+
+struct StatsArgs {
+  bool json = false;
+  bool zero = false;
+};
+
+int run_stats(const StatsArgs& args) {
+  const auto store = open_store();
+  cache::PersistentStats persistent(store->config().root);
+  if (args.zero) {
+    require_writable(*store, "cache stats --zero");
+    persistent.zero();
+    std::cout << "lifetime counters zeroed\n";
+    return kExitOk;
+  }
+  const std::vector<cache::EntryFile> files = store->list();
+  ScanOptions scan;
+  scan.describe_source = false;
+  const std::vector<EntrySummary> entries = scan_entries(*store, files, scan);
+  struct Group {
+    std::size_t entries = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
+  std::size_t damaged = 0;
+  std::uint64_t bytes = 0;
+  for (const EntrySummary& e : entries) {
+    bytes += e.file.size;
+    if (!e.valid) {
+      ++damaged;
+      continue;
+    }
+    Group& group = groups[{std::string(to_string(e.vendor)), e.target}];
+    ++group.entries;
+    group.bytes += e.file.size;
+  }
+  const cache::Counters total = persistent.load_total();
+  const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
+
+  if (args.json) {
+    json by_target = json::array();
+    for (const auto& [key, group] : groups) {
+      by_target.push_back(
+          {{"vendor", key.first}, {"target", key.second}, {"entries", group.entries}, {"bytes", group.bytes}});
+    }
+    print_json({{"root", store->config().root.string()},
+                {"mode", std::string(cache::to_string(store->mode()))},
+                {"entries", entries.size()},
+                {"bytes", bytes},
+                {"max_size", store->config().max_size},
+                {"damaged", damaged},
+                {"by_target", std::move(by_target)},
+                {"lifetime",
+                 {{"memory_hits", total.memory_hits},
+                  {"disk_hits", total.disk_hits},
+                  {"remote_hits", total.remote_hits},
+                  {"misses", total.misses},
+                  {"hit_ratio", total.hit_ratio()},
+                  {"compiles", total.compiles},
+                  {"compile_failures", total.compile_failures},
+                  {"compile_seconds", total.compile_seconds()},
+                  {"corrupt_removed", total.corrupt_removed},
+                  {"evictions", total.evictions},
+                  {"bytes_written", total.bytes_written},
+                  {"bytes_read", total.bytes_read},
+                  {"remote_misses", total.remote_misses},
+                  {"remote_errors", total.remote_errors}}}});
+    return kExitOk;
+  }
+
+  std::string text;
+  text += fmt::format("cache             {} ({})\n", store->config().root.string(), cache::to_string(store->mode()));
+  text += fmt::format("entries           {} ({} of a {} limit)\n", entries.size(), format_bytes(bytes),
+                      format_bytes(store->config().max_size));
+  for (const auto& [key, group] : groups) {
+    text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", key.first, key.second, group.entries,
+                        format_bytes(group.bytes));
+  }
+  if (damaged > 0) text += fmt::format("damaged           {} (kiln cache verify --fix removes them)\n", damaged);
+  text += "lifetime (every process, since the counters were last zeroed):\n";
+  text +=
+      fmt::format("  hit ratio       {:.1f}% ({} hits, {} misses)\n", 100.0 * total.hit_ratio(), hits, total.misses);
+  text += fmt::format("  hits            memory {}, disk {}, remote {}\n", total.memory_hits, total.disk_hits,
+                      total.remote_hits);
+  text += fmt::format("  compiles        {} ({} failed), {} compiling\n", total.compiles, total.compile_failures,
+                      format_seconds(total.compile_seconds()));
+  text += fmt::format("  corrupt removed {}\n", total.corrupt_removed);
+  text += fmt::format("  evictions       {}\n", total.evictions);
+  text += fmt::format("  written / read  {} / {}\n", format_bytes(total.bytes_written), format_bytes(total.bytes_read));
+  if (total.remote_misses + total.remote_errors > 0) {
+    text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
+  }
+  std::cout << text;
+  return kExitOk;
+}
+
+// ---- verify -----------------------------------------------------------------------------------------------
+
+struct VerifyArgs {
+  bool fix = false;
+  bool json = false;
+};
+
+int run_verify(const VerifyArgs& args) {
+  const auto store = open_store();
+  if (args.fix) require_writable(*store, "cache verify --fix");
+  ScanOptions scan;
+  scan.describe_source = false;
+  const std::vector<EntrySummary> entries = scan_entries(*store, store->list(), scan);
+  std::size_t bad = 0;
+  std::size_t removed = 0;
+  json bad_json = json::array();
+  std::string text;
+  for (const EntrySummary& e : entries) {
+    if (e.valid) continue;
+    ++bad;
+    bool gone = false;
+    std::string remove_error;
+    if (args.fix) {
+      std::error_code ec;
+      gone = fs::remove(e.file.path, ec);
+      if (ec) remove_error = ec.message();
+      if (gone) ++removed;
+    }
+    bad_json.push_back(
+        {{"key", e.file.file_hash.hex()}, {"path", e.file.path.string()}, {"error", e.error}, {"removed", gone}});
+    text += fmt::format("bad: {} {}: {}{}\n", e.file.file_hash.hex(), e.file.path.string(), one_line(e.error),
+                        gone                   ? " (removed)"
+                        : remove_error.empty() ? ""
+                                               : " (cannot remove: " + remove_error + ")");
+  }
+  if (args.json) {
+    print_json({{"entries", entries.size()},
+                {"ok", entries.size() - bad},
+                {"bad", bad},
+                {"removed", removed},
+                {"bad_entries", std::move(bad_json)}});
+  } else {
+    text += fmt::format("verify: {} entries: {} ok, {} bad", entries.size(), entries.size() - bad, bad);
+    if (args.fix) text += fmt::format(", {} removed", removed);
+    if (bad > removed && !args.fix) text += " (kiln cache verify --fix removes them)";
+    std::cout << text << '\n';
+  }
+  return bad > removed ? kExitFound : kExitOk;
+}
+
+// ---- prune / clear -----------------------------------------------------------------------------------------
+
+struct PruneArgs {
+  std::string max_size;
+  std::string older_than;
+  std::string target;
+  bool dry_run = false;
+  bool json = false;
+};
+
+int run_prune(const PruneArgs& args) {
+  if (args.max_size.empty() && args.older_than.empty() && args.target.empty()) {
+    throw UsageError("prune needs --max-size SIZE, --older-than AGE or --target T");
+  }
+  // Plain values with flags rather than std::optional: GCC 12 misreports optionals here (-Wmaybe-uninitialized).
+  const bool by_size = !args.max_size.empty();
+  const bool by_age = !args.older_than.empty();
+  const std::uint64_t max_size = by_size ? parse_size_flag(args.max_size, "--max-size") : 0;
+  const std::chrono::seconds older_than = by_age ? parse_age(args.older_than, "--older-than") : std::chrono::seconds(0);
+  if (!args.target.empty()) {
+    // Only the shape is checked: entries for a target this kiln cannot compile may still be pruned.
+    const std::string& t = args.target;
+    if (!(t.starts_with("sm_") || t.starts_with("compute_") || t.starts_with("gfx"))) {
+      throw UsageError(fmt::format("--target {}: not a target id (expected sm_XX, compute_XX or gfxNNN...)", t));
+    }
+  }
+  const auto store = open_store();
+  if (!args.dry_run) require_writable(*store, "cache prune");
+  const std::vector<cache::EntryFile> files = store->list();
+  const std::uint64_t before = total_size(files);
+
+  // Eligible entries, least recently used first (the order Store::trim evicts in).
+  std::vector<EntrySummary> eligible;
+  if (!args.target.empty()) {
+    ScanOptions scan;
+    scan.describe_source = false;
+    eligible = scan_entries(*store, files, scan);
+    std::erase_if(eligible, [&](const EntrySummary& e) { return !e.valid || !target_matches(e.target, args.target); });
+  } else {
+    eligible.resize(files.size());
+    for (std::size_t i = 0; i < files.size(); ++i) eligible[i].file = files[i];
+  }
+  if (by_age) {
+    const auto cutoff = std::chrono::system_clock::now() - older_than;
+    std::erase_if(eligible, [&](const EntrySummary& e) { return e.file.mtime >= cutoff; });
+  }
+  std::sort(eligible.begin(), eligible.end(), [](const EntrySummary& a, const EntrySummary& b) {
+    return a.file.mtime != b.file.mtime ? a.file.mtime < b.file.mtime : key_order(a.file, b.file);
+  });
+  std::vector<const EntrySummary*> chosen;
+  std::uint64_t remaining = before;
+  for (const EntrySummary& e : eligible) {
+    if (by_size && remaining <= max_size) break;
+    chosen.push_back(&e);
+    remaining -= std::min(remaining, e.file.size);
+  }
+
+  // An entry used since the listing (its mtime moved) is no longer among the least recently used: kept.
+  std::vector<bool> gone(chosen.size(), true);
+  if (!args.dry_run) {
+    std::vector<const cache::EntryFile*> targets;
+    for (const EntrySummary* e : chosen) targets.push_back(&e->file);
+    gone = remove_files(targets, true);
+  }
+  std::size_t removed = 0;
+  std::uint64_t freed = 0;
+  json list = json::array();
+  std::string text;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    if (!gone[i]) continue;
+    const EntrySummary& e = *chosen[i];
+    ++removed;
+    freed += e.file.size;
+    if (args.dry_run) {
+      text += fmt::format("would remove {} {:>10}  last used {} ago{}\n", e.file.file_hash.hex(),
+                          format_bytes(e.file.size), format_age(e.file.mtime), e.target.empty() ? "" : "  " + e.target);
+      if (args.json) list.push_back({{"key", e.file.file_hash.hex()}, {"size", e.file.size}});
+    }
+  }
+  if (args.json) {
+    print_json({{"removed", removed},
+                {"bytes_before", before},
+                {"bytes_after", before - freed},
+                {"dry_run", args.dry_run},
+                {"entries", std::move(list)}});
+    return kExitOk;
+  }
+  text += fmt::format("prune: {} {} entries ({} freed); cache {} {}\n", args.dry_run ? "would remove" : "removed",
+                      removed, format_bytes(freed), args.dry_run ? "would be" : "now", format_bytes(before - freed));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return kExitOk;
+}
+
+int run_clear() {
+  const auto store = open_store();
+  require_writable(*store, "cache clear");
+  const std::vector<cache::EntryFile> files = store->list();
+  std::vector<const cache::EntryFile*> targets;
+  for (const cache::EntryFile& file : files) targets.push_back(&file);
+  const std::vector<bool> gone = remove_files(targets, false);
+  std::size_t removed = 0;
+  std::uint64_t freed = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!gone[i]) continue;
+    ++removed;
+    freed += files[i].size;
+  }
+  std::cout << fmt::format("clear: removed {} entries ({}) from {}\n", removed, format_bytes(freed),
+                           store->config().root.string());
+  return removed == files.size() ? kExitOk : kExitFound;
+}
+
+// ---- why-miss ---------------------------------------------------------------------------------------------
+
+struct WhyMissArgs {
+  std::string source;
+  std::string builtin;
+  std::vector<std::string> headers;
+  std::vector<std::string> kernels;
+  std::vector<std::string> options;
+  std::string target;
+  bool one_program = false;
+  bool json = false;
+};
+
+struct Nearest {
+  std::tuple<int, std::size_t, std::int64_t> rank{4, 0, 0};  // category, differences, -mtime
+  cache::EntryFile file;
+  std::string target;
+  std::string source;
+  std::vector<cache::KeyDifference> differences;
+};
+
+int run_why_miss(const WhyMissArgs& args) {
+  if (args.source.empty() == args.builtin.empty())
+    throw UsageError("why-miss needs exactly one of --source FILE or --builtin NAME");
+  if (args.kernels.empty()) throw UsageError("why-miss needs --kernel NAME");
+  std::vector<Header> headers;
+  for (const std::string& spec : args.headers) {
+    const std::size_t equals = spec.find('=');
+    const fs::path path = equals == std::string::npos ? spec : spec.substr(equals + 1);
+    headers.push_back({equals == std::string::npos ? path.filename().string() : spec.substr(0, equals),
+                       read_text_file(path, "--header")});
+  }
+  std::optional<Source> source;
+  try {
+    source = args.builtin.empty() ? Source::from_text(fs::path(args.source).filename().string(),
+                                                      read_text_file(args.source, "--source"), headers)
+                                  : Source::builtin(args.builtin);
+  } catch (const ConfigError& error) {
+    throw UsageError(error.what());
+  }
+  Options options;
+  try {
+    options = Options(args.options);
+  } catch (const Error& error) {
+    throw UsageError(fmt::format("--option: {}", error.what()));
+  }
+  const auto sets = name_sets(args.kernels, args.one_program);
+  if (sets.size() != 1) {
+    throw UsageError(
+        fmt::format("these kernels make {} separate requests; ask about one at a time (or use "
+                    "--one-program)",
+                    sets.size()));
+  }
+  const std::vector<std::string>& names = sets.front();
+
+  const EngineConfig config = EngineConfig::from_environment();
+  Engine engine(config);
+  const auto [hash, canonical] = engine.describe_key(*source, options, names, args.target);
+  const cache::Store& store = engine.store();
+  const std::string request_label =
+      fmt::format("{} [{}] {}{}", source->name(), fmt::join(args.kernels, ", "), args.target,
+                  args.options.empty() ? std::string() : fmt::format(" {{{}}}", fmt::join(args.options, " ")));
+
+  // 1. The local store, exactly where the engine looks.
+  std::string where;
+  std::string damaged;
+  const fs::path path = store.entry_path(hash);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    auto parsed = store.read_file(path);
+    if (auto* entry = std::get_if<cache::Entry>(&parsed)) {
+      if (entry->canonical_key == canonical) {
+        where = "local cache";
+      } else {
+        damaged = "the entry file holds another request (a hash collision: the engine treats it as a miss)";
+      }
+    } else {
+      damaged = fmt::format("the entry file is damaged ({}): the engine deletes it and recompiles",
+                            std::get<cache::ContentError>(parsed).reason);
+    }
+  }
+  // 2. The tiers below it (packs, remote), in the engine's order.
+  std::vector<std::string> tier_errors;
+  if (where.empty()) {
+    for (const auto& tier : open_tiers(config, tier_errors)) {
+      if (tier->get(hash, canonical).outcome == cache::LookupOutcome::hit) {
+        where = tier->describe();
+        break;
+      }
+      // Nothing will be compiled for this miss: release a compile lease the tier may have taken.
+      tier->abandon(hash);
+    }
+  }
+  if (!where.empty()) {
+    if (args.json) {
+      print_json({{"request", request_label}, {"key", hash.hex()}, {"hit", true}, {"where", where}});
+    } else {
+      std::cout << fmt::format("hit: {} is in the {} (key {})\n", request_label, where, hash.hex());
+    }
+    return kExitOk;
+  }
+
+  // 3. A miss: the nearest entry, preferring the same source and kernels, then the fewest differences.
+  const auto request_parts = cache::CanonicalKey::parse(canonical);
+  if (!request_parts) throw std::runtime_error("the engine built a key that does not follow the key grammar");
+  const std::string* request_source = find_part(*request_parts, "source");
+  const std::string* request_names = find_part(*request_parts, "names");
+  const std::vector<cache::EntryFile> files = store.list();
+  std::mutex mutex;
+  std::optional<Nearest> nearest;
+  parallel_for(files.size(), 0, [&](std::size_t i) {
+    auto parsed = store.read_file(files[i].path);
+    auto* entry = std::get_if<cache::Entry>(&parsed);
+    if (entry == nullptr) return;
+    const auto parts = cache::CanonicalKey::parse(entry->canonical_key);
+    if (!parts) return;
+    const std::string* entry_source = find_part(*parts, "source");
+    const std::string* entry_names = find_part(*parts, "names");
+    const bool same_source = request_source && entry_source && *request_source == *entry_source;
+    const bool same_names = (request_names == nullptr && entry_names == nullptr) ||
+                            (request_names && entry_names && *request_names == *entry_names);
+    const int category = same_source && same_names ? 0 : same_names ? 1 : same_source ? 2 : 3;
+    std::vector<cache::KeyDifference> differences = cache::diff_keys(*parts, *request_parts);
+    const std::tuple<int, std::size_t, std::int64_t> rank{category, differences.size(), -to_unix(files[i].mtime)};
+    const std::lock_guard lock(mutex);
+    if (!nearest || rank < nearest->rank) {
+      nearest = Nearest{rank, files[i], entry->target, describe_source(*parts), std::move(differences)};
+    }
+  });
+
+  if (args.json) {
+    json out = {{"request", request_label},
+                {"key", hash.hex()},
+                {"hit", false},
+                {"damaged", damaged},
+                {"tier_errors", tier_errors}};
+    if (nearest) {
+      json differences = json::array();
+      for (const cache::KeyDifference& d : nearest->differences) {
+        differences.push_back({{"part", d.name}, {"description", d.description}});
+      }
+      out["nearest"] = {{"key", nearest->file.file_hash.hex()},
+                        {"target", nearest->target},
+                        {"source", nearest->source},
+                        {"same_source_and_kernels", std::get<0>(nearest->rank) == 0},
+                        {"differences", std::move(differences)}};
+    }
+    print_json(out);
+    return kExitFound;
+  }
+  std::string text =
+      fmt::format("miss: {} (key {}) is not in {}", request_label, hash.hex(), store.config().root.string());
+  text += config.packs.empty() ? "\n" : fmt::format(" nor in {} pack(s)\n", config.packs.size());
+  if (!damaged.empty()) text += fmt::format("  {}\n", damaged);
+  for (const std::string& error : tier_errors) text += fmt::format("  tier unusable: {}\n", one_line(error));
+  if (!nearest) {
+    text += "the cache has no entries to compare with\n";
+  } else {
+    const int category = std::get<0>(nearest->rank);
+    text += fmt::format("nearest entry: {} ({}, {}, last used {} ago){}\n", nearest->file.file_hash.hex(),
+                        nearest->source, nearest->target, format_age(nearest->file.mtime),
+                        category == 0   ? ""
+                        : category == 1 ? " -- same kernels, another source"
+                        : category == 2 ? " -- same source, other kernels"
+                                        : " -- no entry has this source or these kernels");
+    text +=
+        fmt::format("{} (entry -> request):\n", nearest->differences.size() == 1
+                                                    ? std::string("1 key part differs")
+                                                    : fmt::format("{} key parts differ", nearest->differences.size()));
+    for (const cache::KeyDifference& d : nearest->differences) {
+      text += fmt::format("  {}: {}\n", d.name, one_line(d.description));
+    }
+  }
+  std::cout << text;
+  return kExitFound;
+}
+
+// ---- export / import --------------------------------------------------------------------------------------
+
+struct ExportArgs {
+  std::string file;
+  std::vector<std::string> targets;
+};
+
+int run_export(const ExportArgs& args) {
+  const auto store = open_store();
+  cache::PackWriter writer(args.file);
+  std::size_t skipped = 0;
+  for (const cache::EntryFile& file : store->list()) {
+    auto parsed = store->read_file(file.path);
+    auto* entry = std::get_if<cache::Entry>(&parsed);
+    if (entry == nullptr || entry->key_hash != file.file_hash) {
+      ++skipped;
+      std::cerr << fmt::format("kiln: warning: skipped damaged entry {}: {}\n", file.file_hash.hex(),
+                               entry ? "file name names another key" : std::get<cache::ContentError>(parsed).reason);
+      continue;
+    }
+    if (!args.targets.empty() && std::none_of(args.targets.begin(), args.targets.end(),
+                                              [&](const std::string& t) { return target_matches(entry->target, t); })) {
+      continue;
+    }
+    writer.add(*entry);
+  }
+  const std::size_t count = writer.size();
+  const std::uint64_t bytes = writer.data_bytes();
+  writer.commit();
+  std::cout << fmt::format("export: {} entries ({}) to {}{}\n", count, format_bytes(bytes), args.file,
+                           skipped > 0 ? fmt::format("; skipped {} damaged", skipped) : std::string());
+  return kExitOk;
+}
+
+struct ImportArgs {
+  std::string file;
+};
+
+int run_import(const ImportArgs& args) {
+  const auto pack = cache::PackReader::open(args.file);
+  const auto store = open_store();
+  require_writable(*store, "cache import");
+  std::size_t imported = 0;
+  std::size_t present = 0;
+  std::size_t rejected = 0;
+  std::size_t failed = 0;
+  for (const cache::PackRecord& record : pack->records()) {
+    auto parsed = pack->read(record);
+    if (auto* error = std::get_if<cache::ContentError>(&parsed)) {
+      ++rejected;
+      std::cerr << fmt::format("kiln: warning: rejected {}: {}\n", record.key.hex(), error->reason);
+      continue;
+    }
+    const cache::Entry& entry = std::get<cache::Entry>(parsed);
+    auto existing = store->read_file(store->entry_path(entry.key_hash));
+    if (const auto* old = std::get_if<cache::Entry>(&existing); old && old->canonical_key == entry.canonical_key) {
+      ++present;
+      continue;
+    }
+    if (store->put(entry)) {
+      ++imported;
+    } else {
+      ++failed;
+    }
+  }
+  std::cout << fmt::format("import: {} entries from {}: {} imported, {} already present, {} rejected, {} failed\n",
+                           pack->records().size(), args.file, imported, present, rejected, failed);
+  return rejected + failed == 0 ? kExitOk : kExitFound;
+}
+
+}  // namespace
+
+void add_cache_commands(CLI::App& app, Commands& commands) {
+  CLI::App* cache = app.add_subcommand("cache", "Inspect, verify, trim, export and import the kernel cache");
+  cache->require_subcommand(1);
+
+  CLI::App* path = cache->add_subcommand("path", "Print the cache root");
+  commands.push_back({path, [] { return run_path(); }});
+
+  auto ls = std::make_shared<LsArgs>();
+  CLI::App* ls_app = cache->add_subcommand("ls", "List entries (key, size, last use, lane, target, source, kernels)");
+  ls_app->add_flag("--json", ls->json, "Print JSON");
+  ls_app
+      ->add_option("--sort", ls->sort,
+                   "size (largest first), age (oldest created first), use (least recently used first)")
+      ->check(CLI::IsMember({"size", "age", "use"}));
+  ls_app->add_option("--target", ls->target, "Only entries for this target (gfx90a also matches gfx90a:xnack-)");
+  commands.push_back({ls_app, [ls] { return run_ls(*ls); }});
+
+  auto show = std::make_shared<ShowArgs>();
+  CLI::App* show_app = cache->add_subcommand("show", "An entry's metadata and every part of its canonical key");
+  show_app->add_option("key", show->prefix, "The key or a unique prefix of it (hex, as `kiln cache ls` prints)")
+      ->required();
+  show_app->add_option("--dump", show->dump, "Write the payload (CUBIN, PTX or code object) to FILE ('-' = stdout)");
+  show_app->add_flag("--json", show->json, "Print JSON");
+  commands.push_back({show_app, [show] { return run_show(*show); }});
+
+  auto stats = std::make_shared<StatsArgs>();
+  CLI::App* stats_app = cache->add_subcommand("stats", "Entries and bytes per lane and target; lifetime hit ratio");
+  stats_app->add_flag("--json", stats->json, "Print JSON");
+  stats_app->add_flag("--zero", stats->zero, "Zero the lifetime counters");
+  commands.push_back({stats_app, [stats] { return run_stats(*stats); }});
+
+  auto verify = std::make_shared<VerifyArgs>();
+  CLI::App* verify_app = cache->add_subcommand("verify", "Check every entry as the engine does (exit 1 if any is bad)");
+  verify_app->add_flag("--fix", verify->fix, "Remove bad entries");
+  verify_app->add_flag("--json", verify->json, "Print JSON");
+  commands.push_back({verify_app, [verify] { return run_verify(*verify); }});
+
+  auto prune = std::make_shared<PruneArgs>();
+  CLI::App* prune_app = cache->add_subcommand(
+      "prune", "Remove entries: least recently used first down to --max-size, and/or by --older-than, --target");
+  prune_app->add_option("--max-size", prune->max_size, "Trim to this size, e.g. 500M, 2G (LRU)");
+  prune_app->add_option("--older-than", prune->older_than, "Remove entries not used for AGE, e.g. 30d, 12h");
+  prune_app->add_option("--target", prune->target, "Only entries for this target");
+  prune_app->add_flag("--dry-run", prune->dry_run, "Print what would be removed");
+  prune_app->add_flag("--json", prune->json, "Print JSON");
+  commands.push_back({prune_app, [prune] { return run_prune(*prune); }});
+
+  CLI::App* clear = cache->add_subcommand("clear", "Remove every entry");
+  commands.push_back({clear, [] { return run_clear(); }});
+
+  auto why = std::make_shared<WhyMissArgs>();
+  CLI::App* why_app = cache->add_subcommand(
+      "why-miss", "Would this request hit? If not, the nearest entry and exactly which key parts differ");
+  why_app->add_option("--source", why->source, "The kernel source file");
+  why_app->add_option("--builtin", why->builtin, "A built-in source by name, e.g. saxpy");
+  why_app->add_option("--header", why->headers, "An in-memory header for --source: FILE or NAME=FILE (repeatable)");
+  why_app->add_option("-k,--kernel", why->kernels, "The kernel name or name expression (repeatable with --one-program)")
+      ->required();
+  why_app->add_option("-o,--option", why->options, "A portable compile option (repeatable), e.g. --option=--fast-math");
+  why_app->add_option("-t,--target", why->target, "The target, e.g. sm_90, gfx90a")->required();
+  why_app->add_flag("--one-program", why->one_program, "The kernels were requested as one program");
+  why_app->add_flag("--json", why->json, "Print JSON");
+  why_app->footer("Exit status: 0 it would hit, 1 it would miss, 2 error.");
+  commands.push_back({why_app, [why] { return run_why_miss(*why); }});
+
+  auto exp = std::make_shared<ExportArgs>();
+  CLI::App* export_app = cache->add_subcommand("export", "Write entries into one pack file (.kpack)");
+  export_app->add_option("file", exp->file, "The pack to write")->required();
+  export_app->add_option("--target", exp->targets, "Only entries for this target (repeatable)");
+  commands.push_back({export_app, [exp] { return run_export(*exp); }});
+
+  auto imp = std::make_shared<ImportArgs>();
+  CLI::App* import_app = cache->add_subcommand("import", "Verify every entry of a pack and add it to the cache");
+  import_app->add_option("file", imp->file, "The pack to read")->required();
+  commands.push_back({import_app, [imp] { return run_import(*imp); }});
+}
+
+}  // namespace kiln::cli

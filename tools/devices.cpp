@@ -1,0 +1,105 @@
+// kiln devices: every vendor lane (compiled in, libraries loaded with paths and versions, devices),
+// the cache and the tiers below it.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "kiln/engine.hpp"
+#include "tiers.hpp"
+
+namespace kiln::cli {
+namespace {
+
+struct DevicesArgs {
+  bool json = false;
+};
+
+json lane_json(const LaneInfo& lane) {
+  json libraries = json::array();
+  for (const LibraryInfo& library : lane.libraries) {
+    libraries.push_back({{"role", library.role}, {"path", library.path}, {"version", library.version}});
+  }
+  json devices = json::array();
+  for (const DeviceInfo& device : lane.devices) {
+    devices.push_back({{"ordinal", device.ordinal},
+                       {"name", device.name},
+                       {"target", device.target},
+                       {"warp_size", device.warp_size},
+                       {"total_memory", device.total_memory},
+                       {"max_threads_per_block", device.max_threads_per_block},
+                       {"max_shared_per_block_optin", device.max_shared_per_block_optin},
+                       {"multiprocessors", device.multiprocessors}});
+  }
+  return {{"vendor", std::string(to_string(lane.vendor))},
+          {"compiled_in", lane.compiled_in},
+          {"compiler_loaded", lane.compiler_loaded},
+          {"runtime_loaded", lane.runtime_loaded},
+          {"status", lane.status},
+          {"libraries", std::move(libraries)},
+          {"devices", std::move(devices)}};
+}
+
+int run_devices(const DevicesArgs& args) {
+  EngineConfig config = EngineConfig::from_environment();
+  Engine engine(config);
+  const std::vector<LaneInfo> lanes = engine.lanes();
+  const cache::Store& store = engine.store();
+  const std::vector<TierReport> tiers = describe_tiers(config);
+
+  if (args.json) {
+    json document = json::object();
+    document["lanes"] = json::array();
+    for (const LaneInfo& lane : lanes) document["lanes"].push_back(lane_json(lane));
+    document["active_vendor"] = std::string(to_string(engine.vendor()));
+    document["cache"] = {{"root", store.config().root.string()},
+                         {"mode", std::string(cache::to_string(store.mode()))},
+                         {"mode_reason", store.mode_reason()},
+                         {"max_size", store.config().max_size}};
+    document["tiers"] = json::array();
+    for (const TierReport& tier : tiers) {
+      document["tiers"].push_back(
+          {{"kind", tier.kind}, {"location", tier.location}, {"ok", tier.ok}, {"detail", tier.detail}});
+    }
+    print_json(document);
+    return kExitOk;
+  }
+
+  for (const LaneInfo& lane : lanes) {
+    std::cout << fmt::format("{}: {}\n", to_string(lane.vendor), lane.status);
+    for (const LibraryInfo& library : lane.libraries) {
+      std::cout << fmt::format("  {:<12} {:<10} {}\n", library.role, library.version, library.path);
+    }
+    for (const DeviceInfo& device : lane.devices) {
+      std::cout << fmt::format("  device {}: {}  target {}  warp {}  memory {}  {} multiprocessors\n", device.ordinal,
+                               device.name, device.target, device.warp_size, format_bytes(device.total_memory),
+                               device.multiprocessors);
+    }
+    if (lane.compiled_in && lane.devices.empty() && lane.runtime_loaded) std::cout << "  no devices\n";
+  }
+  std::cout << fmt::format("kernels run on: {}\n",
+                           engine.vendor() == Vendor::none
+                               ? std::string("nothing (no device; prewarm for named targets works)")
+                               : std::string(to_string(engine.vendor())));
+  std::cout << fmt::format("cache: {} ({}{}{}), limit {}\n", store.config().root.string(),
+                           cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason(),
+                           format_bytes(store.config().max_size));
+  for (const TierReport& tier : tiers) {
+    std::cout << fmt::format("{}: {} ({})\n", tier.kind, tier.location,
+                             tier.ok ? tier.detail : "unusable: " + tier.detail);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_devices_command(CLI::App& app, Commands& commands) {
+  auto args = std::make_shared<DevicesArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "devices", "Vendor lanes (on/off and why), the libraries loaded with their versions, each device, the cache");
+  sub->add_flag("--json", args->json, "Print JSON");
+  commands.push_back({sub, [args] { return run_devices(*args); }});
+}
+
+}  // namespace kiln::cli

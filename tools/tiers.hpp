@@ -1,0 +1,28 @@
+#pragma once
+// The read-through tiers below the local store, as the CLI sees them: mounted packs
+// (KILN_CACHE_PACKS) now; the remote tier (KILN_REMOTE_CACHE) adds itself here.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/cache/tier.hpp"
+#include "kiln/engine.hpp"
+
+namespace kiln::cli {
+
+/// One tier's state for `kiln devices`.
+struct TierReport {
+  std::string kind;      ///< "pack", "remote"
+  std::string location;  ///< the pack's path, the remote's address
+  bool ok = false;
+  std::string detail;  ///< "1234 entries", or why it cannot be used
+};
+
+/// Every configured tier and whether it can be used. Never throws for a broken tier (it is reported).
+[[nodiscard]] std::vector<TierReport> describe_tiers(const EngineConfig& config);
+
+/// Opens every configured tier that can be opened, in the engine's order; problems go to `errors`.
+[[nodiscard]] std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config,
+                                                                   std::vector<std::string>& errors);
+
+}  // namespace kiln::cli
