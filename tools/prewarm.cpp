@@ -24,10 +24,12 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 
 #include "common.hpp"
+#include "kiln/cache/remote.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "manifest.hpp"
@@ -61,6 +63,7 @@ struct PrewarmArgs {
   bool quiet = false;
   bool verbose = false;
   bool worker = false;
+  bool remote = false;
 };
 
 /// One request to compile. `request` holds what a worker needs to rebuild the source (a built-in's
@@ -659,10 +662,52 @@ std::vector<Job> build_jobs(const PrewarmArgs& args, Engine& engine) {
   return jobs;
 }
 
+// ---- the remote tier -------------------------------------------------------------------------------------
+
+struct RemoteFill {
+  std::string url;  ///< without the password
+  std::size_t written = 0;
+  std::size_t failed = 0;
+  std::set<std::string> reasons;
+};
+
+/// Writes every entry that was compiled or already cached to the remote tier (KILN_REMOTE_CACHE),
+/// synchronously, reading each from the local store with the same parser the engine uses.
+RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
+  RemoteFill fill;
+  const std::string url = EngineConfig::from_environment().remote;
+  fill.url = cache::redact_remote_url(url);
+  cache::RemoteConfig config = cache::remote_config_from_environment(url);
+  config.lease_wait = std::chrono::milliseconds(0);
+  const std::unique_ptr<cache::RemoteTier> remote = cache::open_remote(config);
+  fill.url = config.display();
+  for (const JobResult& result : results) {
+    if (result.status != Status::compiled && result.status != Status::cached) continue;
+    const std::optional<cache::Hash128> hash = cache::Hash128::from_hex(result.key);
+    if (!hash) continue;
+    auto read = engine.store().read_file(engine.store().entry_path(*hash));
+    std::string why;
+    if (auto* entry = std::get_if<cache::Entry>(&read)) {
+      if (remote->put(*entry, &why)) {
+        ++fill.written;
+        continue;
+      }
+    } else {
+      why = "local entry unreadable: " + std::get<cache::ContentError>(read).reason;
+    }
+    ++fill.failed;
+    fill.reasons.insert(why);
+  }
+  return fill;
+}
+
 // ---- the command ---------------------------------------------------------------------------------------
 
 int run_prewarm(const PrewarmArgs& args) {
   if (args.worker) return run_worker();
+  if (args.remote && EngineConfig::from_environment().remote.empty()) {
+    throw UsageError("--remote: set KILN_REMOTE_CACHE=redis://[user:password@]host:port[/db] first");
+  }
   const auto start = Clock::now();
   Engine engine;
   const std::vector<Job> jobs = build_jobs(args, engine);
@@ -684,6 +729,8 @@ int run_prewarm(const PrewarmArgs& args) {
                    results, progress);
   }
   progress.finish();
+  std::optional<RemoteFill> remote;
+  if (args.remote) remote = fill_remote(engine, results);
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   std::size_t counts[4] = {};
@@ -726,8 +773,10 @@ int run_prewarm(const PrewarmArgs& args) {
                   {"targets", target_set},
                   {"jobs", parallel},
                   {"wall_seconds", wall},
-                  {"compile_seconds", compile_seconds}}}});
-    return failed == 0 ? kExitOk : kExitFound;
+                  {"compile_seconds", compile_seconds},
+                  {"remote_written", remote ? remote->written : 0},
+                  {"remote_failed", remote ? remote->failed : 0}}}});
+    return failed == 0 && (!remote || remote->failed == 0) ? kExitOk : kExitFound;
   }
 
   // Failures, grouped by reason (an unsupported target fails every request for it the same way).
@@ -755,7 +804,12 @@ int run_prewarm(const PrewarmArgs& args) {
       counts[static_cast<int>(Status::cached)], failed, format_seconds(wall), format_seconds(compile_seconds),
       parallel);
   if (failed > 0 && !args.verbose) std::cout << "(--verbose prints the compiler logs)\n";
-  return failed == 0 ? kExitOk : kExitFound;
+  if (remote) {
+    std::cout << fmt::format("remote: {} entries written to {}{}\n", remote->written, remote->url,
+                             remote->failed ? fmt::format(", {} failed", remote->failed) : std::string());
+    for (const std::string& why : remote->reasons) std::cout << "  remote failure: " << why << '\n';
+  }
+  return failed == 0 && (!remote || remote->failed == 0) ? kExitOk : kExitFound;
 }
 
 }  // namespace
@@ -796,6 +850,8 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
                   "Parallel compiles (threads for NVRTC, worker processes for HIPRTC); "
                   "default: the number of cores")
       ->check(CLI::Range(1U, 1024U));
+  sub->add_flag("--remote", args->remote,
+                "Also write every compiled or already-cached entry to the remote cache (KILN_REMOTE_CACHE)");
   sub->add_flag("--json", args->json, "Print JSON (per request and a summary) instead of text");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_flag("-v,--verbose", args->verbose, "Print the compiler log of failed requests");

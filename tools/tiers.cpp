@@ -1,10 +1,12 @@
 #include "tiers.hpp"
 
+#include <chrono>
 #include <exception>
 
 #include <fmt/format.h>
 
 #include "kiln/cache/pack.hpp"
+#include "kiln/cache/remote.hpp"
 
 namespace kiln::cli {
 
@@ -21,7 +23,17 @@ std::vector<TierReport> describe_tiers(const EngineConfig& config) {
     }
     reports.push_back(std::move(report));
   }
-  // The remote tier (KILN_REMOTE_CACHE) reports here.
+  if (!config.remote.empty()) {
+    TierReport report{"remote", cache::redact_remote_url(config.remote), false, {}};
+    try {
+      const auto remote = cache::open_remote(cache::remote_config_from_environment(config.remote));
+      report.location = remote->config().display();  // never the password
+      report.ok = remote->ping(&report.detail);      // "redis 7.0.15, PONG in 0.21 ms" or why not
+    } catch (const std::exception& error) {
+      report.detail = error.what();
+    }
+    reports.push_back(std::move(report));
+  }
   return reports;
 }
 
@@ -34,7 +46,15 @@ std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config,
       errors.emplace_back(error.what());
     }
   }
-  // The remote tier (KILN_REMOTE_CACHE) opens here.
+  if (!config.remote.empty()) {
+    try {
+      cache::RemoteConfig remote = cache::remote_config_from_environment(config.remote);
+      remote.lease_wait = std::chrono::milliseconds(0);  // inspecting: never take a compile lease
+      tiers.push_back(cache::open_remote(remote));
+    } catch (const std::exception& error) {
+      errors.emplace_back(error.what());
+    }
+  }
   return tiers;
 }
 
