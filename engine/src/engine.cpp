@@ -499,15 +499,15 @@ Kernel EngineCore::kernel(const Source& source, std::string_view name, const Opt
   return k;
 }
 
+std::pair<std::string, std::optional<int>> EngineCore::resolve_target(std::string_view target) {
+  if (target != "native") return {std::string(target), std::nullopt};
+  const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
+  return {info.target, info.warp_size};  // the device's own warp size, not the target's default
+}
+
 PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                                   std::string_view target) {
-  std::string resolved(target);
-  std::optional<int> warp_size;
-  if (target == "native") {
-    const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
-    resolved = info.target;
-    warp_size = info.warp_size;
-  }
+  const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
   record(source, options, r.names, resolved);
   Obtained obtained = obtain(r, false);
@@ -524,13 +524,7 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
 std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& source, const Options& options,
                                                                 const std::vector<std::string>& names,
                                                                 std::string_view target) {
-  std::string resolved(target);
-  std::optional<int> warp_size;
-  if (target == "native") {
-    const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
-    resolved = info.target;
-    warp_size = info.warp_size;
-  }
+  const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
   return {r.hash, r.key.bytes()};
 }

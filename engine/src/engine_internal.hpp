@@ -89,6 +89,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   struct Request;
   struct Flight;
   Lane& lane(Vendor vendor);
+  /// "native" -> the default device's target and warp size; any other target as given.
+  std::pair<std::string, std::optional<int>> resolve_target(std::string_view target);
   vendor::Compiler& compiler(Vendor vendor);
   Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
                        std::string_view target, std::optional<int> warp_size);
