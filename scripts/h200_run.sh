@@ -14,25 +14,42 @@ rm -rf "$KILN_CACHE_DIR"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
 cat /etc/os-release | head -2
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure).
+if [[ "${KILN_H200_ONLY:-}" == launch ]]; then
+  cmake --build "$build" -j"$(nproc)" --target launch_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  for run in 1 2 3; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
+  exit 0
+fi
+if [[ "${KILN_H200_ONLY:-}" == prewarm ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln_cli cli_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  nproc; uptime
+  timeout 400 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,8,16 --variants 8 --target sm_90 --workers process,thread \
+    --repeat 3 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -20
+  exit 0
+fi
 targets=(kiln_cli hello expr_jit launch_bench compile_bench)
-for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench; do
+for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench cache_entry_test \
+         cache_store_test rtc_compiler_probe rtc_probe_child; do
   grep -q "^$t:" <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/') && targets+=("$t")
 done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" -- -k >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error" -A3 "$out/build.log" | head -40; }
 echo "== ctest -L gpu"
 (cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -25)
-(cd "$build" && ctest -R '^capi_c$' --output-on-failure 2>&1 | tail -5)
+(cd "$build" && ctest -R '^(capi_c|cache_entry_test|cache_store_test|rtc_compiler_probe)$' --output-on-failure 2>&1 | tail -12)
+echo "== CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) avx512f: $(grep -c -m1 avx512f /proc/cpuinfo)"
 echo "== hello"; "$build/examples/hello/hello"
 echo "== expr_jit (first run, then second run)"; rm -rf /tmp/kiln-expr-cache
 KILN_CACHE_DIR=/tmp/kiln-expr-cache "$build/examples/expr_jit/expr_jit" | tail -12
 KILN_CACHE_DIR=/tmp/kiln-expr-cache "$build/examples/expr_jit/expr_jit" | tail -6
 echo "== python"; KILN_LIBRARY="$build/engine/libkiln.so" python3 "$root/examples/python/demo.py" 2>&1 | tail -12
 echo "== kiln devices"; "$build/tools/kiln" devices
-echo "== launch_bench"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench.txt"
+for run in 1 2; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
 echo "== compile_bench (CUDA_CACHE_DISABLE=1)"; CUDA_CACHE_DISABLE=1 "$build/bench/compile_bench/compile_bench" --lanes nvrtc --runs 7 | tee "$out/compile_bench.txt"
 if [[ -x "$build/bench/cli_bench/cli_bench" ]]; then
   echo "== cli_bench prewarm scaling"
-  timeout 240 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,16 --variants 8 --target sm_90 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -15
+  uptime
+  timeout 300 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,8,16 --variants 8 --target sm_90 --workers process,thread \
+    --repeat 2 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -20
 fi
 if [[ -x "$build/bench/cache_bench/cache_bench" ]]; then
   echo "== cache_bench (memory tier on a GPU)"; timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | tail -25

@@ -1,6 +1,6 @@
 // kiln cache ...: path, ls, show, stats, verify, prune, clear, why-miss, export, import.
-// Every entry is read with the engine's own parser (Store::read_file, CanonicalKey::parse, diff_keys);
-// nothing here knows the entry's byte layout.
+// Every entry is read with the engine's own parser (Store::scan_shard, Store::read_file, CanonicalKey::parse,
+// diff_keys); nothing here knows the entry's byte layout.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -29,16 +29,6 @@ json names_json(const std::vector<cache::LoweredName>& names) {
   return out;
 }
 
-std::string names_text(const std::vector<cache::LoweredName>& names) {
-  if (names.empty()) return "(extern C names)";
-  std::string out;
-  for (const cache::LoweredName& name : names) {
-    if (!out.empty()) out += ", ";
-    out += name.expression;
-  }
-  return out;
-}
-
 std::uint64_t total_size(const std::vector<cache::EntryFile>& files) {
   std::uint64_t total = 0;
   for (const cache::EntryFile& file : files) total += file.size;
@@ -61,101 +51,171 @@ struct LsArgs {
   std::string target;
 };
 
-/// One `ls --json` record, written directly (see append_json_string).
-std::string entry_json(const EntrySummary& e) {
+/// One listed entry: where its rendered text lies in its shard's buffer, and what the orders need.
+struct LsRow {
+  cache::Hash128 key;
+  std::uint64_t size = 0;
+  std::chrono::system_clock::time_point mtime;
+  std::int64_t created_unix = 0;
+  std::size_t offset = 0;  ///< in LsShard::text
+  std::size_t length = 0;
+};
+
+/// What one shard directory contributes: its rows and their text, rendered on the scanning thread.
+struct LsShard {
+  std::string text;
+  std::vector<LsRow> rows;
+};
+
+std::string names_text(const cache::EntryHeaderView& header) {
+  if (header.names_count == 0) return "(extern C names)";
   std::string out;
-  out.reserve(512);
-  out += "{\"key\":\"";
-  out += e.file.file_hash.hex();
-  out += "\",\"path\":";
-  append_json_string(out, e.file.path.native());
-  fmt::format_to(std::back_inserter(out), ",\"size\":{},\"last_use_unix\":{},\"valid\":{}", e.file.size,
-                 to_unix(e.file.mtime), e.valid);
-  if (!e.valid) {
-    out += ",\"error\":";
-    append_json_string(out, e.error);
-    out += '}';
-    return out;
-  }
-  fmt::format_to(std::back_inserter(out), ",\"vendor\":\"{}\",\"payload_kind\":\"{}\",\"target\":", to_string(e.vendor),
-                 to_string(e.payload_kind));
-  append_json_string(out, e.target);
-  out += ",\"compiler\":";
-  append_json_string(out, e.compiler);
-  fmt::format_to(std::back_inserter(out), ",\"created_unix\":{},\"source\":", e.created_unix);
-  append_json_string(out, e.source);
-  out += ",\"names\":[";
-  for (std::size_t i = 0; i < e.names.size(); ++i) {
-    out += i == 0 ? "{\"expression\":" : ",{\"expression\":";
-    append_json_string(out, e.names[i].expression);
-    out += ",\"lowered\":";
-    append_json_string(out, e.names[i].lowered);
-    out += '}';
-  }
-  fmt::format_to(std::back_inserter(out), "],\"payload_bytes\":{},\"aux_bytes\":{}}}", e.payload_bytes, e.aux_bytes);
+  header.for_each_name([&out](std::string_view expression, std::string_view) {
+    if (!out.empty()) out += ", ";
+    out += expression;
+  });
   return out;
+}
+
+std::string source_text(const cache::EntryHeaderView& header) {
+  const auto parts = cache::CanonicalKey::parse(header.canonical_key);
+  return parts ? describe_source(*parts) : "?";
+}
+
+/// Appends one `ls --json` record, written directly (see append_json_string).
+void append_entry_json(std::string& out, const cache::ScannedEntry& e, const std::string& problem) {
+  out += "{\"key\":\"";
+  out += e.file_hash.hex();
+  out += "\",\"path\":";
+  append_json_string(out, e.path);
+  fmt::format_to(std::back_inserter(out), ",\"size\":{},\"last_use_unix\":{},\"valid\":{}", e.size, to_unix(e.mtime),
+                 problem.empty());
+  if (!problem.empty()) {
+    out += ",\"error\":";
+    append_json_string(out, problem);
+    out += '}';
+    return;
+  }
+  const cache::EntryHeaderView& h = *e.header;
+  fmt::format_to(std::back_inserter(out), ",\"vendor\":\"{}\",\"payload_kind\":\"{}\",\"target\":", to_string(h.vendor),
+                 to_string(h.payload_kind));
+  append_json_string(out, h.target);
+  out += ",\"compiler\":";
+  append_json_string(out, h.compiler);
+  fmt::format_to(std::back_inserter(out), ",\"created_unix\":{},\"source\":", h.created_unix);
+  append_json_string(out, source_text(h));
+  out += ",\"names\":[";
+  bool first = true;
+  h.for_each_name([&](std::string_view expression, std::string_view lowered) {
+    out += first ? "{\"expression\":" : ",{\"expression\":";
+    first = false;
+    append_json_string(out, expression);
+    out += ",\"lowered\":";
+    append_json_string(out, lowered);
+    out += '}';
+  });
+  fmt::format_to(std::back_inserter(out), "],\"payload_bytes\":{},\"aux_bytes\":{}}}", h.payload_bytes, h.aux_bytes);
 }
 
 constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<24} {:<20} {}\n";
 
-std::string entry_line(const EntrySummary& e) {
-  const std::string key = e.file.file_hash.hex().substr(0, 16);
-  if (!e.valid) {
-    return fmt::format("{:<16}  {:>10}  {:>8}  DAMAGED: {}\n", key, format_bytes(e.file.size), format_age(e.file.mtime),
-                       one_line(e.error));
+void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std::string& problem) {
+  const std::string key = e.file_hash.hex().substr(0, 16);
+  if (!problem.empty()) {
+    fmt::format_to(std::back_inserter(out), "{:<16}  {:>10}  {:>8}  DAMAGED: {}\n", key, format_bytes(e.size),
+                   format_age(e.mtime), one_line(problem));
+    return;
   }
-  return fmt::format(fmt::runtime(kLsColumns), key, format_bytes(e.file.size), format_age(e.file.mtime),
-                     to_string(e.vendor), e.target, e.source, names_text(e.names));
+  const cache::EntryHeaderView& h = *e.header;
+  fmt::format_to(std::back_inserter(out), fmt::runtime(kLsColumns), key, format_bytes(e.size), format_age(e.mtime),
+                 to_string(h.vendor), h.target, source_text(h), names_text(h));
 }
+
+/// Writes `text` to stdout in large pieces.
+class Output {
+ public:
+  Output() { m_buffer.reserve(kFlushBytes + 4096); }
+  ~Output() { flush(); }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  void append(std::string_view text) {
+    m_buffer += text;
+    if (m_buffer.size() >= kFlushBytes) flush();
+  }
+  void flush() {
+    std::fwrite(m_buffer.data(), 1, m_buffer.size(), stdout);
+    m_buffer.clear();
+  }
+
+ private:
+  static constexpr std::size_t kFlushBytes = 1 << 20;
+  std::string m_buffer;
+};
 
 int run_ls(const LsArgs& args) {
   const auto store = open_store();
-  ScanOptions scan;
-  // Each entry's output is formatted on the scanning threads; here it is only ordered and written.
-  if (args.json) {
-    scan.render = entry_json;
-  } else {
-    scan.render = entry_line;
+  // Headers only (no payload, no checksum: `kiln cache verify` checks whole entries), one shard directory
+  // per task; each entry's output is formatted on the scanning thread, into its shard's buffer.
+  std::vector<LsShard> shards(cache::Store::kShardCount);
+  scan_store(*store, cache::ScanDepth::header, true, [&](unsigned index, const cache::ScannedEntry& e) {
+    const std::string problem = entry_problem(e);
+    if (!args.target.empty() && (!problem.empty() || !target_matches(e.header->target, args.target))) return;
+    LsShard& shard = shards[index];
+    LsRow row;
+    row.key = e.file_hash;
+    row.size = e.size;
+    row.mtime = e.mtime;
+    row.created_unix = problem.empty() ? e.header->created_unix : 0;
+    row.offset = shard.text.size();
+    if (args.json) {
+      append_entry_json(shard.text, e, problem);
+    } else {
+      append_entry_line(shard.text, e, problem);
+    }
+    row.length = shard.text.size() - row.offset;
+    shard.rows.push_back(row);
+  });
+
+  struct Ref {
+    const LsRow* row;
+    const LsShard* shard;
+  };
+  std::vector<Ref> order;
+  std::size_t count = 0;
+  for (LsShard& shard : shards) {
+    // Shard directories hold keys by their first byte: key order is shard order, then key order within.
+    std::sort(shard.rows.begin(), shard.rows.end(),
+              [](const LsRow& a, const LsRow& b) { return key_order(a.key, b.key); });
+    count += shard.rows.size();
   }
-  std::vector<EntrySummary> entries = scan_entries(*store, store->list(), scan);
-  if (!args.target.empty()) {
-    std::erase_if(entries, [&](const EntrySummary& e) { return !e.valid || !target_matches(e.target, args.target); });
+  order.reserve(count);
+  for (const LsShard& shard : shards) {
+    for (const LsRow& row : shard.rows) order.push_back({&row, &shard});
   }
-  std::vector<const EntrySummary*> order;
-  order.reserve(entries.size());
-  for (const EntrySummary& e : entries) order.push_back(&e);
-  const auto sort_by = [&](auto less) { std::sort(order.begin(), order.end(), less); };
+  const auto sort_by = [&](auto less) {
+    std::stable_sort(order.begin(), order.end(), [&](const Ref& a, const Ref& b) { return less(*a.row, *b.row); });
+  };
   if (args.sort == "size") {
-    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->file.size > b->file.size; });
+    sort_by([](const LsRow& a, const LsRow& b) { return a.size > b.size; });
   } else if (args.sort == "age") {
-    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->created_unix < b->created_unix; });
+    sort_by([](const LsRow& a, const LsRow& b) { return a.created_unix < b.created_unix; });
   } else if (args.sort == "use") {
-    sort_by([](const EntrySummary* a, const EntrySummary* b) { return a->file.mtime < b->file.mtime; });
-  } else {
-    sort_by([](const EntrySummary* a, const EntrySummary* b) { return key_order(a->file, b->file); });
+    sort_by([](const LsRow& a, const LsRow& b) { return a.mtime < b.mtime; });
   }
 
-  std::string text;
-  std::size_t capacity = 64;
-  for (const EntrySummary* e : order) capacity += e->rendered.size() + 2;
-  text.reserve(capacity);
+  Output out;
+  std::uint64_t bytes = 0;
   if (args.json) {
-    text += '[';
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      if (i > 0) text += ',';
-      text += order[i]->rendered;
-    }
-    text += "]\n";
+    out.append("[");
   } else {
-    std::uint64_t bytes = 0;
-    text += fmt::format(fmt::runtime(kLsColumns), "KEY", "SIZE", "USED", "LANE", "TARGET", "SOURCE", "KERNELS");
-    for (const EntrySummary* e : order) {
-      bytes += e->file.size;
-      text += e->rendered;
-    }
-    text += fmt::format("{} entries, {}\n", order.size(), format_bytes(bytes));
+    out.append(fmt::format(fmt::runtime(kLsColumns), "KEY", "SIZE", "USED", "LANE", "TARGET", "SOURCE", "KERNELS"));
   }
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (args.json && i > 0) out.append(",");
+    out.append(std::string_view(order[i].shard->text).substr(order[i].row->offset, order[i].row->length));
+    bytes += order[i].row->size;
+  }
+  out.append(args.json ? std::string("]\n") : fmt::format("{} entries, {}\n", order.size(), format_bytes(bytes)));
   return kExitOk;
 }
 
@@ -194,7 +254,10 @@ cache::EntryFile find_by_prefix(const std::vector<cache::EntryFile>& files, std:
   if (matches.empty()) throw UsageError(fmt::format("no entry with key prefix {} in {}", prefix, root.string()));
   if (matches.size() > 1) {
     std::string some;
-    for (std::size_t i = 0; i < matches.size() && i < 4; ++i) some += " " + matches[i]->file_hash.hex().substr(0, 16);
+    for (std::size_t i = 0; i < matches.size() && i < 4; ++i) {
+      some += ' ';  // (not " " + hex: GCC 12 misreports that concatenation, -Wrestrict)
+      some.append(matches[i]->file_hash.hex(), 0, 16);
+    }
     throw UsageError(fmt::format("key prefix {} is ambiguous: {} entries match ({}{}); give more digits", prefix,
                                  matches.size(), some.substr(1), matches.size() > 4 ? " ..." : ""));
   }
@@ -301,26 +364,52 @@ int run_stats(const StatsArgs& args) {
     std::cout << "lifetime counters zeroed\n";
     return kExitOk;
   }
-  const std::vector<cache::EntryFile> files = store->list();
-  ScanOptions scan;
-  scan.describe_source = false;
-  const std::vector<EntrySummary> entries = scan_entries(*store, files, scan);
+  // The fixed header and target of each entry (no payload, no checksum: `kiln cache verify` checks
+  // those); sizes from the read where it reached the end of the file.
   struct Group {
+    Vendor vendor = Vendor::none;
+    std::string target;
     std::size_t entries = 0;
     std::uint64_t bytes = 0;
   };
+  struct Tally {
+    std::size_t entries = 0;
+    std::size_t damaged = 0;
+    std::uint64_t bytes = 0;
+    std::vector<Group> groups;  // few: one per lane and target
+  };
+  std::vector<Tally> tallies(cache::Store::kShardCount);
+  scan_store(*store, cache::ScanDepth::lane, false, [&](unsigned index, const cache::ScannedEntry& e) {
+    Tally& tally = tallies[index];
+    ++tally.entries;
+    tally.bytes += e.size;
+    if (e.header == nullptr || e.header->key_hash != e.file_hash) {
+      ++tally.damaged;
+      return;
+    }
+    auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
+      return g.vendor == e.header->vendor && g.target == e.header->target;
+    });
+    if (group == tally.groups.end()) {
+      tally.groups.push_back({e.header->vendor, std::string(e.header->target), 0, 0});
+      group = std::prev(tally.groups.end());
+    }
+    ++group->entries;
+    group->bytes += e.size;
+  });
   std::map<std::pair<std::string, std::string>, Group> groups;
+  std::size_t entries = 0;
   std::size_t damaged = 0;
   std::uint64_t bytes = 0;
-  for (const EntrySummary& e : entries) {
-    bytes += e.file.size;
-    if (!e.valid) {
-      ++damaged;
-      continue;
+  for (const Tally& tally : tallies) {
+    entries += tally.entries;
+    damaged += tally.damaged;
+    bytes += tally.bytes;
+    for (const Group& g : tally.groups) {
+      Group& group = groups[{std::string(to_string(g.vendor)), g.target}];
+      group.entries += g.entries;
+      group.bytes += g.bytes;
     }
-    Group& group = groups[{std::string(to_string(e.vendor)), e.target}];
-    ++group.entries;
-    group.bytes += e.file.size;
   }
   const cache::Counters total = persistent.load_total();
   const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
@@ -333,7 +422,7 @@ int run_stats(const StatsArgs& args) {
     }
     print_json({{"root", store->config().root.string()},
                 {"mode", std::string(cache::to_string(store->mode()))},
-                {"entries", entries.size()},
+                {"entries", entries},
                 {"bytes", bytes},
                 {"max_size", store->config().max_size},
                 {"damaged", damaged},
@@ -358,7 +447,7 @@ int run_stats(const StatsArgs& args) {
 
   std::string text;
   text += fmt::format("cache             {} ({})\n", store->config().root.string(), cache::to_string(store->mode()));
-  text += fmt::format("entries           {} ({} of a {} limit)\n", entries.size(), format_bytes(bytes),
+  text += fmt::format("entries           {} ({} of a {} limit)\n", entries, format_bytes(bytes),
                       format_bytes(store->config().max_size));
   for (const auto& [key, group] : groups) {
     text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", key.first, key.second, group.entries,
@@ -392,39 +481,58 @@ struct VerifyArgs {
 int run_verify(const VerifyArgs& args) {
   const auto store = open_store();
   if (args.fix) require_writable(*store, "cache verify --fix");
-  ScanOptions scan;
-  scan.describe_source = false;
-  const std::vector<EntrySummary> entries = scan_entries(*store, store->list(), scan);
-  std::size_t bad = 0;
+  // Whole entries, verified as Store::get verifies them (checksum and stored key), on io threads.
+  struct Bad {
+    cache::Hash128 key;
+    std::string path;
+    std::string error;
+  };
+  struct Tally {
+    std::size_t entries = 0;
+    std::vector<Bad> bad;
+  };
+  std::vector<Tally> tallies(cache::Store::kShardCount);
+  scan_store(*store, cache::ScanDepth::entry, false, [&](unsigned index, const cache::ScannedEntry& e) {
+    Tally& tally = tallies[index];
+    ++tally.entries;
+    if (std::string problem = entry_problem(e); !problem.empty()) {
+      tally.bad.push_back({e.file_hash, std::string(e.path), std::move(problem)});
+    }
+  });
+  std::size_t entries = 0;
+  std::vector<Bad> bad_entries;
+  for (Tally& tally : tallies) {
+    entries += tally.entries;
+    std::sort(tally.bad.begin(), tally.bad.end(), [](const Bad& a, const Bad& b) { return key_order(a.key, b.key); });
+    std::move(tally.bad.begin(), tally.bad.end(), std::back_inserter(bad_entries));
+  }
+  const std::size_t bad = bad_entries.size();
   std::size_t removed = 0;
   json bad_json = json::array();
   std::string text;
-  for (const EntrySummary& e : entries) {
-    if (e.valid) continue;
-    ++bad;
+  for (const Bad& e : bad_entries) {
     bool gone = false;
     std::string remove_error;
     if (args.fix) {
       std::error_code ec;
-      gone = fs::remove(e.file.path, ec);
+      gone = fs::remove(e.path, ec);
       if (ec) remove_error = ec.message();
       if (gone) ++removed;
     }
-    bad_json.push_back(
-        {{"key", e.file.file_hash.hex()}, {"path", e.file.path.string()}, {"error", e.error}, {"removed", gone}});
-    text += fmt::format("bad: {} {}: {}{}\n", e.file.file_hash.hex(), e.file.path.string(), one_line(e.error),
+    bad_json.push_back({{"key", e.key.hex()}, {"path", e.path}, {"error", e.error}, {"removed", gone}});
+    text += fmt::format("bad: {} {}: {}{}\n", e.key.hex(), e.path, one_line(e.error),
                         gone                   ? " (removed)"
                         : remove_error.empty() ? ""
                                                : " (cannot remove: " + remove_error + ")");
   }
   if (args.json) {
-    print_json({{"entries", entries.size()},
-                {"ok", entries.size() - bad},
+    print_json({{"entries", entries},
+                {"ok", entries - bad},
                 {"bad", bad},
                 {"removed", removed},
                 {"bad_entries", std::move(bad_json)}});
   } else {
-    text += fmt::format("verify: {} entries: {} ok, {} bad", entries.size(), entries.size() - bad, bad);
+    text += fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad, bad);
     if (args.fix) text += fmt::format(", {} removed", removed);
     if (bad > removed && !args.fix) text += " (kiln cache verify --fix removes them)";
     std::cout << text << '\n';
@@ -466,10 +574,14 @@ int run_prune(const PruneArgs& args) {
   // Eligible entries, least recently used first (the order Store::trim evicts in).
   std::vector<EntrySummary> eligible;
   if (!args.target.empty()) {
-    ScanOptions scan;
-    scan.describe_source = false;
-    eligible = scan_entries(*store, files, scan);
-    std::erase_if(eligible, [&](const EntrySummary& e) { return !e.valid || !target_matches(e.target, args.target); });
+    // Each entry's target from its header (with its size and last use from the same open file).
+    std::vector<std::vector<EntrySummary>> shards(cache::Store::kShardCount);
+    scan_store(*store, cache::ScanDepth::lane, true, [&](unsigned index, const cache::ScannedEntry& e) {
+      if (!entry_problem(e).empty() || !target_matches(e.header->target, args.target)) return;
+      shards[index].push_back(
+          {cache::EntryFile{std::string(e.path), e.file_hash, e.size, e.mtime}, true, std::string(e.header->target)});
+    });
+    for (auto& shard : shards) std::move(shard.begin(), shard.end(), std::back_inserter(eligible));
   } else {
     eligible.resize(files.size());
     for (std::size_t i = 0; i < files.size(); ++i) eligible[i].file = files[i];
@@ -801,13 +913,17 @@ void add_cache_commands(CLI::App& app, Commands& commands) {
   commands.push_back({path, [] { return run_path(); }});
 
   auto ls = std::make_shared<LsArgs>();
-  CLI::App* ls_app = cache->add_subcommand("ls", "List entries (key, size, last use, lane, target, source, kernels)");
+  CLI::App* ls_app = cache->add_subcommand(
+      "ls", "List entries (key, size, last use, lane, target, source, kernels), from their headers");
   ls_app->add_flag("--json", ls->json, "Print JSON");
   ls_app
       ->add_option("--sort", ls->sort,
                    "size (largest first), age (oldest created first), use (least recently used first)")
       ->check(CLI::IsMember({"size", "age", "use"}));
   ls_app->add_option("--target", ls->target, "Only entries for this target (gfx90a also matches gfx90a:xnack-)");
+  ls_app->footer(
+      "ls reads each entry's header (everything before the payload) and reports a damaged header; a damaged "
+      "payload or checksum shows in `kiln cache verify`, which reads whole entries.");
   commands.push_back({ls_app, [ls] { return run_ls(*ls); }});
 
   auto show = std::make_shared<ShowArgs>();
@@ -819,9 +935,11 @@ void add_cache_commands(CLI::App& app, Commands& commands) {
   commands.push_back({show_app, [show] { return run_show(*show); }});
 
   auto stats = std::make_shared<StatsArgs>();
-  CLI::App* stats_app = cache->add_subcommand("stats", "Entries and bytes per lane and target; lifetime hit ratio");
+  CLI::App* stats_app =
+      cache->add_subcommand("stats", "Entries and bytes per lane and target (from headers); lifetime hit ratio");
   stats_app->add_flag("--json", stats->json, "Print JSON");
   stats_app->add_flag("--zero", stats->zero, "Zero the lifetime counters");
+  stats_app->footer("stats reads each entry's fixed header and target; `kiln cache verify` checks whole entries.");
   commands.push_back({stats_app, [stats] { return run_stats(*stats); }});
 
   auto verify = std::make_shared<VerifyArgs>();

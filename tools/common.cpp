@@ -209,47 +209,29 @@ bool target_matches(std::string_view entry_target, std::string_view wanted) {
   return entry_target.size() > wanted.size() && entry_target.starts_with(wanted) && entry_target[wanted.size()] == ':';
 }
 
-std::vector<EntrySummary> scan_entries(const cache::Store& store, const std::vector<cache::EntryFile>& files,
-                                       const ScanOptions& options) {
-  std::vector<EntrySummary> out(files.size());
-  parallel_for(files.size(), io_threads(), [&](std::size_t i) {
-    EntrySummary& summary = out[i];
-    summary.file = files[i];
-    auto parsed = store.read_file(files[i].path);
-    if (auto* error = std::get_if<cache::ContentError>(&parsed)) {
-      summary.error = error->reason;
-      return;
-    }
-    cache::Entry& entry = std::get<cache::Entry>(parsed);
-    summary.vendor = entry.vendor;
-    summary.payload_kind = entry.payload_kind;
-    summary.target = std::move(entry.target);
-    summary.compiler = std::move(entry.compiler);
-    summary.created_unix = entry.created_unix;
-    summary.key_hash = entry.key_hash;
-    summary.names = std::move(entry.names);
-    summary.payload_bytes = entry.payload.size();
-    summary.aux_bytes = entry.aux.size();
-    if (entry.key_hash != files[i].file_hash) {
-      summary.error = fmt::format("file name says key {} but the entry holds key {}", files[i].file_hash.hex(),
-                                  entry.key_hash.hex());
-      return;
-    }
-    summary.valid = true;
-    if (options.describe_source) {
-      const auto parts = cache::CanonicalKey::parse(entry.canonical_key);
-      summary.source = parts ? describe_source(*parts) : "?";
-    }
-    if (options.keep_canonical_key) summary.canonical_key = std::move(entry.canonical_key);
+void scan_store(const cache::Store& store, cache::ScanDepth depth, bool with_mtime,
+                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn) {
+  parallel_for(cache::Store::kShardCount, io_threads(), [&](std::size_t shard) {
+    const auto index = static_cast<unsigned>(shard);
+    store.scan_shard(index, depth, with_mtime, [&](const cache::ScannedEntry& scanned) { fn(index, scanned); });
   });
-  if (options.render) {
-    parallel_for(out.size(), 0, [&](std::size_t i) { out[i].rendered = options.render(out[i]); });
-  }
-  return out;
+}
+
+std::string entry_problem(const cache::ScannedEntry& scanned) {
+  if (!scanned.error.empty()) return std::string(scanned.error);
+  const cache::Hash128 held = scanned.entry != nullptr    ? scanned.entry->key_hash
+                              : scanned.header != nullptr ? scanned.header->key_hash
+                                                          : scanned.file_hash;
+  if (held == scanned.file_hash) return {};
+  return fmt::format("file name says key {} but the entry holds key {}", scanned.file_hash.hex(), held.hex());
+}
+
+bool key_order(const cache::Hash128& a, const cache::Hash128& b) noexcept {
+  return a.high != b.high ? a.high < b.high : a.low < b.low;
 }
 
 bool key_order(const cache::EntryFile& a, const cache::EntryFile& b) noexcept {
-  return a.file_hash.high != b.file_hash.high ? a.file_hash.high < b.file_hash.high : a.file_hash.low < b.file_hash.low;
+  return key_order(a.file_hash, b.file_hash);
 }
 
 bool is_plain_name(std::string_view kernel) {

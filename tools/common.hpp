@@ -73,40 +73,27 @@ void add_cache_commands(CLI::App& app, Commands& commands);
 /// Throws std::runtime_error when the store cannot be written (read-only or memory-only), naming why.
 void require_writable(const cache::Store& store, std::string_view command);
 
-/// What the CLI keeps of one entry file after reading it (the payload itself is dropped).
+/// What the CLI keeps of one entry file after reading its header (prune --target).
 struct EntrySummary {
   cache::EntryFile file;
   bool valid = false;
-  std::string error;  ///< why it is not valid (content error, or the file name names another key)
-  Vendor vendor = Vendor::none;
-  PayloadKind payload_kind = PayloadKind::cubin;
   std::string target;
-  std::string compiler;
-  std::int64_t created_unix = 0;
-  cache::Hash128 key_hash;
-  std::vector<cache::LoweredName> names;
-  std::uint64_t payload_bytes = 0;
-  std::uint64_t aux_bytes = 0;
-  std::string source;         ///< "saxpy.cu" (a built-in), or "runtime source 1.2 KiB (hash 3f9a..)"
-  std::string canonical_key;  ///< only when asked for (why-miss): can be large
-  std::string rendered;       ///< ScanOptions::render's output for this entry
-};
-
-struct ScanOptions {
-  bool keep_canonical_key = false;
-  bool describe_source = true;
-  /// Called on the scanning thread for each entry (formatting output in parallel); may be empty.
-  std::function<std::string(const EntrySummary&)> render;
 };
 
 /// Orders entry files by key (the same order as their paths, without comparing paths).
 [[nodiscard]] bool key_order(const cache::EntryFile& a, const cache::EntryFile& b) noexcept;
+[[nodiscard]] bool key_order(const cache::Hash128& a, const cache::Hash128& b) noexcept;
 
-/// Reads every entry file of the store in parallel, with the engine's own parser
-/// (Store::read_file), checking that each file holds the key its name says. Never deletes anything.
-[[nodiscard]] std::vector<EntrySummary> scan_entries(const cache::Store& store,
-                                                     const std::vector<cache::EntryFile>& files,
-                                                     const ScanOptions& options = {});
+/// Reads every entry file of the store with the engine's own parser (Store::scan_shard), one shard
+/// directory at a time on io_threads() threads, and calls fn(shard, entry) on the scanning thread (calls
+/// for one shard come from one thread, one after another). Never deletes anything.
+void scan_store(const cache::Store& store, cache::ScanDepth depth, bool with_mtime,
+                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn);
+
+/// Why a scanned entry is not valid: its error, or a header/entry naming another key than its file
+/// name. Empty when it is valid.
+[[nodiscard]] std::string entry_problem(const cache::ScannedEntry& scanned);
+
 /// Removes entry files on many threads (unlink is latency-bound on a busy disk, not CPU-bound). With
 /// `only_if_unchanged`, a file whose size or mtime changed since it was listed (it was used or
 /// rewritten: no longer least recently used) is kept, as Store::trim keeps it. Returns, per file,

@@ -1,9 +1,12 @@
 // kiln prewarm: compile requests into the cache without loading them (no GPU needed for named
-// targets). NVRTC requests run on threads of one engine (Engine::prewarm is thread-safe and NVRTC
-// scales across threads); HIPRTC serializes inside a process, so HIP requests run in worker
-// processes (`kiln prewarm --worker`, this binary re-executed) that take one request at a time over a
-// pipe and answer one JSON line each. A worker that dies (HIPRTC can abort the process) fails only the
-// request it held; a fresh worker takes the rest.
+// targets). At -j above 1, every request that has to compile runs in a worker process (`kiln prewarm
+// --worker`, this binary re-executed) that takes one request at a time over a pipe and answers one
+// JSON line each: HIPRTC serializes inside a process, and NVRTC instances contend inside one (a 70 ms
+// compile took 250 ms at 16 threads), so both vendors scale across processes, not threads. Requests
+// go out from one queue, biggest source first, to whichever worker is idle. A worker that dies
+// (HIPRTC can abort the process; someone can kill it) fails only the request it held; a fresh worker
+// takes the rest. Requests already in the local cache, a lone compile, -j 1 and `--workers thread`
+// run on this process's engine (Engine::prewarm is thread-safe).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -64,6 +67,7 @@ struct PrewarmArgs {
   bool verbose = false;
   bool worker = false;
   bool remote = false;
+  std::string workers = "process";  ///< how -j runs compiles in parallel: "process" or "thread"
 };
 
 /// One request to compile. `request` holds what a worker needs to rebuild the source (a built-in's
@@ -406,7 +410,9 @@ int run_worker() {
   if (protocol_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitError;
   FILE* protocol = ::fdopen(protocol_fd, "w");
   if (protocol == nullptr) return kExitError;
-  Engine engine;
+  EngineConfig config = EngineConfig::from_environment();
+  config.runtime = false;  // a worker only compiles named targets: no cuInit, no device query
+  Engine engine(config);
   std::string line;
   while (std::getline(std::cin, line)) {
     const std::size_t tab = line.find('\t');
@@ -701,6 +707,57 @@ RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
   return fill;
 }
 
+// ---- where each request runs ------------------------------------------------------------------------
+
+/// The one policy for both vendors: which requests run on this process's threads, which go to worker
+/// processes, and how many workers.
+struct Plan {
+  std::vector<std::size_t> in_process;
+  std::vector<std::size_t> in_workers;  ///< biggest source first
+  unsigned workers = 0;
+};
+
+/// A request whose entry is already in the local store: serving it is a file read, cheaper than
+/// starting a worker (a damaged entry is removed and recompiled here, as the engine always does).
+bool locally_cached(Engine& engine, const Job& job) {
+  try {
+    const auto key = engine.describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
+                                         job.request.target);
+    std::error_code ignored;
+    return std::filesystem::is_regular_file(engine.store().entry_path(key.first), ignored);
+  } catch (const std::exception&) {
+    return false;  // let the request itself report what is wrong
+  }
+}
+
+/// A size estimate of a compile, for longest-first: the bytes the request hands the compiler beyond
+/// kiln's own headers (which every request has). A proxy: compile times of the built-ins (45-130 ms
+/// with NVRTC) grow roughly with their source's size; nothing better is known before compiling.
+std::size_t estimated_cost(const Job& job) {
+  std::size_t bytes = job.source->text().size();
+  for (const Header& header : job.request.headers) bytes += header.text.size();
+  return bytes;
+}
+
+Plan plan_jobs(Engine& engine, const std::vector<Job>& jobs, unsigned parallel, bool use_processes) {
+  Plan plan;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const bool process = use_processes && parallel > 1 && !locally_cached(engine, jobs[i]);
+    (process ? plan.in_workers : plan.in_process).push_back(i);
+  }
+  if (plan.in_workers.size() == 1) {
+    // One compile gains nothing from a process of its own.
+    plan.in_process.push_back(plan.in_workers.front());
+    plan.in_workers.clear();
+    std::sort(plan.in_process.begin(), plan.in_process.end());
+  }
+  std::stable_sort(plan.in_workers.begin(), plan.in_workers.end(), [&](std::size_t a, std::size_t b) {
+    return estimated_cost(jobs[a]) > estimated_cost(jobs[b]);
+  });
+  plan.workers = std::min<unsigned>(parallel, static_cast<unsigned>(plan.in_workers.size()));
+  return plan;
+}
+
 // ---- the command ---------------------------------------------------------------------------------------
 
 int run_prewarm(const PrewarmArgs& args) {
@@ -713,21 +770,11 @@ int run_prewarm(const PrewarmArgs& args) {
   const std::vector<Job> jobs = build_jobs(args, engine);
   const unsigned parallel = args.jobs == 0 ? default_threads() : args.jobs;
 
-  std::vector<std::size_t> thread_jobs;
-  std::vector<std::size_t> process_jobs;
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    const bool separate_process = jobs[i].vendor == Vendor::hip && parallel > 1;
-    (separate_process ? process_jobs : thread_jobs).push_back(i);
-  }
+  const Plan plan = plan_jobs(engine, jobs, parallel, args.workers == "process");
   std::vector<JobResult> results(jobs.size());
   Progress progress(jobs, args.quiet || args.json);
-  run_on_threads(engine, jobs, thread_jobs, parallel, results, progress);
-  if (process_jobs.size() == 1) {
-    run_on_threads(engine, jobs, process_jobs, 1, results, progress);
-  } else if (!process_jobs.empty()) {
-    run_in_workers(jobs, process_jobs, std::min<unsigned>(parallel, static_cast<unsigned>(process_jobs.size())),
-                   results, progress);
-  }
+  run_on_threads(engine, jobs, plan.in_process, parallel, results, progress);
+  if (!plan.in_workers.empty()) run_in_workers(jobs, plan.in_workers, plan.workers, results, progress);
   progress.finish();
   std::optional<RemoteFill> remote;
   if (args.remote) remote = fill_remote(engine, results);
@@ -824,6 +871,8 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
       "(exactly what Engine::kernel(source, name) asks for, so those requests hit); --one-program compiles all of a\n"
       "source's kernels as one program (what Engine::program(source, options, kernels) asks for).\n"
       "Options start with '-': write them as --option=--fast-math or --option -DN=4.\n"
+      "With -j above 1, compiles run in worker processes (see --workers); a worker that dies fails only the request\n"
+      "it held, reported with the signal or exit status, and a fresh worker takes the rest.\n"
       "Examples:\n"
       "  kiln prewarm --all-builtin --target sm_90 --target gfx90a -j 16\n"
       "  kiln prewarm --source my.cu --kernel 'scale<float, 4>' --option=-DTILE=8 --target native\n"
@@ -846,16 +895,19 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
                   "A manifest recorded with KILN_RECORD (repeatable); replayed for --target when given, else for the "
                   "recorded targets");
   sub->add_flag("--one-program", args->one_program, "Compile each source's kernels as one program");
-  sub->add_option("-j,--jobs", args->jobs,
-                  "Parallel compiles (threads for NVRTC, worker processes for HIPRTC); "
-                  "default: the number of cores")
+  sub->add_option("-j,--jobs", args->jobs, "Parallel compiles; default: the number of cores")
       ->check(CLI::Range(1U, 1024U));
+  sub->add_option("--workers", args->workers,
+                  "How -j runs compiles: process (default: worker processes, one request each at a time; NVRTC "
+                  "and HIPRTC both scale across processes, not threads) or thread (threads of this process; HIPRTC "
+                  "then compiles one at a time). Cached requests, a lone compile and -j 1 run in this process")
+      ->check(CLI::IsMember({"process", "thread"}));
   sub->add_flag("--remote", args->remote,
                 "Also write every compiled or already-cached entry to the remote cache (KILN_REMOTE_CACHE)");
   sub->add_flag("--json", args->json, "Print JSON (per request and a summary) instead of text");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_flag("-v,--verbose", args->verbose, "Print the compiler log of failed requests");
-  sub->add_flag("--worker", args->worker, "Internal: serve requests from stdin (used for HIPRTC parallelism)")
+  sub->add_flag("--worker", args->worker, "Internal: serve requests from stdin (the worker process of -j)")
       ->group("");
   commands.push_back({sub, [args] { return run_prewarm(*args); }});
 }

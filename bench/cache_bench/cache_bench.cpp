@@ -5,7 +5,9 @@
 // 1. Memory tier: Engine::kernel for a cached kernel, ns per lookup (needs a GPU; N/A without one).
 // 2. Disk hit: Store::get of a 5 KB and a 500 KB binary vs a bare open+fstat+read+close of the same
 //    file into a vector, alternating in one run (page cache warm: the hit path, not the disk), medians.
-//    Store::get also verifies the checksum (XXH3-128 over the whole file) and the stored key.
+//    Store::get also verifies the checksum (XXH3-128 over the whole file) and the stored key. The two
+//    alternate which runs first each round. For scale, a third column: the bare read followed by
+//    XXH3-128 of the bytes it read (what any reader that verifies the whole file costs at least).
 // 3. Publish: Store::put (temp file, write, fsync, rename) of the same two sizes, medians.
 // 4. Scale: the 5 KB hit again with N (default 100,000) entries in the cache; the time to list them,
 //    to total their sizes (a full scan vs the running size estimate) and to trim to 90%.
@@ -20,10 +22,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
+#include "kiln/cache/hash.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
@@ -68,8 +73,9 @@ Entry make_entry(const std::string& name, std::size_t payload_bytes, std::size_t
   return entry;
 }
 
-/// What a cache without kiln's checks would do: open, size, read, close.
-std::size_t bare_read(const std::string& path) {
+/// What a cache without kiln's checks would do: open, size, read, close. With `checksum`, then
+/// XXH3-128 over the bytes read.
+std::size_t bare_read(const std::string& path, bool checksum = false) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct stat st {};
@@ -82,12 +88,14 @@ std::size_t bare_read(const std::string& path) {
     done += static_cast<std::size_t>(n);
   }
   ::close(fd);
+  if (checksum) done += kiln::cache::hash128(std::span(bytes).first(done), kiln::cache::kChecksumSeed).low & 1;
   return done;
 }
 
 struct HitTimes {
   double store_us = 0;      ///< Store::get
   double bare_us = 0;       ///< open+fstat+read+close of the same file
+  double bare_hash_us = 0;  ///< the same, then XXH3-128 of the bytes
   double big_store_us = 0;  ///< Store::get of the same entry in the big cache (when given)
 };
 
@@ -109,22 +117,36 @@ HitTimes time_hits(Store& store, const Entry& entry, int rounds, Store* big = nu
   const std::string path = store.entry_path(entry.key_hash).string();
   std::vector<double> with_store;
   std::vector<double> bare;
+  std::vector<double> bare_hash;
   std::vector<double> with_big;
   std::size_t sink = 0;
-  for (int i = 0; i < rounds + 20; ++i) {
-    const double store_us = time_get(store, entry, sink);
+  const auto time_bare = [&](bool checksum) {
     const auto start = Clock::now();
-    sink += bare_read(path);
-    const double bare_us = since_us(start);
+    sink += bare_read(path, checksum);
+    return since_us(start);
+  };
+  for (int i = 0; i < rounds + 20; ++i) {
+    // Alternate which of the two goes first, so neither always finds the other's cache state.
+    double store_us = 0;
+    double bare_us = 0;
+    if (i % 2 == 0) {
+      store_us = time_get(store, entry, sink);
+      bare_us = time_bare(false);
+    } else {
+      bare_us = time_bare(false);
+      store_us = time_get(store, entry, sink);
+    }
+    const double bare_hash_us = time_bare(true);
     const double big_us = big != nullptr ? time_get(*big, entry, sink) : 0.0;
     if (i >= 20) {  // warm-up rounds are not counted
       with_store.push_back(store_us);
       bare.push_back(bare_us);
+      bare_hash.push_back(bare_hash_us);
       with_big.push_back(big_us);
     }
   }
   if (sink == 0) std::puts("");
-  return {median(with_store), median(bare), median(with_big)};
+  return {median(with_store), median(bare), median(bare_hash), median(with_big)};
 }
 
 double time_publish(Store& store, std::size_t payload_bytes, std::size_t key_bytes, int rounds) {
@@ -192,6 +214,15 @@ int main(int argc, char** argv) {
   int entries = 100000;
   int rounds = 2000;
   fs::path base = fs::temp_directory_path();
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf(
+          "cache_bench [--entries N] [--rounds R] [--dir PATH]\n"
+          "  disk hit: Store::get vs a bare open+fstat+read+close of the same file (median of R, default 2000)\n"
+          "  publish: Store::put; scale: a cache of N entries (default 100000) under PATH (default $TMPDIR)\n");
+      return 0;
+    }
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--entries") entries = std::atoi(argv[i + 1]);
@@ -227,14 +258,17 @@ int main(int argc, char** argv) {
   const double publish_small = time_publish(store, 5 * 1024, kKeyBytes, 50);
   const double publish_large = time_publish(store, 500 * 1024, kKeyBytes, 50);
 
-  std::printf("| disk hit (page cache warm), median of %d | Store::get | bare open+read | ratio |\n", rounds);
-  std::printf("|---|---:|---:|---:|\n");
-  std::printf("| 5 KB binary (file %zu B) | %.1f us | %.1f us | %.2fx |\n",
-              static_cast<std::size_t>(fs::file_size(store.entry_path(small.key_hash))), small_hits.store_us,
-              small_hits.bare_us, small_hits.store_us / small_hits.bare_us);
-  std::printf("| 500 KB binary (file %zu B) | %.1f us | %.1f us | %.2fx |\n\n",
-              static_cast<std::size_t>(fs::file_size(store.entry_path(large.key_hash))), large_hits.store_us,
-              large_hits.bare_us, large_hits.store_us / large_hits.bare_us);
+  std::printf(
+      "| disk hit (page cache warm), median of %d | Store::get | bare open+read | ratio | bare read + XXH3-128 "
+      "(ratio) |\n",
+      rounds);
+  std::printf("|---|---:|---:|---:|---:|\n");
+  for (const auto& [label, entry, hits] : {std::tuple{"5 KB", &small, &small_hits}, {"500 KB", &large, &large_hits}}) {
+    std::printf("| %s binary (file %zu B) | %.1f us | %.1f us | %.2fx | %.1f us (%.2fx) |\n", label,
+                static_cast<std::size_t>(fs::file_size(store.entry_path(entry->key_hash))), hits->store_us,
+                hits->bare_us, hits->store_us / hits->bare_us, hits->bare_hash_us, hits->bare_hash_us / hits->bare_us);
+  }
+  std::printf("\n");
   std::printf("| publish (Store::put: temp, write, fsync, rename), median of 50 | time |\n|---|---:|\n");
   std::printf("| 5 KB binary | %.1f us |\n| 500 KB binary | %.1f us |\n\n", publish_small, publish_large);
 

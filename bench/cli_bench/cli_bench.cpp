@@ -7,16 +7,20 @@
 //       stats < 1 s, prune to half < 5 s; verify is reported in entries/s.
 //   cli_bench synthesise --dir DIR [--entries N]
 //       Only writes the entries (into DIR/cache), e.g. to profile one command by hand.
-//   cli_bench prewarm [--jobs 1,16] [--variants 8] [--target sm_90]... [--kiln PATH]
-//       For each -j value, a fresh cache and one `kiln prewarm --all-builtin` over the built-in set x
-//       <variants> option sets (-DKILN_BENCH_VARIANT=v), CUDA_CACHE_DISABLE=1 so the driver's own
-//       cache cannot help. Prints wall time and the speedup over the first -j value.
+//   cli_bench prewarm [--jobs 1,16] [--variants 8] [--target sm_90]... [--workers process,thread]
+//                     [--repeat N] [--kiln PATH]
+//       For each -j value (and each --workers mode when given; default: kiln's own), a fresh cache and
+//       one `kiln prewarm --all-builtin` over the built-in set x <variants> option sets
+//       (-DKILN_BENCH_VARIANT=v), CUDA_CACHE_DISABLE=1 so the driver's own cache cannot help. Each row
+//       is the median of N runs (default 1; the runs alternate between rows, so load drifts hit every
+//       row alike). Prints wall time, summed compile time and the speedup over the mode's first -j.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -208,42 +212,76 @@ int bench_cache(std::size_t count, fs::path dir) {
   return 0;
 }
 
-int bench_prewarm(const std::vector<unsigned>& jobs, unsigned variants, std::vector<std::string> targets) {
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+int bench_prewarm(const std::vector<unsigned>& jobs, unsigned variants, std::vector<std::string> targets,
+                  std::vector<std::string> modes, unsigned repeat) {
   if (targets.empty()) targets.push_back("sm_90");
+  if (modes.empty()) modes.push_back("");  // kiln's default
+  repeat = std::max(1U, repeat);
   std::vector<std::string> args{"prewarm", "--all-builtin", "--json", "-q"};
   for (const std::string& target : targets) {
     args.push_back("--target");
     args.push_back(target);
   }
   for (unsigned v = 1; v <= variants; ++v) args.push_back(fmt::format("--option-set=-DKILN_BENCH_VARIANT={}", v));
-  std::cout << fmt::format("| {:>4} | {:>8} | {:>8} | {:>6} | {:>9} | {:>12} | {:>7}\n", "-j", "requests", "compiled",
-                           "failed", "wall s", "compile s", "speedup");
-  std::cout << "|------|----------|----------|--------|-----------|--------------|--------\n";
-  double first = 0;
-  for (const unsigned j : jobs) {
-    const fs::path dir = make_temp_dir("prewarm");
-    std::vector<std::string> run_args = args;
-    run_args.push_back("-j");
-    run_args.push_back(std::to_string(j));
-    const Run run = run_kiln(
-        run_args, {{"KILN_CACHE_DIR", (dir / "cache").string()}, {"CUDA_CACHE_DISABLE", "1"}, {"KILN_CACHE_PACKS", ""}},
-        dir, true);
-    json summary;
-    try {
-      summary = json::parse(run.out).at("summary");
-    } catch (const std::exception& error) {
-      std::cerr << fmt::format("kiln prewarm -j {} exited {} without a summary: {}\n", j, run.rc, error.what());
+
+  struct Row {
+    std::string mode;
+    unsigned j = 0;
+    std::size_t requests = 0, compiled = 0, failed = 0;
+    std::vector<double> wall, compile;
+  };
+  std::vector<Row> rows;
+  for (const std::string& mode : modes) {
+    for (const unsigned j : jobs) rows.push_back({mode, j, 0, 0, 0, {}, {}});
+  }
+  for (unsigned r = 0; r < repeat; ++r) {
+    for (Row& row : rows) {
+      const fs::path dir = make_temp_dir("prewarm");
+      std::vector<std::string> run_args = args;
+      run_args.push_back("-j");
+      run_args.push_back(std::to_string(row.j));
+      if (!row.mode.empty()) run_args.push_back("--workers=" + row.mode);
+      const Run run = run_kiln(
+          run_args,
+          {{"KILN_CACHE_DIR", (dir / "cache").string()}, {"CUDA_CACHE_DISABLE", "1"}, {"KILN_CACHE_PACKS", ""}}, dir,
+          true);
       fs::remove_all(dir);
-      return 1;
+      json summary;
+      try {
+        summary = json::parse(run.out).at("summary");
+      } catch (const std::exception& error) {
+        std::cerr << fmt::format("kiln prewarm -j {} exited {} without a summary: {}\n", row.j, run.rc, error.what());
+        return 1;
+      }
+      row.requests = summary.at("requests").get<std::size_t>();
+      row.compiled = std::max(row.compiled, summary.at("compiled").get<std::size_t>());
+      row.failed = std::max(row.failed, summary.at("failed").get<std::size_t>());
+      row.wall.push_back(summary.at("wall_seconds").get<double>());
+      row.compile.push_back(summary.at("compile_seconds").get<double>());
     }
-    const double wall = summary.at("wall_seconds").get<double>();
-    if (first == 0) first = wall;
-    std::cout << fmt::format("| {:>4} | {:>8} | {:>8} | {:>6} | {:>9.2f} | {:>12.2f} | {:>6.2f}x\n", j,
-                             summary.at("requests").get<std::size_t>(), summary.at("compiled").get<std::size_t>(),
-                             summary.at("failed").get<std::size_t>(), wall, summary.at("compile_seconds").get<double>(),
-                             first / wall)
-              << std::flush;
-    fs::remove_all(dir);
+  }
+
+  std::cout << fmt::format("| {:>4} | {:>7} | {:>8} | {:>8} | {:>6} | {:>9} | {:>9} | {:>7} | {}\n", "-j", "workers",
+                           "requests", "compiled", "failed", "wall s", "compile s", "speedup",
+                           repeat > 1 ? fmt::format("(medians of {} runs; walls)", repeat) : std::string());
+  std::cout << "|------|---------|----------|----------|--------|-----------|-----------|---------|\n";
+  std::map<std::string, double> first;
+  for (const Row& row : rows) {
+    const double wall = median(row.wall);
+    if (first.count(row.mode) == 0) first[row.mode] = wall;
+    std::string walls;
+    if (repeat > 1) {
+      for (const double w : row.wall) walls += fmt::format("{}{:.2f}", walls.empty() ? "" : " ", w);
+    }
+    std::cout << fmt::format("| {:>4} | {:>7} | {:>8} | {:>8} | {:>6} | {:>9.2f} | {:>9.2f} | {:>6.2f}x | {}\n", row.j,
+                             row.mode.empty() ? "default" : row.mode, row.requests, row.compiled, row.failed, wall,
+                             median(row.compile), first[row.mode] / wall, walls);
   }
   return 0;
 }
@@ -269,6 +307,8 @@ int main(int argc, char** argv) {
   std::vector<unsigned> jobs{1, 16};
   unsigned variants = 8;
   std::vector<std::string> targets;
+  std::vector<std::string> modes;
+  unsigned repeat = 1;
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const auto value = [&]() -> const std::string& {
@@ -287,6 +327,11 @@ int main(int argc, char** argv) {
         variants = static_cast<unsigned>(std::stoul(value()));
       } else if (args[i] == "--target") {
         targets.push_back(value());
+      } else if (args[i] == "--workers") {
+        std::stringstream list(value());
+        for (std::string item; std::getline(list, item, ',');) modes.push_back(item);
+      } else if (args[i] == "--repeat") {
+        repeat = static_cast<unsigned>(std::stoul(value()));
       } else {
         throw std::invalid_argument("unknown argument " + args[i]);
       }
@@ -297,7 +342,7 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("{} entries, {} bytes under {}\n", entries, bytes, (dir / "cache").string());
       return 0;
     }
-    return mode == "cache" ? bench_cache(entries, dir) : bench_prewarm(jobs, variants, targets);
+    return mode == "cache" ? bench_cache(entries, dir) : bench_prewarm(jobs, variants, targets, modes, repeat);
   } catch (const std::exception& error) {
     std::cerr << "cli_bench: " << error.what() << "\n";
     return 2;

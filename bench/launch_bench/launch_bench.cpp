@@ -193,7 +193,9 @@ int main(int argc, char** argv) {
         .write(reinterpret_cast<const char*>(found.entry->payload.data()), static_cast<std::streamsize>(found.entry->payload.size()));
   }
   std::vector<double> engine_init, context_init, kiln_disk, bare_disk;
-  for (int child = 0; child < 12; ++child) {
+  std::vector<double> kiln_when_first, kiln_when_second, bare_when_first, bare_when_second;
+  constexpr int kChildren = 20;
+  for (int child = 0; child < kChildren; ++child) {
     int fds[2];
     if (pipe(fds) != 0) return 7;
     const pid_t pid = fork();
@@ -220,10 +222,16 @@ int main(int argc, char** argv) {
     context_init.push_back(c);
     kiln_disk.push_back(k);
     bare_disk.push_back(b);
+    (child % 2 ? kiln_when_first : kiln_when_second).push_back(k);
+    (child % 2 ? bare_when_second : bare_when_first).push_back(b);
   }
   const double kd = median(kiln_disk), bd = median(bare_disk);
-  fmt::print("| disk hit, fresh process, request -> launchable (us, median of 12 children) | {:.1f} | {:.1f} (read + cuModuleLoadData + cuModuleGetFunction) | {:.3f} | <= 1.3 |\n",
-             kd / 1e3, bd / 1e3, kd / bd);
+  fmt::print("| disk hit, fresh process, request -> launchable (us, median of {} children) | {:.1f} | {:.1f} (read + cuModuleLoadData + cuModuleGetFunction) | {:.3f} | <= 1.3 |\n",
+             kChildren, kd / 1e3, bd / 1e3, kd / bd);
+  fmt::print("| by order: kiln first / bare first (us, medians of {}) | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.3f} / {:.3f} | |\n",
+             kChildren / 2, median(kiln_when_first) / 1e3, median(kiln_when_second) / 1e3, median(bare_when_second) / 1e3,
+             median(bare_when_first) / 1e3, median(kiln_when_first) / median(bare_when_second),
+             median(kiln_when_second) / median(bare_when_first));
   fmt::print("| separately: Engine construction incl. cuInit + device query (ms) | {:.1f} | | | |\n", median(engine_init) / 1e6);
   fmt::print("| separately: primary context retain + set current (ms) | {:.1f} | | | |\n", median(context_init) / 1e6);
   std::filesystem::remove_all(dir);

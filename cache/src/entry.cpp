@@ -1,13 +1,16 @@
 #include "kiln/cache/entry.hpp"
 
 #include <fmt/format.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 
@@ -63,94 +66,6 @@ bool add_size(std::uint64_t& total, std::uint64_t more) noexcept {
   return !__builtin_add_overflow(total, more, &total);
 }
 
-enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
-
-/// Bytes already in memory.
-class MemorySource {
- public:
-  explicit MemorySource(std::span<const std::byte> bytes) noexcept : m_bytes(bytes) {}
-  ReadStatus read(void* destination, std::size_t count) noexcept {
-    if (count > m_bytes.size() - m_offset) return ReadStatus::short_read;
-    if (count != 0) std::memcpy(destination, m_bytes.data() + m_offset, count);
-    m_offset += count;
-    return ReadStatus::ok;
-  }
-  [[nodiscard]] int error() const noexcept { return 0; }
-
- private:
-  std::span<const std::byte> m_bytes;
-  std::size_t m_offset = 0;
-};
-
-/// A file read sequentially. Small reads are served from one buffer filled by a single read(); large
-/// ones (the payload) go straight into their destination, so a big binary is copied once.
-class FileSource {
- public:
-  FileSource(int fd, std::uint64_t file_size)
-      : m_fd(fd),
-        m_capacity(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kBufferBytes))),
-        m_buffer(std::make_unique_for_overwrite<std::byte[]>(m_capacity)) {}
-
-  ReadStatus read(void* destination, std::size_t count) noexcept {
-    auto* out = static_cast<std::byte*>(destination);
-    while (count > 0) {
-      if (m_begin == m_end) {
-        if (count >= m_capacity) return read_direct(out, count);
-        const ReadStatus status = fill();
-        if (status != ReadStatus::ok) return status;
-      }
-      const std::size_t take = std::min(count, m_end - m_begin);
-      std::memcpy(out, m_buffer.get() + m_begin, take);
-      m_begin += take;
-      out += take;
-      count -= take;
-    }
-    return ReadStatus::ok;
-  }
-  [[nodiscard]] int error() const noexcept { return m_error; }
-
- private:
-  static constexpr std::uint64_t kBufferBytes = 64 * 1024;
-
-  ReadStatus read_some(std::byte* out, std::size_t count, std::size_t& got) noexcept {
-    for (;;) {
-      const ssize_t n = ::read(m_fd, out, count);
-      if (n >= 0) {
-        got = static_cast<std::size_t>(n);
-        return n == 0 ? ReadStatus::short_read : ReadStatus::ok;
-      }
-      if (errno != EINTR) {
-        m_error = errno;
-        return ReadStatus::io_error;
-      }
-    }
-  }
-  ReadStatus fill() noexcept {
-    std::size_t got = 0;
-    const ReadStatus status = read_some(m_buffer.get(), m_capacity, got);
-    m_begin = 0;
-    m_end = got;
-    return status;
-  }
-  ReadStatus read_direct(std::byte* out, std::size_t count) noexcept {
-    while (count > 0) {
-      std::size_t got = 0;
-      const ReadStatus status = read_some(out, count, got);
-      if (status != ReadStatus::ok) return status;
-      out += got;
-      count -= got;
-    }
-    return ReadStatus::ok;
-  }
-
-  int m_fd;
-  std::size_t m_capacity;
-  std::unique_ptr<std::byte[]> m_buffer;
-  std::size_t m_begin = 0;
-  std::size_t m_end = 0;
-  int m_error = 0;
-};
-
 using detail::ExpectedKey;
 using detail::FileParseResult;
 using detail::IoFailure;
@@ -159,35 +74,68 @@ ContentError too_long(std::string_view what, std::uint64_t length, std::uint64_t
   return ContentError{fmt::format("{} {} exceeds the limit {}", what, length, limit)};
 }
 
-/// The one parser. `size` is the number of bytes `source` holds.
-template <class Source>
-FileParseResult parse_from(Source& source, std::uint64_t size, const Limits& limits, const ExpectedKey* expected) {
+ContentError truncated_while_reading(std::uint64_t size) {
+  return ContentError{fmt::format("truncated while reading: file shorter than its {} bytes", size)};
+}
+
+/// The fixed part of an entry, checked against the limits and the file size.
+struct Layout {
+  Vendor vendor = Vendor::none;
+  PayloadKind payload_kind = PayloadKind::cubin;
+  std::int64_t created_unix = 0;
+  Hash128 key_hash;
+  std::uint32_t target_len = 0;
+  std::uint32_t compiler_len = 0;
+  std::uint32_t canonical_len = 0;
+  std::uint32_t names_len = 0;
+  std::uint32_t names_count = 0;
+  std::uint64_t payload_len = 0;
+  std::uint64_t aux_len = 0;
+  std::uint64_t total_len = 0;
+
+  /// target + compiler + canonical key + names: the bytes between the fixed part and the payload.
+  [[nodiscard]] std::uint64_t variable_bytes() const noexcept {
+    return std::uint64_t{target_len} + compiler_len + canonical_len + names_len;
+  }
+};
+
+/// The variable part, as views (into a buffer holding at least Layout::variable_bytes() bytes).
+struct Texts {
+  std::string_view target;
+  std::string_view compiler;
+  std::string_view canonical_key;
+  std::string_view names;
+};
+
+Texts split_variable(const Layout& layout, const std::byte* variable) noexcept {
+  const char* p = reinterpret_cast<const char*>(variable);
+  Texts texts;
+  texts.target = std::string_view(p, layout.target_len);
+  p += layout.target_len;
+  texts.compiler = std::string_view(p, layout.compiler_len);
+  p += layout.compiler_len;
+  texts.canonical_key = std::string_view(p, layout.canonical_len);
+  p += layout.canonical_len;
+  texts.names = std::string_view(p, layout.names_len);
+  return texts;
+}
+
+// ---- the checks, in the grammar's order (entry.hpp); every reader runs exactly these ------------------
+
+/// 1. The size of the input, before anything is read.
+std::optional<ContentError> check_size(std::uint64_t size, const Limits& limits) {
   if (size == 0) return ContentError{"empty file (0 bytes)"};
   if (size < kEntryFixedBytes + kEntryEpilogueBytes) {
     return ContentError{
         fmt::format("truncated: {} bytes, an entry needs at least {}", size, kEntryFixedBytes + kEntryEpilogueBytes)};
   }
   if (size > limits.max_file_bytes) return too_long("file length", size, limits.max_file_bytes);
+  return std::nullopt;
+}
 
-  detail::Xxh3Stream checksum(kChecksumSeed);
-  std::uint64_t consumed = 0;
-  // Reads `count` bytes into `destination`, feeding the checksum. Returns an error to hand back, if any.
-  auto read_checked = [&](void* destination, std::size_t count) -> std::optional<FileParseResult> {
-    const ReadStatus status = source.read(destination, count);
-    if (status == ReadStatus::io_error) {
-      return IoFailure{source.error(), fmt::format("read failed: {}", std::strerror(source.error()))};
-    }
-    if (status == ReadStatus::short_read) {
-      return ContentError{fmt::format("truncated while reading: file shorter than its {} bytes", size)};
-    }
-    checksum.update(destination, count);
-    consumed += count;
-    return std::nullopt;
-  };
-
-  std::array<std::byte, kEntryFixedBytes> fixed{};
-  if (auto failure = read_checked(fixed.data(), fixed.size())) return std::move(*failure);
-  const std::byte* f = fixed.data();
+/// 2. The fixed part (kEntryFixedBytes at `f`) of an entry of `size` bytes: everything is checked before
+/// any allocation, so what a reader allocates afterwards is bounded by the size of the input.
+std::variant<Layout, ContentError> check_fixed(const std::byte* f, std::uint64_t size, const Limits& limits) {
   if (std::memcmp(f + field::magic, kEntryMagic, sizeof(kEntryMagic)) != 0) {
     return ContentError{"bad magic: not a kiln cache entry"};
   }
@@ -206,97 +154,290 @@ FileParseResult parse_from(Source& source, std::uint64_t size, const Limits& lim
       load_u64(f + field::reserved64) != 0) {
     return ContentError{"reserved header fields are not zero"};
   }
-  const std::uint32_t target_len = load_u32(f + field::target_len);
-  const std::uint32_t compiler_len = load_u32(f + field::compiler_len);
-  const std::uint32_t canonical_len = load_u32(f + field::canonical_len);
-  const std::uint32_t names_len = load_u32(f + field::names_len);
-  const std::uint32_t names_count = load_u32(f + field::names_count);
-  const std::uint64_t payload_len = load_u64(f + field::payload_len);
-  const std::uint64_t aux_len = load_u64(f + field::aux_len);
-  const std::uint64_t total_len = load_u64(f + field::total_len);
-  if (target_len > limits.max_text_bytes) return too_long("target length", target_len, limits.max_text_bytes);
-  if (compiler_len > limits.max_text_bytes) return too_long("compiler length", compiler_len, limits.max_text_bytes);
-  if (canonical_len > limits.max_canonical_bytes) {
-    return too_long("canonical key length", canonical_len, limits.max_canonical_bytes);
+  Layout l;
+  l.vendor = static_cast<Vendor>(vendor);
+  l.payload_kind = static_cast<PayloadKind>(kind);
+  l.created_unix = static_cast<std::int64_t>(load_u64(f + field::created_unix));
+  l.key_hash = load_hash(f + field::key_hash);
+  l.target_len = load_u32(f + field::target_len);
+  l.compiler_len = load_u32(f + field::compiler_len);
+  l.canonical_len = load_u32(f + field::canonical_len);
+  l.names_len = load_u32(f + field::names_len);
+  l.names_count = load_u32(f + field::names_count);
+  l.payload_len = load_u64(f + field::payload_len);
+  l.aux_len = load_u64(f + field::aux_len);
+  l.total_len = load_u64(f + field::total_len);
+  if (l.target_len > limits.max_text_bytes) return too_long("target length", l.target_len, limits.max_text_bytes);
+  if (l.compiler_len > limits.max_text_bytes) {
+    return too_long("compiler length", l.compiler_len, limits.max_text_bytes);
   }
-  if (names_count > limits.max_names) return too_long("names count", names_count, limits.max_names);
-  if (std::uint64_t{names_count} * 8 > names_len) {
-    return ContentError{fmt::format("names length {} cannot hold {} names", names_len, names_count)};
+  if (l.canonical_len > limits.max_canonical_bytes) {
+    return too_long("canonical key length", l.canonical_len, limits.max_canonical_bytes);
   }
-  if (payload_len > limits.max_payload_bytes) return too_long("payload length", payload_len, limits.max_payload_bytes);
-  if (aux_len > limits.max_payload_bytes) return too_long("aux length", aux_len, limits.max_payload_bytes);
+  if (l.names_count > limits.max_names) return too_long("names count", l.names_count, limits.max_names);
+  if (std::uint64_t{l.names_count} * 8 > l.names_len) {
+    return ContentError{fmt::format("names length {} cannot hold {} names", l.names_len, l.names_count)};
+  }
+  if (l.payload_len > limits.max_payload_bytes) {
+    return too_long("payload length", l.payload_len, limits.max_payload_bytes);
+  }
+  if (l.aux_len > limits.max_payload_bytes) return too_long("aux length", l.aux_len, limits.max_payload_bytes);
   std::uint64_t declared = kEntryFixedBytes + kEntryEpilogueBytes;
-  if (!add_size(declared, target_len) || !add_size(declared, compiler_len) || !add_size(declared, canonical_len) ||
-      !add_size(declared, names_len) || !add_size(declared, payload_len) || !add_size(declared, aux_len)) {
+  if (!add_size(declared, l.target_len) || !add_size(declared, l.compiler_len) ||
+      !add_size(declared, l.canonical_len) || !add_size(declared, l.names_len) || !add_size(declared, l.payload_len) ||
+      !add_size(declared, l.aux_len)) {
     return ContentError{"header lengths overflow"};
   }
-  if (declared != total_len) {
-    return ContentError{fmt::format("header lengths add up to {} bytes but total_len says {}", declared, total_len)};
+  if (declared != l.total_len) {
+    return ContentError{fmt::format("header lengths add up to {} bytes but total_len says {}", declared, l.total_len)};
   }
   if (size < declared) return ContentError{fmt::format("truncated: {} bytes, the header declares {}", size, declared)};
   if (size > declared) return ContentError{fmt::format("{} trailing bytes after the entry", size - declared)};
+  return l;
+}
 
-  // From here every allocation is bounded by the (verified) file size.
-  Entry entry;
-  entry.vendor = static_cast<Vendor>(vendor);
-  entry.payload_kind = static_cast<PayloadKind>(kind);
-  entry.created_unix = static_cast<std::int64_t>(load_u64(f + field::created_unix));
-  entry.key_hash = load_hash(f + field::key_hash);
-  entry.target.resize(target_len);
-  entry.compiler.resize(compiler_len);
-  entry.canonical_key.resize(canonical_len);
-  std::string names(names_len, '\0');
-  entry.payload.resize(static_cast<std::size_t>(payload_len));
-  entry.aux.resize(static_cast<std::size_t>(aux_len));
-  for (auto [data, count] : {std::pair<void*, std::size_t>{entry.target.data(), target_len},
-                             {entry.compiler.data(), compiler_len},
-                             {entry.canonical_key.data(), canonical_len},
-                             {names.data(), names_len},
-                             {entry.payload.data(), entry.payload.size()},
-                             {entry.aux.data(), entry.aux.size()}}) {
-    if (auto failure = read_checked(data, count)) return std::move(*failure);
-  }
-  const Hash128 computed = checksum.digest();
-  std::array<std::byte, kEntryEpilogueBytes> epilogue{};
-  if (auto failure = read_checked(epilogue.data(), epilogue.size())) return std::move(*failure);
-  if (std::memcmp(epilogue.data() + 16, kEntryEndMagic, sizeof(kEntryEndMagic)) != 0) {
+/// 3. The end magic, then 4. the checksum (computed by `checksum()` only once the end magic is right).
+template <class Checksum>
+std::optional<ContentError> check_epilogue(const std::byte* epilogue, Checksum&& checksum) {
+  if (std::memcmp(epilogue + 16, kEntryEndMagic, sizeof(kEntryEndMagic)) != 0) {
     return ContentError{"bad end magic (entry cut or overwritten at its end)"};
   }
-  if (load_hash(epilogue.data()) != computed) {
-    return ContentError{"checksum mismatch"};
-  }
+  if (load_hash(epilogue) != checksum()) return ContentError{"checksum mismatch"};
+  return std::nullopt;
+}
 
-  std::string_view rest(names);
-  auto take_string = [&](std::string& out) -> bool {
+/// Walks the names list: calls fn(expression, lowered) for each well-formed name, stopping at the first
+/// malformed one. Returns how many were well-formed; `rest` keeps what was not consumed.
+template <class Fn>
+std::uint32_t walk_names(std::string_view& rest, std::uint32_t count, std::uint32_t max_name_bytes, Fn&& fn) {
+  auto take = [&](std::string_view& out) -> bool {
     if (rest.size() < 4) return false;
     const std::uint32_t length = load_u32(reinterpret_cast<const std::byte*>(rest.data()));
-    rest.remove_prefix(4);
-    if (length > limits.max_name_bytes || length > rest.size()) return false;
-    out.assign(rest.substr(0, length));
-    rest.remove_prefix(length);
+    if (length > max_name_bytes || length > rest.size() - 4) return false;
+    out = rest.substr(4, length);
+    rest.remove_prefix(4 + std::size_t{length});
     return true;
   };
-  for (std::uint32_t i = 0; i < names_count; ++i) {
-    LoweredName name;
-    if (!take_string(name.expression) || !take_string(name.lowered)) {
-      return ContentError{fmt::format("names list: entry {} of {} is malformed", i, names_count)};
-    }
-    entry.names.push_back(std::move(name));
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::string_view expression;
+    std::string_view lowered;
+    if (!take(expression) || !take(lowered)) return i;
+    fn(expression, lowered);
   }
-  if (!rest.empty()) return ContentError{fmt::format("names list: {} unused bytes", rest.size())};
+  return count;
+}
 
+/// 5. The names list fills names_len exactly with names_count well-formed names.
+std::optional<ContentError> check_names(std::string_view names, std::uint32_t count, const Limits& limits) {
+  const std::uint32_t good = walk_names(names, count, limits.max_name_bytes, [](std::string_view, std::string_view) {});
+  if (good < count) return ContentError{fmt::format("names list: entry {} of {} is malformed", good, count)};
+  if (!names.empty()) return ContentError{fmt::format("names list: {} unused bytes", names.size())};
+  return std::nullopt;
+}
+
+/// 6. The stored key: the one asked for (compared in place), else key_hash == hash(canonical key).
+std::optional<ContentError> check_key(const Layout& layout, std::string_view canonical_key,
+                                      const ExpectedKey* expected) {
   if (expected != nullptr) {
-    if (entry.key_hash != expected->key_hash || entry.canonical_key != expected->canonical_key) {
-      return ContentError{fmt::format("key mismatch: the entry holds key {}, the request is {}", entry.key_hash.hex(),
+    if (layout.key_hash != expected->key_hash || canonical_key != expected->canonical_key) {
+      return ContentError{fmt::format("key mismatch: the entry holds key {}, the request is {}", layout.key_hash.hex(),
                                       expected->key_hash.hex())};
     }
-  } else if (hash128(entry.canonical_key, kKeySeed) != entry.key_hash) {
+  } else if (hash128(canonical_key, kKeySeed) != layout.key_hash) {
     return ContentError{"key hash does not match the stored canonical key"};
   }
+  return std::nullopt;
+}
+
+/// Copies everything but the payload and aux into `entry` (after every check has passed).
+void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Limits& limits) {
+  entry.vendor = layout.vendor;
+  entry.payload_kind = layout.payload_kind;
+  entry.created_unix = layout.created_unix;
+  entry.key_hash = layout.key_hash;
+  entry.target.assign(texts.target);
+  entry.compiler.assign(texts.compiler);
+  entry.canonical_key.assign(texts.canonical_key);
+  entry.names.clear();
+  entry.names.reserve(layout.names_count);
+  std::string_view names = texts.names;
+  walk_names(names, layout.names_count, limits.max_name_bytes,
+             [&entry](std::string_view expression, std::string_view lowered) {
+               entry.names.push_back(LoweredName{std::string(expression), std::string(lowered)});
+             });
+}
+
+/// The one parser over bytes in memory (parse(), and parse_file() for entries read whole).
+template <class Result>
+Result parse_bytes(std::span<const std::byte> bytes, const Limits& limits, const ExpectedKey* expected) {
+  const std::uint64_t size = bytes.size();
+  if (auto error = check_size(size, limits)) return std::move(*error);
+  auto fixed = check_fixed(bytes.data(), size, limits);
+  if (auto* error = std::get_if<ContentError>(&fixed)) return std::move(*error);
+  const Layout& layout = std::get<Layout>(fixed);
+  const std::byte* variable = bytes.data() + kEntryFixedBytes;
+  const std::size_t body = static_cast<std::size_t>(size) - kEntryEpilogueBytes;
+  if (auto error =
+          check_epilogue(bytes.data() + body, [&] { return detail::xxh3_128(bytes.data(), body, kChecksumSeed); })) {
+    return std::move(*error);
+  }
+  const Texts texts = split_variable(layout, variable);
+  if (auto error = check_names(texts.names, layout.names_count, limits)) return std::move(*error);
+  if (auto error = check_key(layout, texts.canonical_key, expected)) return std::move(*error);
+  // Everything checked: only now copy out (the payload once, with no zero-fill before it).
+  Entry entry;
+  fill_entry(entry, layout, texts, limits);
+  const std::byte* payload = variable + layout.variable_bytes();
+  const std::byte* aux = payload + layout.payload_len;
+  entry.payload.assign(payload, aux);
+  entry.aux.assign(aux, aux + layout.aux_len);
+  return entry;
+}
+
+// ---- reading files --------------------------------------------------------------------------------------
+
+/// A per-thread scratch buffer for parse_file (no allocation per entry read; a thread that has read an
+/// entry keeps up to kScratchKeepBytes). Nothing it holds outlives the parse_file call that filled it.
+class ScratchBuffer {
+ public:
+  /// A buffer of at least `bytes` bytes (contents undefined). Throws std::bad_alloc.
+  static std::byte* get(std::size_t bytes) {
+    Storage& s = storage();
+    if (bytes > s.capacity) {
+      const std::size_t capacity = (std::max<std::size_t>(bytes, 16 * 1024) + 4095) & ~std::size_t{4095};
+      s.data.reset();
+      s.capacity = 0;
+      s.data = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      s.capacity = capacity;
+    }
+    return s.data.get();
+  }
+  /// Lets go of a buffer grown beyond kScratchKeepBytes (by an unusually large header).
+  static void trim() noexcept {
+    Storage& s = storage();
+    if (s.capacity > kScratchKeepBytes) {
+      s.data.reset();
+      s.capacity = 0;
+    }
+  }
+  static constexpr std::size_t kScratchKeepBytes = 256 * 1024;
+
+ private:
+  struct Storage {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t capacity = 0;
+  };
+  static Storage& storage() noexcept {
+    thread_local Storage storage;
+    return storage;
+  }
+};
+static_assert(detail::kWholeReadBytes <= ScratchBuffer::kScratchKeepBytes,
+              "a whole-read entry must fit the kept buffer");
+
+enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
+
+/// Reads exactly `count` bytes (retrying EINTR and partial reads). `error` gets the errno on io_error.
+ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
+  while (count > 0) {
+    const ssize_t n = ::read(fd, out, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      return ReadStatus::io_error;
+    }
+    if (n == 0) return ReadStatus::short_read;
+    out += n;
+    count -= static_cast<std::size_t>(n);
+  }
+  return ReadStatus::ok;
+}
+
+/// Fills every iovec (retrying EINTR and partial reads). Modifies `iov`.
+ReadStatus readv_exact(int fd, struct iovec* iov, int count, int& error) noexcept {
+  for (;;) {
+    while (count > 0 && iov->iov_len == 0) {
+      ++iov;
+      --count;
+    }
+    if (count == 0) return ReadStatus::ok;
+    const ssize_t n = ::readv(fd, iov, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      return ReadStatus::io_error;
+    }
+    if (n == 0) return ReadStatus::short_read;
+    auto done = static_cast<std::size_t>(n);
+    while (done > 0) {
+      const std::size_t take = std::min(done, iov->iov_len);
+      iov->iov_base = static_cast<std::byte*>(iov->iov_base) + take;
+      iov->iov_len -= take;
+      done -= take;
+      if (iov->iov_len == 0 && done > 0) {
+        ++iov;
+        --count;
+      }
+    }
+  }
+}
+
+IoFailure read_failure(int error) { return IoFailure{error, fmt::format("read failed: {}", std::strerror(error))}; }
+
+/// An entry too large to read whole into the scratch buffer: the fixed part first, then one readv()
+/// straight into the Entry (variable part into scratch, payload and aux into their vectors, epilogue).
+/// The checksum runs over the pieces as they lie.
+FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, const ExpectedKey* expected) {
+  std::array<std::byte, kEntryFixedBytes> fixed{};
+  int error = 0;
+  if (const ReadStatus status = read_exact(fd, fixed.data(), fixed.size(), error); status != ReadStatus::ok) {
+    if (status == ReadStatus::io_error) return read_failure(error);
+    return truncated_while_reading(size);
+  }
+  auto checked = check_fixed(fixed.data(), size, limits);
+  if (auto* content = std::get_if<ContentError>(&checked)) return std::move(*content);
+  const Layout& layout = std::get<Layout>(checked);
+
+  // From here every allocation is bounded by the (verified) file size.
+  const auto variable_len = static_cast<std::size_t>(layout.variable_bytes());
+  std::byte* variable = ScratchBuffer::get(variable_len);
+  Entry entry;
+  entry.payload.resize(static_cast<std::size_t>(layout.payload_len));
+  entry.aux.resize(static_cast<std::size_t>(layout.aux_len));
+  std::array<std::byte, kEntryEpilogueBytes> epilogue{};
+  struct iovec pieces[4] = {{variable, variable_len},
+                            {entry.payload.data(), entry.payload.size()},
+                            {entry.aux.data(), entry.aux.size()},
+                            {epilogue.data(), epilogue.size()}};
+  if (const ReadStatus status = readv_exact(fd, pieces, 4, error); status != ReadStatus::ok) {
+    if (status == ReadStatus::io_error) return read_failure(error);
+    return truncated_while_reading(size);
+  }
+  // (Reading in windows hashed one by one while cache-hot measured slower: each extra read() costs more
+  // than the cache misses it saves.)
+  auto checksum = [&] {
+    detail::Xxh3Stream stream(kChecksumSeed);
+    stream.update(fixed.data(), fixed.size());
+    stream.update(variable, variable_len);
+    stream.update(entry.payload.data(), entry.payload.size());
+    stream.update(entry.aux.data(), entry.aux.size());
+    return stream.digest();
+  };
+  if (auto content = check_epilogue(epilogue.data(), checksum)) return std::move(*content);
+  const Texts texts = split_variable(layout, variable);
+  if (auto content = check_names(texts.names, layout.names_count, limits)) return std::move(*content);
+  if (auto content = check_key(layout, texts.canonical_key, expected)) return std::move(*content);
+  fill_entry(entry, layout, texts, limits);
   return entry;
 }
 
 }  // namespace
+
+void EntryHeaderView::for_each_name(
+    const std::function<void(std::string_view expression, std::string_view lowered)>& fn) const {
+  std::string_view rest = names_list;
+  walk_names(rest, names_count, std::numeric_limits<std::uint32_t>::max(), fn);
+}
 
 std::vector<std::byte> serialize(const Entry& entry) {
   constexpr std::uint64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
@@ -309,8 +450,9 @@ std::vector<std::byte> serialize(const Entry& entry) {
   const std::uint64_t total = kEntryFixedBytes + entry.target.size() + entry.compiler.size() +
                               entry.canonical_key.size() + names_len + entry.payload.size() + entry.aux.size() +
                               kEntryEpilogueBytes;
-  std::vector<std::byte> out(static_cast<std::size_t>(total));
-  std::byte* f = out.data();
+  // The fixed part is built on the stack (GCC cannot see that out.data() is never null here).
+  std::array<std::byte, kEntryFixedBytes> fixed{};
+  std::byte* f = fixed.data();
   std::memcpy(f + field::magic, kEntryMagic, sizeof(kEntryMagic));
   store_le(f + field::format_version, kEntryFormatVersion, 4);
   f[field::vendor] = static_cast<std::byte>(entry.vendor);
@@ -327,7 +469,9 @@ std::vector<std::byte> serialize(const Entry& entry) {
   store_le(f + field::aux_len, entry.aux.size(), 8);
   store_le(f + field::total_len, total, 8);
 
-  std::byte* p = f + kEntryFixedBytes;
+  std::vector<std::byte> out(fixed.begin(), fixed.end());
+  out.resize(static_cast<std::size_t>(total));
+  std::byte* p = out.data() + kEntryFixedBytes;
   auto put_bytes = [&p](const void* data, std::size_t count) {
     if (count != 0) std::memcpy(p, data, count);
     p += count;
@@ -344,18 +488,14 @@ std::vector<std::byte> serialize(const Entry& entry) {
   }
   put_bytes(entry.payload.data(), entry.payload.size());
   put_bytes(entry.aux.data(), entry.aux.size());
-  const std::size_t body = static_cast<std::size_t>(p - f);
-  store_hash(p, detail::xxh3_128(f, body, kChecksumSeed));
+  const std::size_t body = static_cast<std::size_t>(p - out.data());
+  store_hash(p, detail::xxh3_128(out.data(), body, kChecksumSeed));
   std::memcpy(p + 16, kEntryEndMagic, sizeof(kEntryEndMagic));
   return out;
 }
 
 std::variant<Entry, ContentError> parse(std::span<const std::byte> bytes, const Limits& limits) {
-  MemorySource source(bytes);
-  FileParseResult result = parse_from(source, bytes.size(), limits, nullptr);
-  if (auto* entry = std::get_if<Entry>(&result)) return std::move(*entry);
-  if (auto* error = std::get_if<ContentError>(&result)) return std::move(*error);
-  return ContentError{"unreachable: memory read failed"};  // MemorySource reports no I/O errors.
+  return parse_bytes<std::variant<Entry, ContentError>>(bytes, limits, nullptr);
 }
 
 namespace detail {
@@ -363,13 +503,63 @@ namespace detail {
 FileParseResult parse_file(int fd, std::uint64_t file_size, const Limits& limits,
                            const ExpectedKey* expected) noexcept {
   try {
-    if (file_size > limits.max_file_bytes) return too_long("file length", file_size, limits.max_file_bytes);
-    FileSource source(fd, file_size);
-    return parse_from(source, file_size, limits, expected);
+    if (auto error = check_size(file_size, limits)) return std::move(*error);
+    if (file_size > kWholeReadBytes) {
+      struct TrimOnExit {
+        ~TrimOnExit() { ScratchBuffer::trim(); }
+      } trim_on_exit;
+      return parse_large(fd, file_size, limits, expected);
+    }
+    // One read() into the per-thread buffer, then the memory parser: no allocation but the Entry's own.
+    const auto size = static_cast<std::size_t>(file_size);
+    std::byte* buffer = ScratchBuffer::get(size);
+    int error = 0;
+    if (const ReadStatus status = read_exact(fd, buffer, size, error); status != ReadStatus::ok) {
+      if (status == ReadStatus::io_error) return read_failure(error);
+      return truncated_while_reading(file_size);
+    }
+    return parse_bytes<FileParseResult>(std::span<const std::byte>(buffer, size), limits, expected);
   } catch (const std::bad_alloc&) {
     return IoFailure{ENOMEM, "out of memory while reading the entry"};
   } catch (const std::exception& error) {
     return IoFailure{EIO, error.what()};
+  }
+}
+
+HeaderParseResult parse_header(std::span<const std::byte> prefix, std::uint64_t file_size, HeaderParts parts,
+                               const Limits& limits) noexcept {
+  try {
+    if (auto error = check_size(file_size, limits)) return std::move(*error);
+    if (prefix.size() < kEntryFixedBytes) return NeedBytes{kEntryFixedBytes};
+    auto fixed = check_fixed(prefix.data(), file_size, limits);
+    if (auto* error = std::get_if<ContentError>(&fixed)) return std::move(*error);
+    const Layout& layout = std::get<Layout>(fixed);
+    const std::uint64_t needed =
+        kEntryFixedBytes +
+        (parts == HeaderParts::all ? layout.variable_bytes() : std::uint64_t{layout.target_len} + layout.compiler_len);
+    if (prefix.size() < needed) return NeedBytes{needed};
+    EntryHeaderView view;
+    view.vendor = layout.vendor;
+    view.payload_kind = layout.payload_kind;
+    view.created_unix = layout.created_unix;
+    view.key_hash = layout.key_hash;
+    view.payload_bytes = layout.payload_len;
+    view.aux_bytes = layout.aux_len;
+    view.total_bytes = layout.total_len;
+    const char* variable = reinterpret_cast<const char*>(prefix.data() + kEntryFixedBytes);
+    view.target = std::string_view(variable, layout.target_len);
+    view.compiler = std::string_view(variable + layout.target_len, layout.compiler_len);
+    if (parts == HeaderParts::all) {
+      const Texts texts = split_variable(layout, prefix.data() + kEntryFixedBytes);
+      if (auto error = check_names(texts.names, layout.names_count, limits)) return std::move(*error);
+      if (auto error = check_key(layout, texts.canonical_key, nullptr)) return std::move(*error);
+      view.canonical_key = texts.canonical_key;
+      view.names_list = texts.names;
+      view.names_count = layout.names_count;
+    }
+    return view;
+  } catch (...) {
+    return ContentError{"out of memory"};
   }
 }
 

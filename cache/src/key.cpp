@@ -87,7 +87,10 @@ void CanonicalKey::add(std::string_view name, std::string_view value) {
   if (!valid_part_name(name)) {
     throw std::invalid_argument(fmt::format("cache key part name \"{}\" is empty or holds a space or newline", name));
   }
-  m_bytes.reserve(m_bytes.size() + name.size() + value.size() + 24);
+  // Geometric growth: a key is built from ~10 parts, the last ones (source, headers) the largest;
+  // reserving exactly per part would reallocate and copy the whole key on every add.
+  const std::size_t needed = m_bytes.size() + name.size() + value.size() + 24;
+  if (needed > m_bytes.capacity()) m_bytes.reserve(std::max(needed, 2 * m_bytes.capacity()));
   m_bytes.append(name);
   m_bytes.push_back(' ');
   m_bytes.append(std::to_string(value.size()));

@@ -144,6 +144,22 @@ bool is_hex(std::string_view text) noexcept {
   return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+/// The key an entry file name stands for: `shard` (2 lower-case hex) + `name` (30 lower-case hex +
+/// ".kiln"). nullopt for any other name (temps, strays).
+std::optional<Hash128> entry_file_hash(std::string_view shard, std::string_view name) noexcept {
+  if (shard.size() != 2 || name.size() != 30 + kEntrySuffix.size() || !name.ends_with(kEntrySuffix)) {
+    return std::nullopt;
+  }
+  const std::string_view stem = name.substr(0, 30);
+  if (!is_hex(shard) || !is_hex(stem)) return std::nullopt;
+  char hex[32];
+  std::memcpy(hex, shard.data(), 2);
+  std::memcpy(hex + 2, stem.data(), 30);
+  return Hash128::from_hex(std::string_view(hex, sizeof(hex)));
+}
+
 /// Calls `on_entry(EntryFile)` for every entry file and `on_temp(path, name, stat)` for every temp
 /// file under <root>/v1. Unreadable directories are skipped.
 template <class OnEntry, class OnTemp>
@@ -172,13 +188,12 @@ void walk_store(const std::string& v1_dir, OnEntry&& on_entry, OnTemp&& on_temp)
         }
         continue;
       }
-      if (name.size() != 30 + kEntrySuffix.size() || !name.ends_with(kEntrySuffix)) continue;
-      const std::string_view stem = name.substr(0, 30);
-      if (!is_hex(stem)) continue;
-      const auto hash = Hash128::from_hex(fmt::format("{}{}", shard_name, stem));
+      const auto hash = entry_file_hash(shard_name, name);
       if (!hash) continue;
-      on_entry(EntryFile{fmt::format("{}/{}", shard_path, name), *hash, static_cast<std::uint64_t>(st.st_size),
-                         to_time_point(st.st_mtim)});
+      std::string path;
+      path.reserve(shard_path.size() + 1 + name.size());
+      path.append(shard_path).append("/").append(name);
+      on_entry(EntryFile{std::move(path), *hash, static_cast<std::uint64_t>(st.st_size), to_time_point(st.st_mtim)});
     }
     ::closedir(files);
   }
@@ -288,6 +303,54 @@ struct Store::State {
   std::string size_file;
   std::string trim_lock;
 
+  /// The user whose entries this store trusts (entries owned by anyone else are refused as "not ours").
+  uid_t euid = ::geteuid();
+
+  /// v1/, opened once (O_PATH) on the first lookup: a lookup opens "<2 hex>/<30 hex>.kiln" relative to it
+  /// instead of resolving the whole root path again. When v1/ is replaced (removed and made again, e.g.
+  /// by a put after the cache was deleted), a lookup that finds nothing notices and opens the new one;
+  /// the old descriptor stays open until the store is destroyed (another thread may still be using it).
+  std::mutex v1_fd_mutex;
+  std::atomic<int> v1_fd{-1};
+  std::vector<int> retired_v1_fds;
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (const int fd = v1_fd.load(); fd >= 0) ::close(fd);
+    for (const int fd : retired_v1_fds) ::close(fd);
+  }
+
+  /// The v1/ descriptor, opened if it is not yet; -1 when v1/ cannot be opened (then use full paths).
+  int open_v1() {
+    const std::lock_guard lock(v1_fd_mutex);
+    int fd = v1_fd.load();
+    if (fd < 0 && !v1_dir.empty()) {
+      fd = ::open(v1_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) v1_fd.store(fd, std::memory_order_release);
+    }
+    return fd;
+  }
+
+  /// After an entry was not found through `fd`: when the directory at v1_dir is no longer the one `fd`
+  /// holds, switches to it, sets `fd` and returns true (look again). False for a real miss.
+  bool refresh_v1(int& fd) {
+    struct stat now {};
+    struct stat held {};
+    if (::lstat(v1_dir.c_str(), &now) != 0 || ::fstat(fd, &held) != 0) return false;
+    if (now.st_ino == held.st_ino && now.st_dev == held.st_dev) return false;
+    const std::lock_guard lock(v1_fd_mutex);
+    if (v1_fd.load() == fd) {
+      const int fresh = ::open(v1_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fresh < 0) return false;
+      retired_v1_fds.push_back(fd);
+      v1_fd.store(fresh, std::memory_order_release);
+    }
+    fd = v1_fd.load();
+    return true;
+  }
+
   std::atomic<StoreMode> mode{StoreMode::read_write};
   mutable std::mutex reason_mutex;
   std::string reason;
@@ -324,11 +387,21 @@ struct Store::State {
   }
 
   [[nodiscard]] std::string entry_path(const Hash128& file_hash) const {
-    const std::string hex = file_hash.hex();
     std::string path;
-    path.reserve(v1_dir.size() + 4 + 32 + kEntrySuffix.size());
-    path.append(v1_dir).append("/").append(hex, 0, 2).append("/").append(hex, 2, 30).append(kEntrySuffix);
+    entry_path_into(path, file_hash);
     return path;
+  }
+
+  /// Writes the entry path into `path` (reusing its memory).
+  void entry_path_into(std::string& path, const Hash128& file_hash) const {
+    char hex[32];
+    for (int i = 0; i < 16; ++i) {
+      hex[15 - i] = kHexDigits[(file_hash.high >> (4 * i)) & 0xF];
+      hex[31 - i] = kHexDigits[(file_hash.low >> (4 * i)) & 0xF];
+    }
+    path.clear();
+    path.reserve(v1_dir.size() + 4 + 32 + kEntrySuffix.size());
+    path.append(v1_dir).append("/").append(hex, 2).append("/").append(hex + 2, 30).append(kEntrySuffix);
   }
 
   /// Adds `delta` to the running total in lock/size under a file lock and returns the new total.
@@ -542,12 +615,29 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
   const StoreMode mode = s.mode.load();
   if (mode == StoreMode::memory_only) return LookupResult{LookupOutcome::disabled, std::nullopt, {}};
   try {
-    const std::string path = s.entry_path(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+    // The path is built in a per-thread string: a hit allocates nothing but the Entry it returns.
+    thread_local std::string t_path;
+    std::string& path = t_path;
+    s.entry_path_into(path, m_config.file_name_hook ? m_config.file_name_hook(key) : key);
     // O_NOFOLLOW: a symbolic link planted at an entry path is never followed. O_NONBLOCK: a FIFO
-    // planted there cannot block us (it is rejected as not a regular file below).
-    const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    // planted there cannot block us (it is rejected as not a regular file below). Opened relative to
+    // v1/ (see State::v1_fd); `path` is the same file, for messages and removal.
+    constexpr int kOpenFlags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    const char* relative = path.c_str() + s.v1_dir.size() + 1;
+    int dir_fd = s.v1_fd.load(std::memory_order_acquire);
+    if (dir_fd < 0) dir_fd = s.open_v1();
+    const auto open_entry = [&] {
+      return dir_fd >= 0 ? ::openat(dir_fd, relative, kOpenFlags) : ::open(path.c_str(), kOpenFlags);
+    };
+    int opened = open_entry();
+    int open_error = opened < 0 ? errno : 0;
+    if (opened < 0 && open_error == ENOENT && dir_fd >= 0 && s.refresh_v1(dir_fd)) {
+      opened = open_entry();
+      open_error = opened < 0 ? errno : 0;
+    }
+    const UniqueFd fd(opened);
     if (!fd) {
-      const int error = errno;
+      const int error = open_error;
       if (error == ENOENT || error == ENOTDIR) return LookupResult{LookupOutcome::miss, std::nullopt, {}};
       if (error == ELOOP) {
         const std::string why = fmt::format("{} is a symbolic link: refused", path);
@@ -571,7 +661,7 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
     std::string content_error;
     if (!S_ISREG(st.st_mode)) {
       content_error = "not a regular file";
-    } else if (st.st_uid != ::geteuid()) {
+    } else if (st.st_uid != s.euid) {
       content_error = fmt::format("owned by uid {}, not by the current user", st.st_uid);
     } else {
       const detail::ExpectedKey expected{key, canonical_key};
@@ -685,6 +775,200 @@ std::vector<EntryFile> Store::list() const {
     // Out of memory while listing: hand back what was found.
   }
   return files;
+}
+
+namespace {
+
+/// The first read of a header scan: a whole small entry, and always the fixed part, target and compiler.
+constexpr std::size_t kHeaderReadBytes = 16 * 1024;
+
+/// The buffer a shard's header reads go to. Owned by one scan_shard call (not the per-thread scratch
+/// buffer of parse_file): the views handed to the callback stay valid whatever the callback reads.
+class HeaderBuffer {
+ public:
+  std::byte* get(std::size_t bytes) {
+    if (bytes > m_capacity) {
+      m_data.reset();
+      m_capacity = 0;
+      m_data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      m_capacity = bytes;
+    }
+    return m_data.get();
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> m_data;
+  std::size_t m_capacity = 0;
+};
+
+/// Reads up to `count` bytes at `offset`, retrying EINTR; stops early only at the end of the file.
+/// Returns the bytes read, or -1 with errno set.
+ssize_t pread_full(int fd, std::byte* out, std::size_t count, std::uint64_t offset) noexcept {
+  std::size_t done = 0;
+  while (done < count) {
+    const ssize_t n = ::pread(fd, out + done, count - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+/// One entry file of a scan, opened relative to its shard directory. Calls fn unless the file is
+/// not one list() would list (gone since readdir, a link, not a regular file).
+void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, const Limits& limits,
+               HeaderBuffer& header_buffer, ScannedEntry& scanned, const std::function<void(const ScannedEntry&)>& fn) {
+  const UniqueFd fd(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  std::string error;
+  auto report = [&](std::string why) {
+    error = std::move(why);
+    scanned.error = error;
+    fn(scanned);
+  };
+  if (!fd) {
+    const int open_error = errno;
+    if (open_error == ENOENT || open_error == ELOOP) return;  // removed since readdir, or a link: list() skips both
+    struct stat st {};                                        // what list() would say of it
+    if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (!S_ISREG(st.st_mode)) return;
+      scanned.size = static_cast<std::uint64_t>(st.st_size);
+      scanned.mtime = to_time_point(st.st_mtim);
+    }
+    return report(fmt::format("cannot open: {}", errno_text(open_error)));
+  }
+  bool size_known = false;
+  auto stat_file = [&]() -> bool {  // false: skip (not regular) or reported
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+      report(fmt::format("cannot stat: {}", errno_text(errno)));
+      return false;
+    }
+    if (!S_ISREG(st.st_mode)) return false;
+    scanned.size = static_cast<std::uint64_t>(st.st_size);
+    scanned.mtime = to_time_point(st.st_mtim);
+    size_known = true;
+    return true;
+  };
+  if ((with_mtime || depth == ScanDepth::entry) && !stat_file()) return;
+
+  if (depth == ScanDepth::entry) {
+    detail::FileParseResult parsed = detail::parse_file(fd.get(), scanned.size, limits, nullptr);
+    if (const auto* entry = std::get_if<Entry>(&parsed)) {
+      scanned.entry = entry;
+      fn(scanned);
+      scanned.entry = nullptr;
+      return;
+    }
+    if (const auto* failure = std::get_if<detail::IoFailure>(&parsed)) return report("I/O error: " + failure->what);
+    return report(std::get<ContentError>(std::move(parsed)).reason);
+  }
+
+  // A header: one read. Without an fstat, a read that stops short of the buffer stopped at the end of the
+  // file (a regular file), so it gave the size; a content error found with that size is re-checked
+  // against fstat before it is reported.
+  const detail::HeaderParts parts = depth == ScanDepth::lane ? detail::HeaderParts::texts : detail::HeaderParts::all;
+  std::byte* buffer = header_buffer.get(kHeaderReadBytes);
+  std::size_t want =
+      size_known ? static_cast<std::size_t>(std::min<std::uint64_t>(scanned.size, kHeaderReadBytes)) : kHeaderReadBytes;
+  ssize_t got = -1;
+  if (size_known) {
+    got = pread_full(fd.get(), buffer, want, 0);
+  } else {
+    do {
+      got = ::read(fd.get(), buffer, want);
+    } while (got < 0 && errno == EINTR);
+  }
+  if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+  if (!size_known) {
+    if (static_cast<std::size_t>(got) < want) {
+      scanned.size = static_cast<std::uint64_t>(got);
+    } else if (!stat_file()) {
+      return;
+    }
+  }
+  auto length = static_cast<std::size_t>(got);
+  for (;;) {
+    detail::HeaderParseResult parsed =
+        detail::parse_header(std::span<const std::byte>(buffer, length), scanned.size, parts, limits);
+    if (const auto* header = std::get_if<EntryHeaderView>(&parsed)) {
+      scanned.header = header;
+      fn(scanned);
+      scanned.header = nullptr;
+      return;
+    }
+    if (const auto* need = std::get_if<detail::NeedBytes>(&parsed)) {
+      // A header longer than the first read (a long canonical key): read it whole. The length was
+      // checked against the limits and the file size before it was asked for.
+      want = static_cast<std::size_t>(need->bytes);
+      buffer = header_buffer.get(want);
+      got = pread_full(fd.get(), buffer, want, 0);
+      if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+      if (static_cast<std::size_t>(got) < want) {
+        return report(fmt::format("truncated while reading: file shorter than its {} bytes", scanned.size));
+      }
+      length = want;
+      continue;
+    }
+    if (!size_known) {
+      // The size came from the read: make sure before calling the entry damaged.
+      const std::uint64_t seen = scanned.size;
+      if (!stat_file()) return;
+      if (scanned.size != seen) {
+        want = static_cast<std::size_t>(std::min<std::uint64_t>(scanned.size, kHeaderReadBytes));
+        got = pread_full(fd.get(), buffer, want, 0);
+        if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+        length = static_cast<std::size_t>(got);
+        continue;
+      }
+    }
+    return report(std::get<ContentError>(std::move(parsed)).reason);
+  }
+}
+
+}  // namespace
+
+void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
+                       const std::function<void(const ScannedEntry&)>& fn) const {
+  const State& s = *m_state;
+  if (s.v1_dir.empty() || shard >= kShardCount) return;
+  const char shard_name[2] = {kHexDigits[shard >> 4], kHexDigits[shard & 0xF]};
+  std::string path;
+  path.reserve(s.v1_dir.size() + 4 + 30 + kEntrySuffix.size());
+  path.append(s.v1_dir).append("/").append(shard_name, 2).append("/");
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return;
+  DIR* dir = ::fdopendir(dir_fd);
+  if (dir == nullptr) {
+    ::close(dir_fd);
+    return;
+  }
+  struct Closer {
+    DIR* dir;
+    ~Closer() { ::closedir(dir); }
+  } closer{dir};
+  const std::size_t base = path.size();
+  HeaderBuffer header_buffer;
+  while (const dirent* file = ::readdir(dir)) {
+    const std::string_view name(file->d_name);
+    const auto hash = entry_file_hash(std::string_view(shard_name, 2), name);
+    if (!hash) continue;
+    if (file->d_type != DT_REG) {
+      struct stat st {};
+      if (file->d_type != DT_UNKNOWN || ::fstatat(dir_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode)) {
+        continue;
+      }
+    }
+    path.resize(base);
+    path.append(name);
+    ScannedEntry scanned;
+    scanned.path = path;
+    scanned.file_hash = *hash;
+    scan_file(dir_fd, file->d_name, depth, with_mtime, m_config.limits, header_buffer, scanned, fn);
+  }
 }
 
 std::variant<Entry, ContentError> Store::read_file(const std::filesystem::path& path) const {

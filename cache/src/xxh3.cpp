@@ -8,17 +8,18 @@ namespace {
 static_assert(sizeof(XXH3_state_t) == Xxh3Stream::kStateBytes, "update Xxh3Stream::kStateBytes for this xxHash");
 static_assert(alignof(XXH3_state_t) <= 64);
 
-/// Decided once; safe to call during static initialization.
-bool use_avx2() noexcept {
-  static const bool use = [] {
-#if defined(__x86_64__) && defined(__GNUC__)
+/// The widest vector unit the CPU has, decided once; safe to call during static initialization.
+enum class Unit { baseline, avx2, avx512 };
+Unit unit() noexcept {
+  static const Unit u = [] {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-#else
-    return false;
+    if (__builtin_cpu_supports("avx512f") != 0) return Unit::avx512;
+    if (__builtin_cpu_supports("avx2") != 0) return Unit::avx2;
 #endif
+    return Unit::baseline;
   }();
-  return use;
+  return u;
 }
 
 XXH3_state_t* as_state(unsigned char* bytes) noexcept { return reinterpret_cast<XXH3_state_t*>(bytes); }
@@ -37,9 +38,14 @@ Hash128 xxh3_128_baseline(const void* data, std::size_t size, std::uint64_t seed
   return Hash128{h.high64, h.low64};
 }
 
+bool xxh3_cpu_has_avx512() noexcept { return unit() == Unit::avx512; }
+
 Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept {
   // Small inputs (keys) gain nothing from wide vectors.
-  if (size >= 1024 && use_avx2()) return xxh3_128_avx2(data, size, seed);
+  if (size >= 1024) {
+    if (unit() == Unit::avx512) return xxh3_128_avx512(data, size, seed);
+    if (unit() == Unit::avx2) return xxh3_128_avx2(data, size, seed);
+  }
   return xxh3_128_baseline(data, size, seed);
 }
 
@@ -49,10 +55,10 @@ Xxh3Stream::Xxh3Stream(std::uint64_t seed) noexcept {
 }
 
 void Xxh3Stream::update(const void* data, std::size_t size) noexcept {
-  if (use_avx2()) {
-    xxh3_update_avx2(m_state, data, size);
-  } else {
-    xxh3_update_baseline(m_state, data, size);
+  switch (unit()) {
+    case Unit::avx512: xxh3_update_avx512(m_state, data, size); break;
+    case Unit::avx2: xxh3_update_avx2(m_state, data, size); break;
+    case Unit::baseline: xxh3_update_baseline(m_state, data, size); break;
   }
 }
 

@@ -14,23 +14,12 @@
 #include <immintrin.h>
 #undef XXH_VECTOR
 #define XXH_VECTOR 2  // XXH_AVX2: the pragma does not define __AVX2__, so xxHash cannot detect it
-#define KILN_XXH3_AVX2_PRAGMA 1
+#define KILN_XXH3_PRAGMA 1
 #endif
-#include <xxhash.h>  // XXH_INLINE_ALL: every xxHash function is static to this file
 
-namespace kiln::cache::detail {
+#define KILN_XXH3_SUFFIX avx2
+#include "xxh3_simd.inl"
 
-void xxh3_update_avx2(void* state, const void* data, std::size_t size) noexcept {
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(state), data, size);
-}
-
-Hash128 xxh3_128_avx2(const void* data, std::size_t size, std::uint64_t seed) noexcept {
-  const XXH128_hash_t h = XXH3_128bits_withSeed(data, size, seed);
-  return Hash128{h.high64, h.low64};
-}
-
-}  // namespace kiln::cache::detail
-
-#ifdef KILN_XXH3_AVX2_PRAGMA
+#ifdef KILN_XXH3_PRAGMA
 #pragma GCC pop_options
 #endif

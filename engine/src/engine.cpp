@@ -19,6 +19,7 @@
 #include "kiln/cache/pack.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
+#include "compiler_probe.hpp"
 #include "targets.hpp"
 
 #if __has_include("manifest.hpp")
@@ -53,19 +54,32 @@ std::string join(const std::vector<std::string>& items, char separator) {
   return out;
 }
 
-std::uint64_t memory_key(const cache::Hash128& source, const std::string& options, std::string_view names, int device) {
-  std::uint64_t h = XXH3_64bits_withSeed(options.data(), options.size(), source.low ^ source.high);
-  return XXH3_64bits_withSeed(names.data(), names.size(), h ^ static_cast<std::uint64_t>(device + 1));
+/// The memory tier's 64-bit key. Cheap (no hashing of source text or options on a hit: both carry
+/// their hash); collisions are harmless because every slot keeps and compares its inputs.
+std::uint64_t memory_key(const cache::Hash128& source, const Options& options, std::string_view names, int device) {
+  std::uint64_t h = source.low ^ (source.high * 0x9e3779b97f4a7c15ULL);
+  h = (h ^ options.canonical_hash()) * 0xff51afd7ed558ccdULL;
+  h = (h ^ fnv1a64(names)) * 0xc4ceb9fe1a85ec53ULL;
+  h ^= static_cast<std::uint64_t>(device + 1);
+  return h ^ (h >> 29);
 }
 
 }  // namespace
 
+/// One vendor's compiler. What a request needs (identity, targets) comes from a probe when one still
+/// describes the library on disk; the compiler itself is loaded only to compile (or to report).
 struct EngineCore::Lane {
   Vendor vendor;
-  std::once_flag once;
+  std::once_flag facts_once;
+  std::mutex facts_mutex;                      // facts are replaced if a loaded compiler disagrees
+  std::shared_ptr<const CompilerFacts> facts;  // null: no compiler (see error)
+  std::once_flag load_once;
   std::unique_ptr<vendor::Compiler> compiler;
-  std::vector<std::string> targets;
   std::string error;
+
+  [[nodiscard]] std::vector<std::string> search_list() const {
+    return vendor == Vendor::cuda ? vendor::nvrtc_search_list() : vendor::hiprtc_search_list();
+  }
 };
 
 struct EngineCore::Request {
@@ -73,9 +87,9 @@ struct EngineCore::Request {
   Target target;
   std::vector<std::string> names;  // sorted, unique
   std::vector<std::string> flags;  // complete vendor flags
+  std::string compiler;  // the identity the key was made with
   cache::CanonicalKey key;
   cache::Hash128 hash;
-  vendor::Compiler* compiler = nullptr;
 };
 
 struct EngineCore::Flight {
@@ -124,6 +138,10 @@ EngineCore::EngineCore(EngineConfig config)
   if (m_config.vendor == Vendor::none) order = {Vendor::cuda, Vendor::hip};
   else order = {m_config.vendor};
   std::vector<std::string> reasons;
+  if (!m_config.runtime) {
+    order.clear();
+    reasons.emplace_back("compile-only engine (EngineConfig::runtime is false)");
+  }
   for (Vendor v : order) {
     try {
       std::unique_ptr<vendor::Runtime> runtime = v == Vendor::cuda ? vendor::load_cuda_runtime() : vendor::load_hip_runtime();
@@ -150,6 +168,7 @@ EngineCore::EngineCore(EngineConfig config)
                                     m_config.device, count, to_string(m_runtime->vendor())));
     }
     m_default_device = std::max(0, m_config.device);
+    m_device_count = count;
   }
 #ifdef KILN_HAVE_MANIFEST
   if (!m_config.record_path.empty()) m_recorder = std::make_unique<ManifestRecorder>(m_config.record_path);
@@ -164,21 +183,50 @@ EngineCore::~EngineCore() {
   }
 }
 
-EngineCore::Lane& EngineCore::lane(Vendor v) {
+EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
   Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  std::call_once(l.once, [&] {
+  std::call_once(l.load_once, [&] {
     try {
       l.compiler = v == Vendor::cuda ? vendor::load_nvrtc() : vendor::load_hiprtc();
-      l.targets = l.compiler->supported_targets();
     } catch (const Error& e) {
       l.error = e.what();
+      return;
+    }
+    auto loaded = std::make_shared<const CompilerFacts>(CompilerFacts{l.compiler->identity(), l.compiler->supported_targets()});
+    std::shared_ptr<const CompilerFacts> probed;
+    {
+      const std::lock_guard lock(l.facts_mutex);
+      probed = l.facts;
+      l.facts = loaded;
+    }
+    if (probed && probed->identity != loaded->identity) {
+      KILN_LOG(warn, "the compiler probe said '{}' but the loaded compiler is '{}'; probe rewritten", probed->identity,
+               loaded->identity);
+    }
+    if (!probed || probed->identity != loaded->identity || probed->targets != loaded->targets) {
+      (void)remember_compiler_probe(m_store, v, l.search_list(), *l.compiler, *loaded);
     }
   });
   return l;
 }
 
+std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  std::call_once(l.facts_once, [&] {
+    if (std::optional<CompilerFacts> probed = find_compiler_probe(m_store, v, l.search_list())) {
+      const std::lock_guard lock(l.facts_mutex);
+      if (!l.facts) l.facts = std::make_shared<const CompilerFacts>(std::move(*probed));
+      return;
+    }
+    (void)loaded_lane(v);  // no usable probe: load the compiler, which sets the facts (or the error)
+  });
+  const std::lock_guard lock(l.facts_mutex);
+  if (!l.facts) throw DeviceUnavailable(l.error);
+  return l.facts;
+}
+
 vendor::Compiler& EngineCore::compiler(Vendor v) {
-  Lane& l = lane(v);
+  Lane& l = loaded_lane(v);
   if (!l.compiler) throw DeviceUnavailable(l.error);
   return *l.compiler;
 }
@@ -188,7 +236,7 @@ vendor::Runtime& EngineCore::runtime() {
   return *m_runtime;
 }
 
-int EngineCore::resolve_device(int device) {
+int EngineCore::resolve_device_slow(int device) {
   vendor::Runtime& r = runtime();
   if (device < 0) return m_default_device;
   if (static_cast<std::size_t>(device) >= r.devices().size()) {
@@ -215,7 +263,7 @@ std::vector<LaneInfo> EngineCore::lanes() {
     LaneInfo info;
     info.vendor = v;
     info.compiled_in = v == Vendor::cuda ? KILN_HAVE_CUDA : KILN_HAVE_HIP;
-    Lane& l = lane(v);
+    Lane& l = loaded_lane(v);
     info.compiler_loaded = l.compiler != nullptr;
     if (l.compiler) {
       for (LibraryInfo& lib : l.compiler->libraries()) info.libraries.push_back(std::move(lib));
@@ -254,12 +302,14 @@ std::vector<LaneInfo> EngineCore::lanes() {
 EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
                                              const std::vector<std::string>& names, std::string_view target_text,
                                              std::optional<int> warp_size) {
-  Request r{source, parse_target(target_text), names, {}, {}, {}, nullptr};
+  Request r{source, parse_target(target_text), names, {}, {}, {}, {}};
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
-  Lane& l = lane(r.target.vendor);
-  if (!l.compiler) throw DeviceUnavailable(l.error);
-  r.compiler = l.compiler.get();
-  validate_target(r.target, l.targets, r.compiler->identity());
+  std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
+  if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
+    // Refusing a request is only done on the loaded compiler's word, never on a probe's alone.
+    if (loaded_lane(r.target.vendor).compiler) facts = compiler_facts(r.target.vendor);
+    validate_target(r.target, facts->targets, facts->identity);
+  }
   if (warp_size) r.target.warp_size = *warp_size;
 
   for (const std::string& name : r.names) {
@@ -275,11 +325,17 @@ EngineCore::Request EngineCore::make_request(const Source& source, const Options
     r.flags.push_back("--offload-arch=" + r.target.full);
   }
   r.flags.push_back(fmt::format("-DKILN_WARP_SIZE={}", r.target.warp_size));
+  make_key(r, facts->identity);
+  return r;
+}
 
+void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
   // The canonical key: every input that can change the binary, in one fixed order.
+  r.compiler = compiler_identity;
+  r.key = cache::CanonicalKey();
   r.key.add("format", std::to_string(cache::kEntryFormatVersion));
   r.key.add("vendor", to_string(r.target.vendor));
-  r.key.add("compiler", r.compiler->identity());
+  r.key.add("compiler", r.compiler);
   r.key.add("target", r.target.full);
   r.key.add("options", join(r.flags, '\n'));
   if (r.target.vendor == Vendor::hip) {
@@ -291,18 +347,17 @@ EngineCore::Request EngineCore::make_request(const Source& source, const Options
     r.key.add("env", environment);
   }
   r.key.add("names", join(r.names, '\n'));
-  r.key.add("source", source.text());
-  for (const Header& h : source.headers()) r.key.add("header:" + h.name, h.text);
+  r.key.add("source", r.source.text());
+  for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
   r.hash = r.key.hash();
-  return r;
 }
 
-std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r) {
+std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler) {
   const auto start = std::chrono::steady_clock::now();
   vendor::CompileInput input{r.source.name(), r.source.text(), r.source.headers(), r.names, r.flags, r.target.full};
   vendor::CompileOutput output;
   try {
-    output = r.compiler->compile(input);
+    output = compiler.compile(input);
   } catch (...) {
     m_counters.add({.compile_failures = 1});
     throw;
@@ -319,7 +374,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r) {
   entry->vendor = r.target.vendor;
   entry->payload_kind = output.kind;
   entry->target = r.target.full;
-  entry->compiler = r.compiler->identity();
+  entry->compiler = compiler.identity();
   entry->created_unix = static_cast<std::int64_t>(std::time(nullptr));
   entry->key_hash = r.hash;
   entry->canonical_key = r.key.bytes();
@@ -366,9 +421,26 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
       return {entry, Origin::disk, seconds(), false};
     }
   }
+  // A miss: now the compiler is needed (loaded once per process). Its identity is normally the one the
+  // key was made with (from the probe); if a stale or planted probe said otherwise, the request is
+  // keyed again with the real identity, so an entry is only ever stored under its compiler's key.
+  vendor::Compiler* compiler_ptr = nullptr;
+  try {
+    compiler_ptr = &compiler(r.target.vendor);
+  } catch (...) {
+    for (const auto& tier : m_tiers) tier->abandon(r.hash);
+    throw;
+  }
+  if (compiler_ptr->identity() != r.compiler) {
+    for (const auto& tier : m_tiers) tier->abandon(r.hash);
+    lease.release();
+    Request rekeyed = r;
+    make_key(rekeyed, compiler_ptr->identity());
+    return obtain_uncached(rekeyed, bypass_cache);
+  }
   std::shared_ptr<const cache::Entry> entry;
   try {
-    entry = compile(r);
+    entry = compile(r, *compiler_ptr);
   } catch (...) {
     for (const auto& tier : m_tiers) tier->abandon(r.hash);
     throw;
@@ -448,7 +520,7 @@ Program EngineCore::program(const Source& source, const Options& options, const 
                             int device) {
   device = resolve_device(device);
   const std::string joined = join(names, '\n');
-  const std::uint64_t key = memory_key(source.content_hash(), options.canonical(), joined, device);
+  const std::uint64_t key = memory_key(source.content_hash(), options, joined, device);
   {
     const std::shared_lock lock(m_memory_mutex);
     auto it = m_programs.find(key);
@@ -478,7 +550,7 @@ Program EngineCore::program(const Source& source, const Options& options, const 
 
 Kernel EngineCore::kernel(const Source& source, std::string_view name, const Options& options, int device) {
   device = resolve_device(device);
-  const std::uint64_t key = memory_key(source.content_hash(), options.canonical(), name, device) ^ 0x6b65726e656cULL;
+  const std::uint64_t key = memory_key(source.content_hash(), options, name, device) ^ 0x6b65726e656cULL;
   {
     const std::shared_lock lock(m_memory_mutex);
     auto it = m_kernels.find(key);
@@ -587,6 +659,10 @@ Program Engine::program(const Source& source, const Options& options, const std:
 }
 Kernel Engine::kernel(const Source& source, std::string_view name, const Options& options, int device) {
   return m_core->kernel(source, name, options, device);
+}
+Kernel Engine::kernel(const Source& source, std::string_view name) {
+  static const Options defaults;  // a hit then constructs nothing
+  return m_core->kernel(source, name, defaults, -1);
 }
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target) {

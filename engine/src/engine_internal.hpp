@@ -21,6 +21,7 @@
 namespace kiln::detail {
 
 class ManifestRecorder;
+struct CompilerFacts;
 
 /// A module loaded on one device. Kernels keep it (and the runtime) alive; `loaded` turns false when
 /// the engine unloads it, after which its kernels refuse to launch.
@@ -82,13 +83,21 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   void unload_all() noexcept;
   /// The runtime, or DeviceUnavailable explaining why there is none.
   vendor::Runtime& runtime();
-  int resolve_device(int device);
+  /// -1 -> the default device; an ordinal is checked. Inline: it runs on every memory-tier hit.
+  int resolve_device(int device) {
+    if (device < 0 ? m_device_count > 0 : device < m_device_count) return device < 0 ? m_default_device : device;
+    return resolve_device_slow(device);  // throws the reason
+  }
 
  private:
   struct Lane;
   struct Request;
   struct Flight;
-  Lane& lane(Vendor vendor);
+  /// The lane with its compiler loaded (once); on failure the lane's error says why.
+  Lane& loaded_lane(Vendor vendor);
+  int resolve_device_slow(int device);
+  /// Identity and targets: from the compiler probe when it still matches, else from loading.
+  std::shared_ptr<const CompilerFacts> compiler_facts(Vendor vendor);
   /// "native" -> the default device's target and warp size; any other target as given.
   std::pair<std::string, std::optional<int>> resolve_target(std::string_view target);
   vendor::Compiler& compiler(Vendor vendor);
@@ -96,7 +105,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
                        std::string_view target, std::optional<int> warp_size);
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
-  std::shared_ptr<const cache::Entry> compile(const Request& request);
+  static void make_key(Request& request, const std::string& compiler_identity);
+  std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
   void record(const Source& source, const Options& options, const std::vector<std::string>& names,
               const std::string& target);
@@ -112,6 +122,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::shared_ptr<vendor::Runtime> m_runtime;
   std::string m_runtime_error;
   int m_default_device = 0;
+  int m_device_count = 0;  ///< the runtime's devices (fixed at construction); 0 without a runtime
   std::unique_ptr<ManifestRecorder> m_recorder;
 
   // Memory tier: request -> kernel / program. Keys are a 64-bit hash of (source hash, options, names,

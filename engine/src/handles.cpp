@@ -138,8 +138,7 @@ void Kernel::launch_packed(const LaunchConfig& config, const ArgPack& args) cons
     }
     k.checked_stream.store(config.stream, std::memory_order_relaxed);
   }
-  p.runtime->make_current(p.device);
-  p.runtime->launch(k.function, config, const_cast<std::byte*>(args.data()), args.size());
+  p.runtime->launch(p.device, k.function, config, args, k.params.has_value());
 }
 
 }  // namespace kiln

@@ -190,6 +190,7 @@ void Options::refresh() {
     text += '\n';
   }
   m_canonical = std::move(text);
+  m_canonical_hash = detail::fnv1a64(m_canonical);
 }
 
 const std::string& Options::canonical() const { return m_canonical; }

@@ -240,7 +240,8 @@ TEST_CASE("entry: random and mutated bytes never crash the parser", "[cache]") {
   CHECK(accepted < 20000);
 }
 
-TEST_CASE("xxh3: the AVX2 and baseline paths give the same hashes", "[cache]") {
+TEST_CASE("xxh3: the AVX-512, AVX2 and baseline paths give the same hashes", "[cache]") {
+  UNSCOPED_INFO("AVX-512 on this CPU: " << kiln::cache::detail::xxh3_cpu_has_avx512());
   std::vector<unsigned char> data(300000);
   std::mt19937 random(5);
   for (auto& byte : data) byte = static_cast<unsigned char>(random());
@@ -248,6 +249,9 @@ TEST_CASE("xxh3: the AVX2 and baseline paths give the same hashes", "[cache]") {
     INFO("size " << size);
     const Hash128 baseline = kiln::cache::detail::xxh3_128_baseline(data.data(), size, 77);
     CHECK(kiln::cache::detail::xxh3_128_avx2(data.data(), size, 77) == baseline);
+    if (kiln::cache::detail::xxh3_cpu_has_avx512()) {
+      CHECK(kiln::cache::detail::xxh3_128_avx512(data.data(), size, 77) == baseline);
+    }
     CHECK(kiln::cache::detail::xxh3_128(data.data(), size, 77) == baseline);
     // In pieces of uneven sizes, through the dispatch.
     kiln::cache::detail::Xxh3Stream stream(77);
@@ -257,5 +261,216 @@ TEST_CASE("xxh3: the AVX2 and baseline paths give the same hashes", "[cache]") {
       at += piece;
     }
     CHECK(stream.digest() == baseline);
+  }
+}
+
+// ---- the two file read paths (one read() for small entries, fixed part + readv() for large ones) ------
+
+namespace {
+
+/// parse_file over a memory file holding `bytes`, told the file is `declared` bytes long.
+kiln::cache::detail::FileParseResult parse_via_file_declared(
+    std::span<const std::byte> bytes, std::uint64_t declared,
+    const kiln::cache::detail::ExpectedKey* expected = nullptr) {
+  const int fd = ::memfd_create("kiln-entry", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  REQUIRE(::lseek(fd, 0, SEEK_SET) == 0);
+  auto result = kiln::cache::detail::parse_file(fd, declared, {}, expected);
+  ::close(fd);
+  return result;
+}
+
+std::string file_reason(const kiln::cache::detail::FileParseResult& result) {
+  if (const auto* error = std::get_if<ContentError>(&result)) return error->reason;
+  if (const auto* failure = std::get_if<kiln::cache::detail::IoFailure>(&result)) return "I/O: " + failure->what;
+  return "(parsed)";
+}
+
+}  // namespace
+
+TEST_CASE("entry: small and large entries read from a file classify every damage as parse() does", "[cache]") {
+  // 20 KB is read whole (one read into the per-thread buffer); 300 KB is over kWholeReadBytes.
+  for (const std::size_t payload : {std::size_t{20000}, std::size_t{300000}}) {
+    const Entry entry = make_entry("paths", payload);
+    const std::vector<std::byte> good = serialize(entry);
+    INFO("file of " << good.size() << " bytes");
+    REQUIRE((good.size() > kiln::cache::detail::kWholeReadBytes) == (payload > 100000));
+    {
+      const auto read = parse_via_file_declared(good, good.size());
+      REQUIRE(std::holds_alternative<Entry>(read));
+      const Entry& back = std::get<Entry>(read);
+      CHECK(back.payload == entry.payload);
+      CHECK(back.aux == entry.aux);
+      CHECK(back.names == entry.names);
+      CHECK(back.canonical_key == entry.canonical_key);
+      CHECK(back.target == entry.target);
+      CHECK(back.compiler == entry.compiler);
+      CHECK(back.key_hash == entry.key_hash);
+    }
+    const std::size_t payload_at = good.size() - kEntryEpilogueBytes - entry.aux.size() - entry.payload.size();
+    const std::size_t names_at = payload_at - 8 * entry.names.size() - 2 * std::string("paths").size() -
+                                 std::string("paths<float>").size() - std::string("_Z3fooIfEvv").size();
+    // Every damage: the file reader gives the very reason parse() gives.
+    std::vector<std::size_t> flips = {0,
+                                      8,
+                                      12,
+                                      13,
+                                      14,
+                                      20,
+                                      30,
+                                      40,
+                                      48,
+                                      56,
+                                      64,
+                                      72,
+                                      80,
+                                      90,
+                                      96,
+                                      100,
+                                      150,
+                                      names_at,
+                                      names_at + 5,
+                                      payload_at,
+                                      payload_at + payload / 2,
+                                      payload_at + payload - 1,
+                                      good.size() - kEntryEpilogueBytes - 1,
+                                      good.size() - kEntryEpilogueBytes,
+                                      good.size() - 9,
+                                      good.size() - 1};
+    for (const std::size_t at : flips) {
+      std::vector<std::byte> bytes = good;
+      bytes[at] ^= std::byte{0x21};
+      INFO("byte " << at);
+      const std::string expected = reason(parse(bytes));
+      CHECK(expected != "(parsed)");
+      CHECK(file_reason(parse_via_file_declared(bytes, bytes.size())) == expected);
+      fix_checksum(bytes);  // reach the checks behind the checksum too
+      CHECK(file_reason(parse_via_file_declared(bytes, bytes.size())) == reason(parse(bytes)));
+    }
+    for (const std::size_t keep : {std::size_t{0}, std::size_t{50}, std::size_t{119}, std::size_t{200}, payload_at,
+                                   good.size() / 2, good.size() - 1}) {
+      INFO("truncated to " << keep);
+      const auto cut = std::span(good).first(keep);
+      const std::string expected = reason(parse(cut));
+      CHECK(expected != "(parsed)");
+      CHECK(file_reason(parse_via_file_declared(cut, keep)) == expected);
+      // A file shorter than the size it was opened with (cut while being read): a content error.
+      if (keep >= 120) {
+        CHECK(file_reason(parse_via_file_declared(cut, good.size())).starts_with("truncated while reading"));
+      }
+    }
+    std::vector<std::byte> longer = good;
+    longer.resize(good.size() + 3);
+    CHECK(file_reason(parse_via_file_declared(longer, longer.size())) == "3 trailing bytes after the entry");
+
+    // The key asked for is compared in place; another key is a content error naming both.
+    const Entry other = make_entry("other", payload);
+    const kiln::cache::detail::ExpectedKey same{entry.key_hash, entry.canonical_key};
+    const kiln::cache::detail::ExpectedKey different{other.key_hash, other.canonical_key};
+    CHECK(std::holds_alternative<Entry>(parse_via_file_declared(good, good.size(), &same)));
+    CHECK(file_reason(parse_via_file_declared(good, good.size(), &different)).starts_with("key mismatch"));
+    const kiln::cache::detail::ExpectedKey same_hash_other_key{entry.key_hash, other.canonical_key};
+    CHECK(file_reason(parse_via_file_declared(good, good.size(), &same_hash_other_key)).starts_with("key mismatch"));
+  }
+}
+
+TEST_CASE("entry: a failing read() is an I/O failure on both read paths, never a content error", "[cache]") {
+  // read() on a directory fails (EISDIR): what a disk error looks like to the parser.
+  const int fd = ::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  for (const std::uint64_t size : {std::uint64_t{4000}, std::uint64_t{400000}}) {
+    INFO("declared size " << size);
+    const auto result = kiln::cache::detail::parse_file(fd, size, {}, nullptr);
+    REQUIRE(std::holds_alternative<kiln::cache::detail::IoFailure>(result));
+    CHECK(std::get<kiln::cache::detail::IoFailure>(result).error == EISDIR);
+  }
+  ::close(fd);
+}
+
+TEST_CASE("entry: parse_header reads the header with parse()'s checks, and only the header", "[cache]") {
+  using kiln::cache::EntryHeaderView;
+  using kiln::cache::detail::HeaderParts;
+  using kiln::cache::detail::NeedBytes;
+  const Entry entry = make_entry("header", 3000);
+  const std::vector<std::byte> good = serialize(entry);
+  const std::size_t payload_at = good.size() - kEntryEpilogueBytes - entry.aux.size() - entry.payload.size();
+  const auto header = [&](std::span<const std::byte> prefix, HeaderParts parts, std::uint64_t size) {
+    return kiln::cache::detail::parse_header(prefix, size, parts, {});
+  };
+
+  SECTION("views of a good entry") {
+    const auto all = header(good, HeaderParts::all, good.size());
+    REQUIRE(std::holds_alternative<EntryHeaderView>(all));
+    const EntryHeaderView& view = std::get<EntryHeaderView>(all);
+    CHECK(view.vendor == entry.vendor);
+    CHECK(view.payload_kind == entry.payload_kind);
+    CHECK(view.created_unix == entry.created_unix);
+    CHECK(view.key_hash == entry.key_hash);
+    CHECK(view.target == entry.target);
+    CHECK(view.compiler == entry.compiler);
+    CHECK(view.canonical_key == entry.canonical_key);
+    CHECK(view.payload_bytes == entry.payload.size());
+    CHECK(view.aux_bytes == entry.aux.size());
+    CHECK(view.total_bytes == good.size());
+    std::vector<kiln::cache::LoweredName> names;
+    view.for_each_name([&](std::string_view e, std::string_view l) {
+      names.push_back({std::string(e), std::string(l)});
+    });
+    CHECK(names == entry.names);
+    // Exactly the header is enough; the texts need even less.
+    CHECK(std::holds_alternative<EntryHeaderView>(
+        header(std::span(good).first(payload_at), HeaderParts::all, good.size())));
+    const std::size_t texts_end = kEntryFixedBytes + entry.target.size() + entry.compiler.size();
+    const auto texts = header(std::span(good).first(texts_end), HeaderParts::texts, good.size());
+    REQUIRE(std::holds_alternative<EntryHeaderView>(texts));
+    CHECK(std::get<EntryHeaderView>(texts).target == entry.target);
+    CHECK(std::get<EntryHeaderView>(texts).canonical_key.empty());
+    CHECK(std::get<EntryHeaderView>(texts).names_count == 0);
+  }
+  SECTION("a short prefix asks for what it needs, after the lengths were checked") {
+    const auto none = header({}, HeaderParts::all, good.size());
+    REQUIRE(std::holds_alternative<NeedBytes>(none));
+    CHECK(std::get<NeedBytes>(none).bytes == kEntryFixedBytes);
+    const auto fixed_only = header(std::span(good).first(kEntryFixedBytes), HeaderParts::all, good.size());
+    REQUIRE(std::holds_alternative<NeedBytes>(fixed_only));
+    CHECK(std::get<NeedBytes>(fixed_only).bytes == payload_at);
+    const auto fixed_texts = header(std::span(good).first(kEntryFixedBytes), HeaderParts::texts, good.size());
+    REQUIRE(std::holds_alternative<NeedBytes>(fixed_texts));
+    CHECK(std::get<NeedBytes>(fixed_texts).bytes == kEntryFixedBytes + entry.target.size() + entry.compiler.size());
+    // Hostile lengths are refused, not asked for.
+    std::vector<std::byte> hostile = good;
+    store_u32(hostile, 48, 0x7fffffff);
+    CHECK(std::holds_alternative<ContentError>(
+        header(std::span(hostile).first(kEntryFixedBytes), HeaderParts::all, hostile.size())));
+  }
+  SECTION("damage in the header: the reason parse() gives") {
+    for (std::size_t at = 0; at < payload_at; ++at) {
+      std::vector<std::byte> bytes = good;
+      bytes[at] ^= std::byte{0x01};
+      fix_checksum(bytes);  // so parse() reaches the same check parse_header makes
+      INFO("byte " << at);
+      const std::string expected = reason(parse(bytes));
+      const auto result = header(bytes, HeaderParts::all, bytes.size());
+      if (expected == "(parsed)") {
+        CHECK(std::holds_alternative<EntryHeaderView>(result));
+      } else {
+        REQUIRE(std::holds_alternative<ContentError>(result));
+        CHECK(std::get<ContentError>(result).reason == expected);
+      }
+    }
+    for (std::size_t keep = 0; keep < good.size(); keep += 97) {
+      INFO("truncated to " << keep);
+      const auto cut = std::span(good).first(keep);
+      const auto result = header(cut, HeaderParts::all, keep);
+      REQUIRE(std::holds_alternative<ContentError>(result));
+      CHECK(std::get<ContentError>(result).reason == reason(parse(cut)));
+    }
+  }
+  SECTION("the payload, aux and checksum are not read: only a whole-entry read finds damage there") {
+    std::vector<std::byte> bytes = good;
+    bytes[payload_at + 10] ^= std::byte{0x01};
+    CHECK(reason(parse(bytes)) == "checksum mismatch");
+    CHECK(std::holds_alternative<EntryHeaderView>(header(bytes, HeaderParts::all, bytes.size())));
   }
 }

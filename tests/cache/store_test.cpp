@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -804,4 +805,221 @@ TEST_CASE("stats: counters and persistent shards", "[cache]") {
   kiln::cache::PersistentStats missing(dir.path() / "absent" / "deeper");
   missing.add({.compiles = 1});
   CHECK(missing.load_total().compiles == 0);
+}
+
+TEST_CASE("store: a damaged large entry (read with readv) is removed like a small one", "[cache]") {
+  TempDir dir;
+  Store store(config_for(dir.path()));
+  const Entry entry = make_entry("large", 400000);  // over kWholeReadBytes: fixed part, then one readv
+  const fs::path path = store.entry_path(entry.key_hash);
+  const std::vector<std::byte> good = kiln::cache::serialize(entry);
+  const std::size_t payload_at =
+      good.size() - kiln::cache::kEntryEpilogueBytes - entry.aux.size() - entry.payload.size();
+  REQUIRE(store.put(entry));
+  const auto hit = store.get(entry.key_hash, entry.canonical_key);
+  REQUIRE(hit.outcome == LookupOutcome::hit);
+  CHECK(same_entry(*hit.entry, entry));
+  const std::vector<std::pair<std::string, std::function<void(std::vector<std::byte>&)>>> damages = {
+      {"magic", [](auto& b) { b[0] ^= std::byte{1}; }},
+      {"payload length", [](auto& b) { b[66] ^= std::byte{1}; }},
+      {"canonical key", [](auto& b) { b[150] ^= std::byte{1}; }},
+      {"payload start", [payload_at](auto& b) { b[payload_at] ^= std::byte{1}; }},
+      {"payload end", [payload_at, &entry](auto& b) { b[payload_at + entry.payload.size() - 1] ^= std::byte{1}; }},
+      {"checksum", [](auto& b) { b[b.size() - 20] ^= std::byte{1}; }},
+      {"end magic", [](auto& b) { b.back() ^= std::byte{1}; }},
+      {"truncated in the payload", [payload_at](auto& b) { b.resize(payload_at + 1000); }},
+      {"truncated by one byte", [](auto& b) { b.pop_back(); }},
+      {"trailing byte", [](auto& b) { b.push_back(std::byte{0}); }},
+  };
+  for (const auto& [what, apply] : damages) {
+    DYNAMIC_SECTION(what) {
+      std::vector<std::byte> bytes = good;
+      apply(bytes);
+      write_bytes(path, bytes);
+      const auto found = store.get(entry.key_hash, entry.canonical_key);
+      INFO(found.detail);
+      CHECK(found.outcome == LookupOutcome::corrupt_removed);
+      CHECK_FALSE(fs::exists(path));
+    }
+  }
+  SECTION("another key at the path (a collision) is a miss, never the other entry") {
+    const Entry other = make_entry("large-other", 400000);
+    const auto found = store.get(entry.key_hash, other.canonical_key);
+    CHECK(found.outcome == LookupOutcome::corrupt_removed);
+    CHECK(found.detail.find("key mismatch") != std::string::npos);
+  }
+}
+
+TEST_CASE("store: scan_shard reads headers or whole entries and lists what list() lists", "[cache]") {
+  using kiln::cache::ScanDepth;
+  using kiln::cache::ScannedEntry;
+  TempDir dir;
+  Store store(config_for(dir.path()));
+  // A small entry, a large one (over kWholeReadBytes), one whose header is longer than the first read
+  // (a 40 KB canonical key), one whose payload is damaged, one truncated, one holding another key.
+  Entry small = make_entry("small", 700);
+  Entry large = make_entry("large", 300000);
+  Entry long_key = make_entry("long_key", 500);
+  {
+    CanonicalKey key;
+    key.add("source", std::string(40000, 's'));
+    long_key.canonical_key = key.bytes();
+    long_key.key_hash = key.hash();
+  }
+  const Entry damaged = make_entry("damaged", 2000);
+  const Entry truncated = make_entry("truncated", 2000);
+  const Entry misplaced = make_entry("misplaced", 2000);
+  const Entry holder = make_entry("holder", 100);
+  for (const Entry* e : std::initializer_list<const Entry*>{&small, &large, &long_key, &damaged, &truncated, &holder}) {
+    REQUIRE(store.put(*e));
+  }
+  {
+    std::vector<std::byte> bytes = kiln::cache::serialize(damaged);
+    bytes[bytes.size() - kiln::cache::kEntryEpilogueBytes - 100] ^= std::byte{1};
+    write_bytes(store.entry_path(damaged.key_hash), bytes);
+    bytes = kiln::cache::serialize(truncated);
+    bytes.resize(bytes.size() - 10);
+    write_bytes(store.entry_path(truncated.key_hash), bytes);
+    // The holder's bytes at the misplaced key's path: the file name names another key.
+    fs::create_directories(store.entry_path(misplaced.key_hash).parent_path());
+    fs::copy_file(store.entry_path(holder.key_hash), store.entry_path(misplaced.key_hash));
+  }
+  // What list() skips, scan_shard skips: a symbolic link, a FIFO, a temp file, stray names.
+  const fs::path shard = store.entry_path(small.key_hash).parent_path();
+  fs::create_symlink(store.entry_path(small.key_hash),
+                     shard / ("0123456789abcdef0123456789abcd" + std::string(".kiln")));
+  REQUIRE(::mkfifo((shard / "fedcba9876543210fedcba98765432.kiln").c_str(), 0600) == 0);
+  write_bytes(shard / ".0123456789abcdef0123456789abcd.kiln.tmp.1.x", kiln::cache::serialize(small));
+  write_bytes(shard / "README", kiln::cache::serialize(small));
+  write_bytes(shard / "0123456789ABCDEF0123456789ABCD.kiln", kiln::cache::serialize(small));
+
+  std::set<std::string> listed;
+  for (const auto& file : store.list()) listed.insert(file.path.string());
+  REQUIRE(listed.size() == 7);
+
+  struct Seen {
+    std::uint64_t size = 0;
+    bool has_header = false;
+    bool has_entry = false;
+    Hash128 held;
+    std::string target;
+    std::string error;
+    std::chrono::system_clock::time_point mtime;
+  };
+  const auto scan = [&](ScanDepth depth, bool with_mtime) {
+    std::map<std::string, Seen> seen;
+    for (unsigned i = 0; i < Store::kShardCount; ++i) {
+      store.scan_shard(i, depth, with_mtime, [&](const ScannedEntry& e) {
+        CHECK(e.path == store.entry_path(e.file_hash).string());
+        Seen s;
+        s.size = e.size;
+        s.mtime = e.mtime;
+        s.error = std::string(e.error);
+        s.has_header = e.header != nullptr;
+        s.has_entry = e.entry != nullptr;
+        if (e.header != nullptr) {
+          s.held = e.header->key_hash;
+          s.target = std::string(e.header->target);
+        }
+        if (e.entry != nullptr) {
+          s.held = e.entry->key_hash;
+          s.target = e.entry->target;
+        }
+        CHECK(seen.emplace(std::string(e.path), s).second);
+      });
+    }
+    return seen;
+  };
+  const auto path_of = [&](const Entry& e) { return store.entry_path(e.key_hash).string(); };
+
+  for (const ScanDepth depth : {ScanDepth::lane, ScanDepth::header, ScanDepth::entry}) {
+    for (const bool with_mtime : {false, true}) {
+      DYNAMIC_SECTION("depth " << static_cast<int>(depth) << (with_mtime ? " with mtime" : "")) {
+        const auto seen = scan(depth, with_mtime);
+        std::set<std::string> paths;
+        for (const auto& [path, s] : seen) paths.insert(path);
+        CHECK(paths == listed);
+        for (const auto& [path, s] : seen) {
+          INFO(path << ": " << s.error);
+          CHECK(s.size == fs::file_size(path));  // from fstat, or from a read that reached the end
+          if (with_mtime || depth == ScanDepth::entry) {
+            struct stat st {};
+            REQUIRE(::stat(path.c_str(), &st) == 0);
+            CHECK(std::chrono::duration_cast<std::chrono::seconds>(s.mtime.time_since_epoch()).count() == st.st_mtime);
+          }
+        }
+        for (const Entry* e : std::initializer_list<const Entry*>{&small, &large, &long_key}) {
+          const Seen& s = seen.at(path_of(*e));
+          INFO(path_of(*e) << ": " << s.error);
+          CHECK(s.error.empty());
+          CHECK(s.held == e->key_hash);
+          CHECK(s.target == e->target);
+          CHECK(s.has_entry == (depth == ScanDepth::entry));
+          CHECK(s.has_header == (depth != ScanDepth::entry));
+        }
+        // A damaged payload is found only by reading the whole entry.
+        const Seen& d = seen.at(path_of(damaged));
+        if (depth == ScanDepth::entry) {
+          CHECK(d.error == "checksum mismatch");
+        } else {
+          CHECK(d.error.empty());
+        }
+        CHECK(seen.at(path_of(truncated)).error.starts_with("truncated: "));
+        // The misplaced file parses (it is a good entry) and holds the other key: callers compare.
+        CHECK(seen.at(path_of(misplaced)).error.empty());
+        CHECK(seen.at(path_of(misplaced)).held == holder.key_hash);
+      }
+    }
+  }
+  SECTION("scanning deletes nothing") {
+    (void)scan(ScanDepth::entry, true);
+    CHECK(fs::exists(path_of(damaged)));
+    CHECK(fs::exists(path_of(truncated)));
+    CHECK(fs::exists(path_of(misplaced)));
+  }
+  SECTION("an unreadable entry is reported with list()'s size, not skipped") {
+    // Directories others may search and read, entry files (0600) they may not open.
+    for (const fs::path& d : {dir.path(), dir.path() / "v1", shard}) REQUIRE(::chmod(d.c_str(), 0755) == 0);
+    const std::string path = path_of(small);
+    const std::uint64_t size = fs::file_size(path);
+    const ChildResult child = run_in_child(
+        [&]() -> std::string {
+          if (::geteuid() == 0) return {};  // could not drop privileges: nothing to check
+          std::string failure = "not seen";
+          store.scan_shard(static_cast<unsigned>(small.key_hash.high >> 56), ScanDepth::header, false,
+                           [&](const ScannedEntry& e) {
+                             if (e.path != path) return;
+                             failure.clear();
+                             if (!e.error.starts_with("cannot open")) failure = "error: " + std::string(e.error);
+                             if (e.size != size) failure += " size differs";
+                           });
+          return failure;
+        },
+        RunAs::unprivileged);
+    CHECK(child.failure.empty());
+  }
+}
+
+TEST_CASE("store: lookups follow v1/ when it is removed and made again", "[cache]") {
+  TempDir dir;
+  Store store(config_for(dir.path()));
+  const Entry entry = make_entry("again", 3000);
+  REQUIRE(store.put(entry));
+  REQUIRE(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::hit);  // v1/ is held open now
+  fs::remove_all(dir.path() / "v1");
+  CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
+  SECTION("this store writes it again") { REQUIRE(store.put(entry)); }
+  SECTION("another store (another process) writes it again") {
+    Store other(config_for(dir.path()));
+    REQUIRE(other.put(entry));
+  }
+  const auto found = store.get(entry.key_hash, entry.canonical_key);
+  REQUIRE(found.outcome == LookupOutcome::hit);
+  CHECK(found.entry->payload == entry.payload);
+  // A damaged entry in the new v1/ is removed from there.
+  std::vector<std::byte> bytes = kiln::cache::serialize(entry);
+  bytes[200] ^= std::byte{1};
+  write_bytes(store.entry_path(entry.key_hash), bytes);
+  CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::corrupt_removed);
+  CHECK_FALSE(fs::exists(store.entry_path(entry.key_hash)));
 }

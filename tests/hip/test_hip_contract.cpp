@@ -322,7 +322,7 @@ TEST_CASE("launch: the packed buffer matches the metadata offsets and goes only 
   config.grid = {3, 2, 1};
   config.block = {64, 1, 1};
   config.shared_bytes = 128;
-  runtime->launch(function, config, pack.data(), pack.size());
+  runtime->launch(0, function, config, pack, true);
 
   const auto launches = fake.calls_to("hipModuleLaunchKernel");
   REQUIRE(launches.size() == 1);
@@ -408,9 +408,9 @@ TEST_CASE("HIP errors become kiln errors with the HIP name, string and context",
     pack.push(1);
     kiln::LaunchConfig config;
     config.block = {2048, 1, 1};
-    CHECK_THROWS_AS(runtime->launch(function, config, pack.data(), pack.size()), kiln::LaunchError);
+    CHECK_THROWS_AS(runtime->launch(0, function, config, pack, true), kiln::LaunchError);
     CHECK_THROWS_WITH(
-        runtime->launch(function, config, pack.data(), pack.size()),
+        runtime->launch(0, function, config, pack, true),
         Catch::StartsWith("hipModuleLaunchKernel failed: hipErrorInvalidConfiguration (invalid configuration "
                           "argument)") &&
             Catch::Contains("block 2048x1x1"));
@@ -445,8 +445,8 @@ TEST_CASE("hipSetDevice on each calling thread before its work on a device", "[h
   pack.push(static_cast<float*>(nullptr));
   pack.push(static_cast<float*>(nullptr));
   const auto launch_twice = [&] {
-    runtime->launch(function, {}, pack.data(), pack.size());
-    runtime->launch(function, {}, pack.data(), pack.size());
+    runtime->launch(1, function, {}, pack, true);  // the module's device
+    runtime->launch(1, function, {}, pack, true);
   };
   std::thread a(launch_twice), b(launch_twice);
   a.join();

@@ -3,14 +3,18 @@
 // with environment overrides (KILN_CACHE_DIR, KILN_CACHE_PACKS, ...). Each test works in its own
 // temp directory, removed at the end.
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -114,6 +118,33 @@ inline Result finish(pid_t pid, const fs::path& scratch) {
   return result;
 }
 
+/// Waits for a start_program() child for at most `timeout_s` seconds, calling `tick()` about every 5 ms
+/// while it runs (to watch its children). Returns std::nullopt, after killing it, when it did not
+/// finish in time: a hang is a test failure, not a hung test.
+template <typename Tick>
+std::optional<Result> finish_within(pid_t pid, const fs::path& scratch, double timeout_s, Tick&& tick) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      Result result;
+      result.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      result.out = read_all(scratch / ".stdout");
+      result.err = read_all(scratch / ".stderr");
+      return result;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0) {
+      }
+      return std::nullopt;
+    }
+    tick();
+    ::usleep(5000);
+  }
+}
+
 /// Runs `program args...` to completion (see start_program).
 inline Result run_program(const std::string& program, const std::vector<std::string>& args,
                           const std::map<std::string, std::string>& env, const fs::path& scratch) {
@@ -150,6 +181,14 @@ inline std::size_t count_lines(const std::string& text) {
   std::size_t lines = 0;
   for (const char c : text) lines += c == '\n' ? 1 : 0;
   return lines;
+}
+
+/// The "key" of every item of a JSON array (`kiln cache ls --json`, prewarm's per-request results), sorted.
+inline std::vector<std::string> sorted_keys(const json& items) {
+  std::vector<std::string> keys;
+  for (const json& item : items) keys.push_back(item.at("key").get<std::string>());
+  std::sort(keys.begin(), keys.end());
+  return keys;
 }
 
 }  // namespace kiln::system_test

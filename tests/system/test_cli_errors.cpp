@@ -58,6 +58,7 @@ TEST_CASE("bad input to every subcommand is a one-line error and exit status 2")
       {{"prewarm", "--manifest", garbage_manifest.string()}, "line 1: not valid JSON"},
       {{"prewarm", "--all-builtin", "-j", "0"}, "--jobs"},
       {{"prewarm", "--all-builtin", "-j", "many"}, "--jobs"},
+      {{"prewarm", "--all-builtin", "--workers", "fibers"}, "--workers"},
       {{"cache", "ls", "--sort", "banana"}, "--sort"},
       {{"cache", "ls", "extra"}, "extra"},
       {{"cache", "show"}, "key is required"},

@@ -33,6 +33,9 @@ struct EngineConfig {
   std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines manifest
   std::vector<std::string> packs;  ///< KILN_CACHE_PACKS (colon-separated): read-only pack layers under the store
   std::string remote;            ///< KILN_REMOTE_CACHE: redis://[user:password@]host:port[/db]
+  /// false: a compile-only engine that loads no GPU runtime (no cuInit, no device query): prewarm
+  /// workers and build machines. Named targets only; running kernels throws DeviceUnavailable.
+  bool runtime = true;
   /// Reads every KILN_* variable. Throws ConfigError for a malformed value (naming the variable).
   static EngineConfig from_environment();
 };
@@ -121,9 +124,11 @@ class Engine {
   /// Throws CompileError, LoadError, ConfigError, DeviceUnavailable.
   [[nodiscard]] Program program(const Source& source, const Options& options = {},
                                 const std::vector<std::string>& name_expressions = {}, int device = -1);
-  /// program(source, options, {name} if name is an expression).kernel(name).
-  [[nodiscard]] Kernel kernel(const Source& source, std::string_view name, const Options& options = {},
-                              int device = -1);
+  /// program(source, options, {name} if name is an expression).kernel(name). A kernel already
+  /// loaded is answered from memory without hashing any text.
+  [[nodiscard]] Kernel kernel(const Source& source, std::string_view name, const Options& options, int device = -1);
+  /// The same with default options on the default device.
+  [[nodiscard]] Kernel kernel(const Source& source, std::string_view name);
 
   /// Compiles into the cache for a named target ("sm_90", "gfx90a", "native") without loading.
   /// Needs no GPU for named targets. Throws CompileError, ConfigError, DeviceUnavailable.

@@ -16,6 +16,7 @@
 // A raw flag of one compiler given without -X to the other (e.g. --use_fast_math to HIPRTC, -O3 to
 // NVRTC) is a ConfigError that names the portable spelling. Targets are never options: pass them as
 // the target (an -arch/--offload-arch option is rejected).
+#include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -26,6 +27,14 @@
 #include "kiln/cache/types.hpp"
 
 namespace kiln {
+namespace detail {
+/// FNV-1a, 64-bit: a cheap hash of short texts for in-process tables (never for cache keys).
+constexpr std::uint64_t fnv1a64(std::string_view text) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+}  // namespace detail
 
 class Options {
  public:
@@ -41,6 +50,8 @@ class Options {
   /// Canonical text: one option per line, sorted where order has no meaning (defines by name, flags),
   /// raw -X flags in the order given. Equal option sets give equal text.
   [[nodiscard]] const std::string& canonical() const;
+  /// A 64-bit hash of canonical(), kept current with it (the engine's in-memory lookup uses it).
+  [[nodiscard]] std::uint64_t canonical_hash() const noexcept { return m_canonical_hash; }
   /// The options as the caller spelled them (canonical order), for messages and manifests.
   [[nodiscard]] std::vector<std::string> portable() const;
   /// The flags for one vendor's compiler, without the target and the flags the engine adds itself.
@@ -64,6 +75,7 @@ class Options {
   };
   std::vector<RawFlag> m_raw;
   std::string m_canonical = "options/1\n";  ///< kept current by every mutation (no lazy state: thread-safe reads)
+  std::uint64_t m_canonical_hash = detail::fnv1a64("options/1\n");
 };
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -214,7 +215,7 @@ class CudaDriver final : public Runtime {
       m_devices.push_back(info);
       m_handles.push_back(device);
     }
-    m_contexts.assign(m_devices.size(), nullptr);
+    m_contexts = std::make_unique<std::atomic<CUcontext>[]>(m_devices.size());
   }
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
@@ -223,7 +224,7 @@ class CudaDriver final : public Runtime {
 
   void make_current(int device) override {
     thread_local CUcontext current = nullptr;
-    CUcontext context = primary_context(device);
+    const CUcontext context = primary_context(device);
     if (current == context) {
       // Another library on this thread may have switched contexts behind our back; cheap to verify.
       CUcontext actual = nullptr;
@@ -306,12 +307,27 @@ class CudaDriver final : public Runtime {
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   }
 
-  void launch(void* function, const LaunchConfig& c, void* packed_args, std::size_t packed_size) override {
-    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed_args, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
-                     CU_LAUNCH_PARAM_END};
-    const CUresult result =
-        m_api.cuLaunchKernel(static_cast<CUfunction>(function), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
-                             c.block.z, c.shared_bytes, static_cast<CUstream>(c.stream), nullptr, extra);
+  void launch(int device, void* function, const LaunchConfig& c, const ArgPack& args, bool checked) override {
+    make_current(device);
+    CUresult result;
+    if (checked) {
+      // kernelParams: one pointer per argument into the pack; the driver copies each by the kernel's
+      // own layout, which the pack was checked against.
+      void* params[ArgPack::kMaxArgs];
+      for (std::size_t i = 0; i < args.count(); ++i) params[i] = const_cast<std::byte*>(args.data()) + args.arg_offset(i);
+      result = m_api.cuLaunchKernel(static_cast<CUfunction>(function), c.grid.x, c.grid.y, c.grid.z, c.block.x,
+                                    c.block.y, c.block.z, c.shared_bytes, static_cast<CUstream>(c.stream), params,
+                                    nullptr);
+    } else {
+      // Layout unknown (a driver without cuFuncGetParamInfo): the packed buffer, whose size the driver
+      // is told, so a wrong argument list cannot make it read past what was given.
+      std::size_t size = args.size();
+      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                       &size, CU_LAUNCH_PARAM_END};
+      result = m_api.cuLaunchKernel(static_cast<CUfunction>(function), c.grid.x, c.grid.y, c.grid.z, c.block.x,
+                                    c.block.y, c.block.z, c.shared_bytes, static_cast<CUstream>(c.stream), nullptr,
+                                    extra);
+    }
     if (result != CUDA_SUCCESS) {
       throw LaunchError(fmt::format("cuLaunchKernel failed: {} (grid {}x{}x{}, block {}x{}x{}, {} B dynamic shared)",
                                     describe(result), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z,
@@ -397,9 +413,8 @@ class CudaDriver final : public Runtime {
     if (stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return std::nullopt;
     CUcontext context = nullptr;
     if (m_api.cuStreamGetCtx(static_cast<CUstream>(stream), &context) != CUDA_SUCCESS) return std::nullopt;
-    const std::lock_guard lock(m_mutex);
-    for (std::size_t i = 0; i < m_contexts.size(); ++i) {
-      if (m_contexts[i] == context) return static_cast<int>(i);
+    for (std::size_t i = 0; i < m_devices.size(); ++i) {
+      if (m_contexts[i].load(std::memory_order_acquire) == context) return static_cast<int>(i);
     }
     return std::nullopt;
   }
@@ -415,13 +430,16 @@ class CudaDriver final : public Runtime {
     if (device < 0 || static_cast<std::size_t>(device) >= m_devices.size()) {
       throw ConfigError(fmt::format("CUDA device {} does not exist ({} device(s))", device, m_devices.size()));
     }
+    std::atomic<CUcontext>& slot = m_contexts[static_cast<std::size_t>(device)];
+    if (CUcontext context = slot.load(std::memory_order_acquire)) return context;  // every launch: no lock
     const std::lock_guard lock(m_mutex);
-    CUcontext& context = m_contexts[static_cast<std::size_t>(device)];
+    CUcontext context = slot.load(std::memory_order_relaxed);
     if (context == nullptr) {
       // The primary context is shared with the runtime API, CuPy and PyTorch; it is retained for the
       // process's lifetime (never released: other libraries may still use it at exit).
       check(m_api.cuDevicePrimaryCtxRetain(&context, m_handles[static_cast<std::size_t>(device)]),
             "cuDevicePrimaryCtxRetain");
+      slot.store(context, std::memory_order_release);
     }
     return context;
   }
@@ -455,14 +473,17 @@ class CudaDriver final : public Runtime {
   std::vector<DeviceInfo> m_devices;
   std::vector<CUdevice> m_handles;
   std::mutex m_mutex;
-  std::vector<CUcontext> m_contexts;
+  std::unique_ptr<std::atomic<CUcontext>[]> m_contexts;  ///< per device; set once, under m_mutex
 };
 
 }  // namespace
 
+std::vector<std::string> nvrtc_search_list() {
+  return nvrtc_candidates(fmt::format("libnvrtc.so.{}", CUDA_VERSION / 1000));
+}
+
 std::unique_ptr<Compiler> load_nvrtc() {
-  const std::string soname = fmt::format("libnvrtc.so.{}", CUDA_VERSION / 1000);
-  const std::vector<std::string> candidates = nvrtc_candidates(soname);
+  const std::vector<std::string> candidates = nvrtc_search_list();
   std::vector<std::string> searched;
   DynamicLibrary library = DynamicLibrary::open_first(candidates, searched);
   if (!library.loaded()) {

@@ -455,11 +455,12 @@ class HipRuntime final : public Runtime {
   /// beyond it).
   void set_max_dynamic_shared(void* /*function*/, std::size_t /*bytes*/) override {}
 
-  void launch(void* function, const LaunchConfig& c, void* packed_args, std::size_t packed_size) override {
-    make_current(device_of_function(function));
+  void launch(int device, void* function, const LaunchConfig& c, const ArgPack& args, bool /*checked*/) override {
+    make_current(device);
     // Only the packed-buffer form: passing kernelParams too is hipErrorInvalidValue.
-    void* extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, packed_args, HIP_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
-                     HIP_LAUNCH_PARAM_END};
+    std::size_t packed_size = args.size();
+    void* extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(args.data()), HIP_LAUNCH_PARAM_BUFFER_SIZE,
+                     &packed_size, HIP_LAUNCH_PARAM_END};
     const hipError_t result = m_api.hipModuleLaunchKernel(static_cast<hipFunction_t>(function), c.grid.x, c.grid.y,
                                                           c.grid.z, c.block.x, c.block.y, c.block.z, c.shared_bytes,
                                                           static_cast<hipStream_t>(c.stream), nullptr, extra);
@@ -622,12 +623,16 @@ class HipRuntime final : public Runtime {
 
 }  // namespace
 
+std::vector<std::string> hiprtc_search_list() {
+  return candidates(rocm_dirs(), {"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libamdhip64.so.7",
+                                  "libamdhip64.so.6", "libamdhip64.so.5"});
+}
+
 std::unique_ptr<Compiler> load_hiprtc() {
   const std::vector<std::string> dirs = rocm_dirs();
   std::vector<std::string> searched;
   DynamicLibrary library;
-  for (const std::string& candidate : candidates(dirs, {"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5",
-                                                        "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"})) {
+  for (const std::string& candidate : hiprtc_search_list()) {
     DynamicLibrary attempt = DynamicLibrary::open_first({candidate}, searched);
     if (!attempt.loaded()) continue;
     // libamdhip64 carries HIPRTC only up to HIP 6.

@@ -80,8 +80,11 @@ class Runtime {
   [[nodiscard]] virtual FunctionInfo function_info(void* function, const cache::Entry& entry,
                                                    const std::string& lowered_name) = 0;
   virtual void set_max_dynamic_shared(void* function, std::size_t bytes) = 0;
-  /// Launches with the packed-buffer (`extra`) form. Throws LaunchError.
-  virtual void launch(void* function, const LaunchConfig& config, void* packed_args, std::size_t packed_size) = 0;
+  /// Makes `device` current and launches. `checked`: the pack was verified against the parameters the
+  /// binary declares (count, sizes, offsets), so the vendor may pass per-argument pointers (CUDA's
+  /// kernelParams, its fastest form); otherwise only the packed-buffer form, whose size the driver
+  /// is told, is safe. The hot path: no locks, no allocation. Throws LaunchError.
+  virtual void launch(int device, void* function, const LaunchConfig& config, const ArgPack& args, bool checked) = 0;
 
   [[nodiscard]] virtual void* allocate(int device, std::size_t bytes) = 0;
   virtual void free(int device, void* pointer) noexcept = 0;
@@ -101,5 +104,11 @@ std::unique_ptr<Compiler> load_nvrtc();
 std::unique_ptr<Runtime> load_cuda_runtime();
 std::unique_ptr<Compiler> load_hiprtc();
 std::unique_ptr<Runtime> load_hip_runtime();
+
+/// The paths load_nvrtc / load_hiprtc try, in order (a bare file name is left to the dynamic loader's
+/// search). Lets the engine recognise a compiler it has probed before without loading it. Empty when
+/// the lane is compiled out.
+std::vector<std::string> nvrtc_search_list();
+std::vector<std::string> hiprtc_search_list();
 
 }  // namespace kiln::vendor

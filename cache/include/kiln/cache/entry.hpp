@@ -32,10 +32,16 @@
 // length against Limits, total_len == file size (all before any allocation, so what is allocated is
 // bounded by the real size of the input), then the end magic and the checksum, then the names list and
 // key_hash == hash(canonical_key).
+// Reading only a header (EntryHeaderView: listings) makes the same checks up to the payload: the size and
+// fixed-part checks, then (when the whole header is read) the names list and key_hash; it reads neither
+// payload, aux nor epilogue, so it does not verify the checksum. Only a whole-entry read (parse(),
+// Store::get, Store::read_file, ScanDepth::entry) verifies everything.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -68,6 +74,27 @@ struct Entry {
   std::vector<LoweredName> names;
   std::vector<std::byte> payload;
   std::vector<std::byte> aux;  ///< PTX beside a CUBIN, else empty
+};
+
+/// An entry's header as read from its first bytes (Store::scan_shard): views into the reader's buffer,
+/// valid only while the callback that receives it runs. The payload and aux are only counted.
+/// Not checksum-verified (see the grammar above).
+struct EntryHeaderView {
+  Vendor vendor = Vendor::none;
+  PayloadKind payload_kind = PayloadKind::cubin;
+  std::int64_t created_unix = 0;
+  Hash128 key_hash;
+  std::string_view target;
+  std::string_view compiler;
+  std::string_view canonical_key;  ///< empty when not read (ScanDepth::lane)
+  std::string_view names_list;     ///< the encoded names list, checked; empty when not read
+  std::uint32_t names_count = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t aux_bytes = 0;
+  std::uint64_t total_bytes = 0;  ///< total_len, equal to the file size
+  /// Calls fn(expression, lowered) for each name of names_list (which parsing has checked). Nothing when
+  /// the names were not read.
+  void for_each_name(const std::function<void(std::string_view expression, std::string_view lowered)>& fn) const;
 };
 
 /// Caps applied before any allocation when parsing (hostile input must not make us allocate GiBs).

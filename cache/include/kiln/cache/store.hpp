@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
@@ -43,6 +44,27 @@ struct EntryFile {
   Hash128 file_hash;  ///< from the file name
   std::uint64_t size = 0;
   std::chrono::system_clock::time_point mtime;
+};
+
+/// How much of each entry Store::scan_shard reads (with the one entry parser).
+enum class ScanDepth : std::uint8_t {
+  lane,    ///< the fixed header, target and compiler (`kiln cache stats`, `prune --target`)
+  header,  ///< everything before the payload: + canonical key and names, names list and key hash checked
+           ///< (`kiln cache ls`); neither depth reads the payload or verifies the checksum
+  entry,   ///< the whole entry, checksum and stored key verified as get() does (`kiln cache verify`)
+};
+
+/// One entry file as Store::scan_shard saw it. Every pointer and view is valid only during the callback.
+struct ScannedEntry {
+  std::string_view path;  ///< <root>/v1/<2 hex>/<30 hex>.kiln
+  Hash128 file_hash;      ///< from the file name
+  std::uint64_t size = 0;
+  std::chrono::system_clock::time_point mtime;  ///< only when scan_shard was asked for it (else the epoch)
+  const EntryHeaderView* header = nullptr;      ///< lane/header depth: the header, when it parsed
+  const Entry* entry = nullptr;                 ///< entry depth: the entry, when it parsed and verified
+  /// Why it did not parse (header and entry are null): a content error, or one starting with "cannot open",
+  /// "cannot stat" or "I/O error" (an I/O error: the entry may be fine). Empty otherwise.
+  std::string_view error;
 };
 
 struct StoreConfig {
@@ -134,6 +156,16 @@ class Store {
 
   /// Every entry file (not temps), unordered. Never throws; unreadable directories are skipped.
   [[nodiscard]] std::vector<EntryFile> list() const;
+  /// The number of shard directories (v1/00 .. v1/ff) that scan_shard takes.
+  static constexpr unsigned kShardCount = 256;
+  /// Reads every entry file of one shard directory (v1/<shard as 2 hex>), opening each relative to the
+  /// directory (O_NOFOLLOW, O_NONBLOCK: links and non-regular files are skipped, as list() skips them),
+  /// reading what `depth` needs and parsing it with the entry parser; calls fn once per entry file, in
+  /// directory order. `with_mtime`: fstat every file for its mtime (otherwise the size comes from the
+  /// read where the read reached the end of the file). Deletes nothing. Throws only what fn throws and
+  /// std::bad_alloc. Safe to call for different shards on different threads.
+  void scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
+                  const std::function<void(const ScannedEntry&)>& fn) const;
   /// Reads and parses one entry file without deleting anything (CLI verify/show). An I/O error is
   /// reported as a ContentError whose reason starts with "cannot open", "cannot stat" or "I/O error".
   [[nodiscard]] std::variant<Entry, ContentError> read_file(const std::filesystem::path& path) const;
