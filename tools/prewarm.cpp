@@ -321,7 +321,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
     }
   };
   const auto reap = [&](Worker& worker) -> std::string {
-    ::close(worker.to_child);
+    if (worker.to_child >= 0) ::close(worker.to_child);
     ::close(worker.from_child);
     int status = 0;
     while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
@@ -398,6 +398,12 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
     }
     std::erase_if(workers, [](const Worker& worker) { return worker.pid < 0; });
     fill();
+  }
+  // Tell every worker at once that there is no more work (EOF on its stdin), then reap them: each
+  // tears down its engine in parallel with the others instead of one after another.
+  for (Worker& worker : workers) {
+    ::close(worker.to_child);
+    worker.to_child = -1;
   }
   for (Worker& worker : workers) (void)reap(worker);
   ::sigaction(SIGPIPE, &previous, nullptr);
@@ -766,7 +772,12 @@ int run_prewarm(const PrewarmArgs& args) {
     throw UsageError("--remote: set KILN_REMOTE_CACHE=redis://[user:password@]host:port[/db] first");
   }
   const auto start = Clock::now();
-  Engine engine;
+  // Named targets need no GPU runtime: no cuInit at start, no driver teardown at exit. The local GPUs
+  // are asked for only for `native` and when no target is given (the defaults are the local GPUs').
+  EngineConfig config = EngineConfig::from_environment();
+  config.runtime = args.targets.empty() ||
+                   std::find(args.targets.begin(), args.targets.end(), "native") != args.targets.end();
+  Engine engine(config);
   const std::vector<Job> jobs = build_jobs(args, engine);
   const unsigned parallel = args.jobs == 0 ? default_threads() : args.jobs;
 
