@@ -29,4 +29,5 @@ werror=OFF
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S "$root" -B "$build" -DKILN_WERROR="$werror" "${launcher[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
-echo "kiln setup: configured $build ($(grep -E '^KILN_HAVE_(CUDA|HIP)' "$build/CMakeCache.txt" 2>/dev/null | tr '\n' ' '))"
+lanes=$(sed -nE 's/^KILN_(CUDA|HIP)_INCLUDE:PATH=(.+)$/\1 headers \2/p' "$build/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND | tr '\n' ';' | sed 's/;$//; s/;/; /g' || true)
+echo "kiln setup: configured $build (${lanes:-no vendor headers found: both lanes compiled out})"
