@@ -14,17 +14,33 @@ rm -rf "$KILN_CACHE_DIR"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
 cat /etc/os-release | head -2
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-# KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure).
+# KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure);
+# KILN_H200_ONLY=timeline: time-stamped progress of `kiln prewarm -j 16` (KILN_LOG=debug phases).
 if [[ "${KILN_H200_ONLY:-}" == launch ]]; then
   cmake --build "$build" -j"$(nproc)" --target launch_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   for run in 1 2 3; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
   exit 0
 fi
+# One `kiln prewarm -j 16` of the 64 cli_bench requests, each progress line time-stamped on arrival.
+timeline() {
+  local variants=(); for v in 1 2 3 4 5 6 7 8; do variants+=("--option-set=-DKILN_BENCH_VARIANT=$v"); done
+  echo "== timeline: kiln prewarm -j 16, 64 requests"
+  KILN_LOG=debug python3 "$root/.carry/timeline.py" "$build/tools/kiln" 16 "${variants[@]}" 2>&1 \
+    | grep -v "debug: compiled\|debug: put\|info: no GPU\|worker .*: ready\|no more work" \
+    | awk 'NR<=4 || /\[(1|2|8|16|32|48|60|64)\/64\]/ || /prewarm:|exit/' | cut -c1-150
+}
+if [[ "${KILN_H200_ONLY:-}" == timeline ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  timeline; timeline
+  exit 0
+fi
 if [[ "${KILN_H200_ONLY:-}" == prewarm ]]; then
   cmake --build "$build" -j"$(nproc)" --target kiln_cli cli_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   nproc; uptime
-  timeout 400 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,8,16 --variants 8 --target sm_90 --workers process,thread \
-    --repeat 3 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -20
+  for round in 1 2 3; do
+    timeout 150 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,16 --variants 8 --target sm_90 \
+      --repeat 5 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench_$round.txt" | tail -2
+  done
   exit 0
 fi
 targets=(kiln_cli hello expr_jit launch_bench compile_bench)
@@ -49,7 +65,8 @@ if [[ -x "$build/bench/cli_bench/cli_bench" ]]; then
   echo "== cli_bench prewarm scaling"
   uptime
   timeout 300 "$build/bench/cli_bench/cli_bench" prewarm --jobs 1,8,16 --variants 8 --target sm_90 --workers process,thread \
-    --repeat 2 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -20
+    --repeat 3 --kiln "$build/tools/kiln" 2>&1 | tee "$out/cli_bench.txt" | tail -20
+  timeline
 fi
 if [[ -x "$build/bench/cache_bench/cache_bench" ]]; then
   echo "== cache_bench (memory tier on a GPU)"; timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | tail -25

@@ -3,7 +3,8 @@
 //  2. memory-tier lookup: Engine::kernel(source, name) when the kernel is already loaded;
 //  3. disk hit in a fresh process, request -> launchable kernel, vs a bare read of the same CUBIN +
 //     cuModuleLoadData + cuModuleGetFunction (CUDA_MODULE_LOADING=EAGER for both; driver init and
-//     context creation reported separately). Child processes alternate which side goes first.
+//     context creation reported separately). Each child process runs one side only, alternating, so
+//     both pay a fresh process's first-request costs (the driver's first module load included).
 // Cold compiles (kiln vs bare NVRTC) are measured by compile_bench (run it with CUDA_CACHE_DISABLE=1).
 #include <cuda.h>
 #include <dlfcn.h>
@@ -50,7 +51,11 @@ const char* kEmpty = "#include <kiln/rtc.h>\nKILN_KERNEL void empty(int n, float
 /// (cold code, first module load) from the work every disk hit does.
 const char* kEmpty2 = "#include <kiln/rtc.h>\nKILN_KERNEL void empty2(int n, float* p) { if (n < 0) p[0] = 2.0f; }\n";
 
-int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, bool kiln_first) {
+/// One fresh process: the engine and the primary context first (reported separately), then two
+/// requests of ONE side only (kiln, or the bare driver calls), so each side pays a fresh process's
+/// first-request costs (the driver's first module load included) itself. Prints
+/// "<engine ns> <context ns> <first request ns> <second request ns>".
+int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, bool kiln_side) {
   Driver d;
   auto cuInit_ = d.get<decltype(&cuInit)>("cuInit");
   auto cuDeviceGet_ = d.get<decltype(&cuDeviceGet)>("cuDeviceGet");
@@ -77,7 +82,7 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     const auto t = Clock::now();
     kiln::Kernel k = engine.kernel(kiln::Source::from_text(std::string(name) + ".cu", text), name);
     const double ns = ns_since(t);
-    if (engine.stats().compiles != 0) {
+    if (!k || engine.stats().compiles != 0) {
       fmt::print(stderr, "child compiled: the disk tier missed\n");
       std::exit(3);
     }
@@ -94,20 +99,40 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     }
     return ns_since(t);
   };
-  // First requests of the process (the measure), then a second cached kernel each (same order).
-  double kiln_ns = 0, bare_ns = 0, kiln2_ns = 0, bare2_ns = 0;
-  if (kiln_first) {
-    kiln_ns = run_kiln(kEmpty, "empty");
-    bare_ns = run_bare(cubin_path, "empty");
-    kiln2_ns = run_kiln(kEmpty2, "empty2");
-    bare2_ns = run_bare(cubin_path + "2", "empty2");
-  } else {
-    bare_ns = run_bare(cubin_path, "empty");
-    kiln_ns = run_kiln(kEmpty, "empty");
-    bare2_ns = run_bare(cubin_path + "2", "empty2");
-    kiln2_ns = run_kiln(kEmpty2, "empty2");
+  if (std::getenv("KILN_BENCH_PHASES") != nullptr) {
+    // Diagnostic: the first request's parts, each timed on first use in this process, then the whole
+    // request (whose key and read are then warm): what the first execution of each part costs.
+    auto t = Clock::now();
+    const kiln::Source source = kiln::Source::from_text("empty.cu", kEmpty);
+    const double source_ns = ns_since(t);
+    t = Clock::now();
+    const auto [hash, canonical] = engine.describe_key(source, {}, {}, engine.devices()[0].target);
+    const double key_ns = ns_since(t);
+    t = Clock::now();
+    const auto found = engine.store().get(hash, canonical);
+    const double read_ns = ns_since(t);
+    t = Clock::now();
+    kiln::Kernel k = engine.kernel(source, "empty");
+    const double kernel_ns = ns_since(t);
+    t = Clock::now();
+    const auto [hash2, canonical2] = engine.describe_key(source, {}, {}, engine.devices()[0].target);
+    const double key2_ns = ns_since(t);
+    t = Clock::now();
+    const auto found2 = engine.store().get(hash2, canonical2);
+    const double read2_ns = ns_since(t);
+    if (!found.entry || !found2.entry || !k) std::exit(5);
+    fmt::print("{} {} {} {} {} {} {}\n", engine_ns, source_ns, key_ns, read_ns, kernel_ns, key2_ns, read2_ns);
+    return 0;
   }
-  fmt::print("{} {} {} {} {} {}\n", engine_ns, context_ns, kiln_ns, bare_ns, kiln2_ns, bare2_ns);
+  double first_ns = 0, second_ns = 0;
+  if (kiln_side) {
+    first_ns = run_kiln(kEmpty, "empty");
+    second_ns = run_kiln(kEmpty2, "empty2");
+  } else {
+    first_ns = run_bare(cubin_path, "empty");
+    second_ns = run_bare(cubin_path + "2", "empty2");
+  }
+  fmt::print("{} {} {} {}\n", engine_ns, context_ns, first_ns, second_ns);
   return 0;
 }
 
@@ -115,7 +140,7 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
 
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--child-disk") {
-    return child_disk_hit(argv[2], argv[3], std::string(argv[4]) == "1");
+    return child_disk_hit(argv[2], argv[3], std::string(argv[4]) == "kiln");
   }
   kiln::Engine engine;
   if (engine.devices().empty()) {
@@ -205,18 +230,19 @@ int main(int argc, char** argv) {
           .write(reinterpret_cast<const char*>(found.entry->payload.data()), static_cast<std::streamsize>(found.entry->payload.size()));
     }
   }
-  std::vector<double> kiln_second_request, bare_second_request;
-  std::vector<double> engine_init, context_init, kiln_disk, bare_disk;
-  std::vector<double> kiln_when_first, kiln_when_second, bare_when_first, bare_when_second;
-  constexpr int kChildren = 20;
+  // Children alternate kiln, bare, kiln, ...: each runs one side only, in the same process state (a
+  // kiln Engine and the primary context exist in both before the clock starts).
+  std::vector<double> engine_init, context_init, kiln_disk, bare_disk, kiln_second_request, bare_second_request;
+  constexpr int kChildren = 40;
   for (int child = 0; child < kChildren; ++child) {
+    const bool kiln_side = child % 2 == 0;
     int fds[2];
     if (pipe(fds) != 0) return 7;
     const pid_t pid = fork();
     if (pid == 0) {
       dup2(fds[1], 1);
       ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-      execl("/proc/self/exe", argv[0], "--child-disk", (dir / "cache").c_str(), cubin_path.c_str(), child % 2 ? "1" : "0",
+      execl("/proc/self/exe", argv[0], "--child-disk", (dir / "cache").c_str(), cubin_path.c_str(), kiln_side ? "kiln" : "bare",
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -227,31 +253,58 @@ int main(int argc, char** argv) {
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    double e = 0, c = 0, k = 0, b = 0, k2 = 0, b2 = 0;
+    double e = 0, c = 0, first = 0, second = 0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        std::sscanf(out.c_str(), "%lf %lf %lf %lf %lf %lf", &e, &c, &k, &b, &k2, &b2) != 6) {
+        std::sscanf(out.c_str(), "%lf %lf %lf %lf", &e, &c, &first, &second) != 4) {
       fmt::print("child {} failed (status {}): {}\n", child, status, out);
       return 8;
     }
     engine_init.push_back(e);
     context_init.push_back(c);
-    kiln_disk.push_back(k);
-    bare_disk.push_back(b);
-    kiln_second_request.push_back(k2);
-    bare_second_request.push_back(b2);
-    (child % 2 ? kiln_when_first : kiln_when_second).push_back(k);
-    (child % 2 ? bare_when_second : bare_when_first).push_back(b);
+    (kiln_side ? kiln_disk : bare_disk).push_back(first);
+    (kiln_side ? kiln_second_request : bare_second_request).push_back(second);
   }
   const double kd = median(kiln_disk), bd = median(bare_disk);
-  fmt::print("| disk hit, fresh process, request -> launchable (us, median of {} children) | {:.1f} | {:.1f} (read + cuModuleLoadData + cuModuleGetFunction) | {:.3f} | <= 1.3 |\n",
-             kChildren, kd / 1e3, bd / 1e3, kd / bd);
-  fmt::print("| by order: kiln first / bare first (us, medians of {}) | {:.1f} / {:.1f} | {:.1f} / {:.1f} | {:.3f} / {:.3f} | |\n",
-             kChildren / 2, median(kiln_when_first) / 1e3, median(kiln_when_second) / 1e3, median(bare_when_second) / 1e3,
-             median(bare_when_first) / 1e3, median(kiln_when_first) / median(bare_when_second),
-             median(kiln_when_second) / median(bare_when_first));
-  fmt::print("| the process's second request (another cached kernel), kiln vs bare (us) | {:.1f} | {:.1f} | {:.3f} | |\n",
+  fmt::print("| disk hit, fresh process, request -> launchable (us, medians of {} children per side) | {:.1f} | {:.1f} (read + cuModuleLoadData + cuModuleGetFunction) | {:.3f} | <= 1.3 |\n",
+             kChildren / 2, kd / 1e3, bd / 1e3, kd / bd);
+  fmt::print("| the same process's second request (another cached kernel) (us) | {:.1f} | {:.1f} | {:.3f} | |\n",
              median(kiln_second_request) / 1e3, median(bare_second_request) / 1e3,
              median(kiln_second_request) / median(bare_second_request));
+  // Diagnostic: where a fresh process's first kiln request goes (parts on first use).
+  {
+    std::vector<double> parts[7];
+    for (int child = 0; child < 10; ++child) {
+      int fds[2];
+      if (pipe(fds) != 0) return 7;
+      const pid_t pid = fork();
+      if (pid == 0) {
+        dup2(fds[1], 1);
+        ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+        ::setenv("KILN_BENCH_PHASES", "1", 1);
+        execl("/proc/self/exe", argv[0], "--child-disk", (dir / "cache").c_str(), cubin_path.c_str(), "kiln",
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      close(fds[1]);
+      std::string out;
+      char buf[256];
+      for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
+      close(fds[0]);
+      int status = 0;
+      waitpid(pid, &status, 0);
+      double v[7] = {};
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+          std::sscanf(out.c_str(), "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7) {
+        fmt::print("phase child {} failed (status {}): {}\n", child, status, out);
+        return 8;
+      }
+      for (int i = 0; i < 7; ++i) parts[i].push_back(v[i]);
+    }
+    fmt::print("| diagnostic, first use in a fresh process (us, median of 10): Source::from_text {:.1f}, describe_key {:.1f} "
+               "(again {:.1f}), Store::get {:.1f} (again {:.1f}), then Engine::kernel {:.1f} | | | | |\n",
+               median(parts[1]) / 1e3, median(parts[2]) / 1e3, median(parts[5]) / 1e3, median(parts[3]) / 1e3,
+               median(parts[6]) / 1e3, median(parts[4]) / 1e3);
+  }
   fmt::print("| separately: Engine construction incl. cuInit + device query (ms) | {:.1f} | | | |\n", median(engine_init) / 1e6);
   fmt::print("| separately: primary context retain + set current (ms) | {:.1f} | | | |\n", median(context_init) / 1e6);
   std::filesystem::remove_all(dir);
