@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -136,6 +137,34 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
   return 0;
 }
 
+/// Runs `self --child-disk <cache> <cubin> <side>` in a fresh process (CUDA_MODULE_LOADING=EAGER,
+/// plus KILN_BENCH_PHASES when `phases`) and returns its stdout; nullopt when it failed.
+std::optional<std::string> run_child(const char* self, const std::string& cache, const std::string& cubin,
+                                     const char* side, bool phases) {
+  int fds[2];
+  if (pipe(fds) != 0) return std::nullopt;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    if (phases) ::setenv("KILN_BENCH_PHASES", "1", 1);
+    execl("/proc/self/exe", self, "--child-disk", cache.c_str(), cubin.c_str(), side, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fmt::print("child ({}) failed (status {}): {}\n", side, status, out);
+    return std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,29 +265,9 @@ int main(int argc, char** argv) {
   constexpr int kChildren = 40;
   for (int child = 0; child < kChildren; ++child) {
     const bool kiln_side = child % 2 == 0;
-    int fds[2];
-    if (pipe(fds) != 0) return 7;
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(fds[1], 1);
-      ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-      execl("/proc/self/exe", argv[0], "--child-disk", (dir / "cache").c_str(), cubin_path.c_str(), kiln_side ? "kiln" : "bare",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    std::string out;
-    char buf[256];
-    for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const auto out = run_child(argv[0], (dir / "cache").string(), cubin_path, kiln_side ? "kiln" : "bare", false);
     double e = 0, c = 0, first = 0, second = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        std::sscanf(out.c_str(), "%lf %lf %lf %lf", &e, &c, &first, &second) != 4) {
-      fmt::print("child {} failed (status {}): {}\n", child, status, out);
-      return 8;
-    }
+    if (!out || std::sscanf(out->c_str(), "%lf %lf %lf %lf", &e, &c, &first, &second) != 4) return 8;
     engine_init.push_back(e);
     context_init.push_back(c);
     (kiln_side ? kiln_disk : bare_disk).push_back(first);
@@ -274,28 +283,10 @@ int main(int argc, char** argv) {
   {
     std::vector<double> parts[7];
     for (int child = 0; child < 10; ++child) {
-      int fds[2];
-      if (pipe(fds) != 0) return 7;
-      const pid_t pid = fork();
-      if (pid == 0) {
-        dup2(fds[1], 1);
-        ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-        ::setenv("KILN_BENCH_PHASES", "1", 1);
-        execl("/proc/self/exe", argv[0], "--child-disk", (dir / "cache").c_str(), cubin_path.c_str(), "kiln",
-              static_cast<char*>(nullptr));
-        _exit(127);
-      }
-      close(fds[1]);
-      std::string out;
-      char buf[256];
-      for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
-      close(fds[0]);
-      int status = 0;
-      waitpid(pid, &status, 0);
+      const auto out = run_child(argv[0], (dir / "cache").string(), cubin_path, "kiln", true);
       double v[7] = {};
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-          std::sscanf(out.c_str(), "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7) {
-        fmt::print("phase child {} failed (status {}): {}\n", child, status, out);
+      if (!out || std::sscanf(out->c_str(), "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                              &v[6]) != 7) {
         return 8;
       }
       for (int i = 0; i < 7; ++i) parts[i].push_back(v[i]);
