@@ -18,7 +18,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <iostream>
@@ -423,71 +422,54 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
 }
 
 /// Ends this process without tearing anything down, after persisting the engine's lifetime counters
-/// (what its destructor would do), flushing output and closing `close_fd` (a worker's answer pipe:
+/// (what its destructor would do), flushing output and closing `close_file` (a worker's answer pipe:
 /// the parent's signal that all is on disk). Unloading and finalizing a compiler library that has
 /// compiled is slow (tens of ms per process, measured at -j 16 on the 16-CPU H200 host), and it
 /// would be paid by every worker and by the parent after all the work is done.
-[[noreturn]] void exit_without_teardown(Engine& engine, int code, int close_fd = -1) {
+[[noreturn]] void exit_without_teardown(Engine& engine, int code, std::FILE* close_file = nullptr) {
   if (engine.store().mode() == cache::StoreMode::read_write) {
     cache::PersistentStats(engine.store().config().root).add(engine.stats());
   }
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
-  if (close_fd >= 0) ::close(close_fd);
+  if (close_file != nullptr) std::fclose(close_file);
   ::_exit(code);
 }
 
-/// A worker: one request per input line ("<index>\t<manifest line>"), one JSON answer per output
-/// line, until EOF. Library output that would go to stdout is sent to stderr instead. Runs in a
-/// process of its own (`kiln prewarm --worker`) on a compile-only engine of its own.
-int worker_loop(int in_fd, int out_fd) {
-  if (::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitError;
-  try {
-    EngineConfig config = EngineConfig::from_environment();
-    config.runtime = false;  // a worker only compiles named targets: no cuInit, no device query
-    Engine engine(config);
-    KILN_LOG(debug, "prewarm worker {}: ready", ::getpid());
-    std::string pending;
-    char chunk[65536];
-    for (;;) {
-      std::size_t newline = pending.find('\n');
-      if (newline == std::string::npos) {
-        const ssize_t n = ::read(in_fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {  // EOF: no more work (a read error ends the worker the same way)
-          KILN_LOG(debug, "prewarm worker {}: no more work", ::getpid());
-          exit_without_teardown(engine, kExitOk, out_fd);
-        }
-        pending.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
-      const std::string line = pending.substr(0, newline);
-      pending.erase(0, newline + 1);
-      const std::size_t tab = line.find('\t');
-      if (tab == std::string::npos) return kExitError;
-      const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tab)));
-      JobResult result;
-      try {
-        Job job;
-        job.request = detail::parse_manifest_line(std::string_view(line).substr(tab + 1));
-        result = execute(engine, job);
-      } catch (const std::exception& error) {
-        result.status = Status::failed;
-        result.error = one_line(error.what());
-      }
-      const std::string answer =
-          result_json(index, result).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-      if (!write_all(out_fd, answer)) exit_without_teardown(engine, kExitError, out_fd);
+/// `kiln prewarm --worker`: one request per stdin line ("<index>\t<manifest line>"), one JSON answer
+/// per stdout line, until EOF. Library output that would go to stdout is sent to stderr instead.
+int run_worker() {
+  const int protocol_fd = ::dup(STDOUT_FILENO);
+  if (protocol_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitError;
+  FILE* protocol = ::fdopen(protocol_fd, "w");
+  if (protocol == nullptr) return kExitError;
+  EngineConfig config = EngineConfig::from_environment();
+  config.runtime = false;  // a worker only compiles named targets: no cuInit, no device query
+  Engine engine(config);
+  KILN_LOG(debug, "prewarm worker {}: ready", ::getpid());
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos) return kExitError;
+    const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tab)));
+    JobResult result;
+    try {
+      Job job;
+      job.request = detail::parse_manifest_line(std::string_view(line).substr(tab + 1));
+      result = execute(engine, job);
+    } catch (const std::exception& error) {
+      result.status = Status::failed;
+      result.error = one_line(error.what());
     }
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "kiln prewarm worker: %s\n", error.what());
-    return kExitError;
+    const std::string answer = result_json(index, result).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    if (std::fwrite(answer.data(), 1, answer.size(), protocol) != answer.size() || std::fflush(protocol) != 0) {
+      exit_without_teardown(engine, kExitError, protocol);
+    }
   }
-  return kExitOk;
+  KILN_LOG(debug, "prewarm worker {}: no more work", ::getpid());
+  exit_without_teardown(engine, kExitOk, protocol);
 }
-
-int run_worker() { return worker_loop(STDIN_FILENO, ::dup(STDOUT_FILENO)); }
 
 // ---- building the requests ---------------------------------------------------------------------------
 
