@@ -563,6 +563,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
       return;
     }
   }
+  (void)s.open_v1();  // the directory every lookup opens entries relative to (again below if it is new)
   if (m_config.read_only) {
     s.degrade(StoreMode::read_only, "read-only by configuration (KILN_CACHE_READONLY)", false);
     return;
@@ -583,6 +584,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
     detail::AtomicFile file(tag);
     if (file.write(std::as_bytes(std::span(kCacheDirTag.data(), kCacheDirTag.size())))) (void)file.commit();
   }
+  (void)s.open_v1();
 }
 
 Store::~Store() = default;

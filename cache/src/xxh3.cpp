@@ -22,6 +22,9 @@ Unit unit() noexcept {
   return u;
 }
 
+/// Decided when the library loads (as an ifunc resolver would), so no request pays the CPU query.
+[[maybe_unused]] const Unit g_unit_at_load = unit();
+
 XXH3_state_t* as_state(unsigned char* bytes) noexcept { return reinterpret_cast<XXH3_state_t*>(bytes); }
 const XXH3_state_t* as_state(const unsigned char* bytes) noexcept {
   return reinterpret_cast<const XXH3_state_t*>(bytes);

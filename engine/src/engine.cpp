@@ -20,6 +20,7 @@
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "compiler_probe.hpp"
+#include "source_internal.hpp"
 #include "targets.hpp"
 
 #if __has_include("manifest.hpp")
@@ -70,7 +71,7 @@ std::uint64_t memory_key(const cache::Hash128& source, const Options& options, s
 /// describes the library on disk; the compiler itself is loaded only to compile (or to report).
 struct EngineCore::Lane {
   Vendor vendor;
-  std::once_flag facts_once;
+  std::once_flag probe_once;
   std::mutex facts_mutex;                      // facts are replaced if a loaded compiler disagrees
   std::shared_ptr<const CompilerFacts> facts;  // null: no compiler (see error)
   std::once_flag load_once;
@@ -169,6 +170,9 @@ EngineCore::EngineCore(EngineConfig config)
     }
     m_default_device = std::max(0, m_config.device);
     m_device_count = count;
+    // Every request for this engine's devices is keyed with this vendor's compiler identity: look it
+    // up once now (a probe file read, no compiler load; nothing when there is no usable probe).
+    probe_compiler(m_runtime->vendor() == Vendor::cuda ? *m_cuda : *m_hip);
   }
 #ifdef KILN_HAVE_MANIFEST
   if (!m_config.record_path.empty()) m_recorder = std::make_unique<ManifestRecorder>(m_config.record_path);
@@ -210,16 +214,23 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
   return l;
 }
 
-std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  std::call_once(l.facts_once, [&] {
-    if (std::optional<CompilerFacts> probed = find_compiler_probe(m_store, v, l.search_list())) {
+void EngineCore::probe_compiler(Lane& l) {
+  std::call_once(l.probe_once, [&] {
+    if (std::optional<CompilerFacts> probed = find_compiler_probe(m_store, l.vendor, l.search_list())) {
       const std::lock_guard lock(l.facts_mutex);
       if (!l.facts) l.facts = std::make_shared<const CompilerFacts>(std::move(*probed));
-      return;
     }
-    (void)loaded_lane(v);  // no usable probe: load the compiler, which sets the facts (or the error)
   });
+}
+
+std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  probe_compiler(l);
+  {
+    const std::lock_guard lock(l.facts_mutex);
+    if (l.facts) return l.facts;
+  }
+  (void)loaded_lane(v);  // no usable probe: load the compiler, which sets the facts (or the error)
   const std::lock_guard lock(l.facts_mutex);
   if (!l.facts) throw DeviceUnavailable(l.error);
   return l.facts;
@@ -324,7 +335,7 @@ EngineCore::Request EngineCore::make_request(const Source& source, const Options
   } else {
     r.flags.push_back("--offload-arch=" + r.target.full);
   }
-  r.flags.push_back(fmt::format("-DKILN_WARP_SIZE={}", r.target.warp_size));
+  r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
   make_key(r, facts->identity);
   return r;
 }
@@ -348,7 +359,13 @@ void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
   }
   r.key.add("names", join(r.names, '\n'));
   r.key.add("source", r.source.text());
-  for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
+  if (r.source.embedded_headers_intact()) {
+    // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.
+    for (const Header& h : r.source.user_headers()) r.key.add("header:" + h.name, h.text);
+    r.key.add("embedded-headers", embedded_headers_digest().hex());
+  } else {
+    for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
+  }
   r.hash = r.key.hash();
 }
 
@@ -611,12 +628,8 @@ void EngineCore::record(const Source& source, const Options& options, const std:
   record.source_hash = source.content_hash().hex();
   if (!source.is_builtin()) {
     record.source_text = std::string(source.text());
-    for (const Header& h : source.headers()) {
-      // Only the user's headers: kiln's own embedded headers are found again by name at replay.
-      bool embedded = false;
-      for (const EmbeddedFile& f : embedded_files()) embedded = embedded || (f.name == h.name && f.text == h.text);
-      if (!embedded) record.headers.push_back(h);
-    }
+    // Only the user's headers: kiln's own embedded headers are found again by name at replay.
+    record.headers.assign(source.user_headers().begin(), source.user_headers().end());
   }
   record.name_expressions = names;
   record.options = options.portable();

@@ -7,13 +7,17 @@
 
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
+#include "source_internal.hpp"
 
 namespace kiln {
 
 struct Source::Data {
   std::string name;
   std::string text;
-  std::vector<Header> headers;  // user headers, then embedded headers; sorted by name, unique
+  std::vector<Header> user;         // the caller's headers, sorted by name
+  std::vector<Header> merged;       // user headers with the embedded ones not overridden; sorted by name
+                                    // (empty without user headers: headers() is then the embedded set)
+  bool embedded_intact = true;      // no user header overrides an embedded one
   bool builtin = false;
   cache::Hash128 hash;
 };
@@ -31,6 +35,7 @@ const std::vector<Header>& embedded_headers() {
     for (const EmbeddedFile& file : embedded_files()) {
       if (!is_kernel_file(file.name)) out.push_back({std::string(file.name), std::string(file.text)});
     }
+    std::sort(out.begin(), out.end(), [](const Header& a, const Header& b) { return a.name < b.name; });
     return out;
   }();
   return headers;
@@ -42,15 +47,24 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
   data->name = std::move(name);
   data->text = std::move(text);
   data->builtin = builtin;
-  for (const Header& h : embedded_headers()) {
-    const bool overridden = std::any_of(headers.begin(), headers.end(), [&](const Header& u) { return u.name == h.name; });
-    if (!overridden) headers.push_back(h);
+  const auto by_name = [](const Header& a, const Header& b) { return a.name < b.name; };
+  // Without user headers nothing is copied: the embedded set is shared, and made only when someone
+  // asks for headers() (a compile); a cache hit never needs it.
+  if (!headers.empty()) {
+    std::sort(headers.begin(), headers.end(), by_name);
+    data->user = headers;
+    for (const Header& h : embedded_headers()) {
+      const bool overridden = std::any_of(headers.begin(), headers.end(), [&](const Header& u) { return u.name == h.name; });
+      if (overridden) data->embedded_intact = false;
+      else headers.push_back(h);
+    }
+    std::sort(headers.begin(), headers.end(), by_name);
+    data->merged = std::move(headers);
   }
-  std::sort(headers.begin(), headers.end(), [](const Header& a, const Header& b) { return a.name < b.name; });
-  data->headers = std::move(headers);
 
   // Content hash: length-prefixed fields so no two different inputs share a byte stream.
   XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) throw std::bad_alloc();
   XXH3_128bits_reset(state);
   const auto feed = [&](std::string_view bytes) {
     const std::uint64_t length = bytes.size();
@@ -58,9 +72,19 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
     XXH3_128bits_update(state, bytes.data(), bytes.size());
   };
   feed(data->text);
-  for (const Header& h : data->headers) {
+  for (const Header& h : data->user) {
     feed(h.name);
     feed(h.text);
+  }
+  if (data->embedded_intact) {
+    const cache::Hash128& embedded = detail::embedded_headers_digest();
+    const std::uint64_t words[2] = {embedded.high, embedded.low};
+    feed(std::string_view(reinterpret_cast<const char*>(words), sizeof words));
+  } else {
+    for (const Header& h : data->merged) {
+      feed(h.name);
+      feed(h.text);
+    }
   }
   const XXH128_hash_t digest = XXH3_128bits_digest(state);
   XXH3_freeState(state);
@@ -69,6 +93,31 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
 }
 
 }  // namespace
+
+namespace detail {
+
+const cache::Hash128& embedded_headers_digest() {
+  // Names and bytes, length-prefixed, in name order: the same bytes give the same digest in every build.
+  static const cache::Hash128 digest = [] {
+    XXH3_state_t* state = XXH3_createState();
+    if (state == nullptr) throw std::bad_alloc();
+    XXH3_128bits_reset_withSeed(state, kEmbeddedDigestSeed);
+    for (const EmbeddedFile& file : embedded_files()) {  // sorted by name
+      if (is_kernel_file(file.name)) continue;
+      for (const std::string_view field : {file.name, file.text}) {
+        const std::uint64_t length = field.size();
+        XXH3_128bits_update(state, &length, sizeof length);
+        XXH3_128bits_update(state, field.data(), field.size());
+      }
+    }
+    const XXH128_hash_t h = XXH3_128bits_digest(state);
+    XXH3_freeState(state);
+    return cache::Hash128{h.high64, h.low64};
+  }();
+  return digest;
+}
+
+}  // namespace detail
 
 Source Source::builtin(std::string_view name) {
   for (const EmbeddedFile& file : embedded_files()) {
@@ -101,7 +150,12 @@ std::vector<std::string> Source::builtin_names() {
 
 const std::string& Source::name() const noexcept { return m_data->name; }
 std::string_view Source::text() const noexcept { return m_data->text; }
-std::span<const Header> Source::headers() const noexcept { return m_data->headers; }
+std::span<const Header> Source::headers() const noexcept {
+  if (m_data->user.empty()) return embedded_headers();
+  return m_data->merged;
+}
+std::span<const Header> Source::user_headers() const noexcept { return m_data->user; }
+bool Source::embedded_headers_intact() const noexcept { return m_data->embedded_intact; }
 bool Source::is_builtin() const noexcept { return m_data->builtin; }
 const cache::Hash128& Source::content_hash() const noexcept { return m_data->hash; }
 

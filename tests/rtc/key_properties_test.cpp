@@ -3,6 +3,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "kiln/cache/key.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
@@ -60,10 +62,35 @@ TEST_CASE("any single byte of the source or a header changes the key", "[key]") 
     changed[i] = static_cast<char>(changed[i] + 1);
     CHECK(key_of(e, kText, changed, {}, {"k"}, "sm_90") != base);
   }
-  // A header's name is part of the key too, and so are kiln's own embedded headers (rtc.h).
+  // A header's name is part of the key too, and so are kiln's own embedded headers (rtc.h): by their
+  // digest while no user header replaces one of them.
   const auto renamed = e.describe_key(Source::from_text("k.cu", kText, {{"helper2.h", header}}), {}, {"k"}, "sm_90");
   CHECK(renamed.first != base);
-  CHECK_FALSE(part(renamed.second, "header:kiln/rtc.h").empty());
+  const std::string digest = part(renamed.second, "embedded-headers");
+  CHECK(cache::Hash128::from_hex(digest).has_value());
+  CHECK(renamed.second.find("KILN_KERNEL") == renamed.second.rfind("KILN_KERNEL"));  // rtc.h's text is not in it
+}
+
+TEST_CASE("a user header that replaces an embedded one puts every header's text in the key", "[key]") {
+  Engine e(memory_only());
+  const Source plain = Source::from_text("k.cu", kText, {{"helper.h", "#define HELPER 1"}});
+  CHECK(plain.embedded_headers_intact());
+  REQUIRE(plain.user_headers().size() == 1);
+  const std::string rtc(std::find_if(plain.headers().begin(), plain.headers().end(),
+                                     [](const Header& h) { return h.name == "kiln/rtc.h"; })->text);
+  // The same bytes under the embedded name: the compiler sees what it saw before, but the source no
+  // longer uses kiln's headers as built, so the key spells the text out (and is a different key).
+  const Source replaced = Source::from_text("k.cu", kText, {{"helper.h", "#define HELPER 1"}, {"kiln/rtc.h", rtc}});
+  CHECK_FALSE(replaced.embedded_headers_intact());
+  CHECK(replaced.content_hash() != plain.content_hash());
+  const auto key = e.describe_key(replaced, {}, {"k"}, "sm_90");
+  CHECK(part(key.second, "header:kiln/rtc.h") == rtc);
+  CHECK(part(key.second, "header:helper.h") == "#define HELPER 1");
+  CHECK(key.second.find("embedded-headers") == std::string::npos);
+  CHECK(key.first != e.describe_key(plain, {}, {"k"}, "sm_90").first);
+  // A changed embedded header changes the key.
+  const Source changed = Source::from_text("k.cu", kText, {{"helper.h", "#define HELPER 1"}, {"kiln/rtc.h", rtc + " "}});
+  CHECK(e.describe_key(changed, {}, {"k"}, "sm_90").first != key.first);
 }
 
 TEST_CASE("options, target, name expressions and compiler identity are in the key", "[key]") {

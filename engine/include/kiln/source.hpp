@@ -33,11 +33,17 @@ class Source {
   [[nodiscard]] std::string_view text() const noexcept;
   /// The user's headers followed by kiln's embedded headers, sorted by name.
   [[nodiscard]] std::span<const Header> headers() const noexcept;
+  /// Only the headers handed to from_text (sorted by name); empty for built-in sources.
+  [[nodiscard]] std::span<const Header> user_headers() const noexcept;
+  /// True when no user header has the name of an embedded one: the source then sees kiln's embedded
+  /// headers exactly as built, and cache keys name them by their digest instead of their text.
+  [[nodiscard]] bool embedded_headers_intact() const noexcept;
   [[nodiscard]] bool is_builtin() const noexcept;
   /// The kernels a source lists on its `//! kiln-kernels: a; ns::b<float, 4>` line (names or name
   /// expressions, `;`-separated); empty when it has none. What `kiln prewarm --all-builtin` compiles.
   [[nodiscard]] std::vector<std::string> listed_kernels() const;
-  /// XXH3-128 over the text and every header (name and bytes); computed once.
+  /// XXH3-128 over the text, the user's headers (name and bytes) and the embedded headers (their
+  /// digest when intact, else name and bytes); computed once.
   [[nodiscard]] const cache::Hash128& content_hash() const noexcept;
 
   struct Data;
