@@ -1,7 +1,6 @@
 #include "kiln/source.hpp"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 
@@ -62,33 +61,31 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
     data->merged = std::move(headers);
   }
 
-  // Content hash: length-prefixed fields so no two different inputs share a byte stream.
-  XXH3_state_t* state = XXH3_createState();
-  if (state == nullptr) throw std::bad_alloc();
-  XXH3_128bits_reset(state);
-  const auto feed = [&](std::string_view bytes) {
-    const std::uint64_t length = bytes.size();
-    XXH3_128bits_update(state, &length, sizeof length);
-    XXH3_128bits_update(state, bytes.data(), bytes.size());
+  // Content hash: one XXH3-128 over a record holding each field's length and XXH3-128, so no two
+  // different inputs give the same record. One-shot hashes only: the same code the key and the entry
+  // checksum run, so a process's first request warms it once.
+  std::string record;
+  const auto field = [&record](std::string_view bytes) {
+    const cache::Hash128 h = cache::hash128(bytes);
+    const std::uint64_t words[3] = {bytes.size(), h.high, h.low};
+    record.append(reinterpret_cast<const char*>(words), sizeof words);
   };
-  feed(data->text);
+  field(data->text);
   for (const Header& h : data->user) {
-    feed(h.name);
-    feed(h.text);
+    field(h.name);
+    field(h.text);
   }
   if (data->embedded_intact) {
     const cache::Hash128& embedded = detail::embedded_headers_digest();
     const std::uint64_t words[2] = {embedded.high, embedded.low};
-    feed(std::string_view(reinterpret_cast<const char*>(words), sizeof words));
+    record.append(reinterpret_cast<const char*>(words), sizeof words);
   } else {
     for (const Header& h : data->merged) {
-      feed(h.name);
-      feed(h.text);
+      field(h.name);
+      field(h.text);
     }
   }
-  const XXH128_hash_t digest = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
-  data->hash = {digest.high64, digest.low64};
+  data->hash = cache::hash128(record);
   return data;
 }
 
@@ -97,22 +94,19 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
 namespace detail {
 
 const cache::Hash128& embedded_headers_digest() {
-  // Names and bytes, length-prefixed, in name order: the same bytes give the same digest in every build.
+  // Each header's name and bytes as (length, XXH3-128), in name order: the same files give the same
+  // digest in every build.
   static const cache::Hash128 digest = [] {
-    XXH3_state_t* state = XXH3_createState();
-    if (state == nullptr) throw std::bad_alloc();
-    XXH3_128bits_reset_withSeed(state, kEmbeddedDigestSeed);
+    std::string record;
     for (const EmbeddedFile& file : embedded_files()) {  // sorted by name
       if (is_kernel_file(file.name)) continue;
       for (const std::string_view field : {file.name, file.text}) {
-        const std::uint64_t length = field.size();
-        XXH3_128bits_update(state, &length, sizeof length);
-        XXH3_128bits_update(state, field.data(), field.size());
+        const cache::Hash128 h = cache::hash128(field);
+        const std::uint64_t words[3] = {field.size(), h.high, h.low};
+        record.append(reinterpret_cast<const char*>(words), sizeof words);
       }
     }
-    const XXH128_hash_t h = XXH3_128bits_digest(state);
-    XXH3_freeState(state);
-    return cache::Hash128{h.high64, h.low64};
+    return cache::hash128(record, kEmbeddedDigestSeed);
   }();
   return digest;
 }
