@@ -15,7 +15,8 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee
 cat /etc/os-release | head -2
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 # KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure);
-# KILN_H200_ONLY=floor: read_floor twice, then cache_bench (the disk-hit floor and the disk hit);
+# KILN_H200_ONLY=floor: hash_dispatch, read_floor twice, then cache_bench (hashing, the disk-hit floor
+# and the disk hit);
 # KILN_H200_ONLY=timeline: time-stamped progress of `kiln prewarm -j 16` (KILN_LOG=debug phases).
 if [[ "${KILN_H200_ONLY:-}" == launch ]]; then
   cmake --build "$build" -j"$(nproc)" --target launch_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
@@ -51,13 +52,14 @@ read_floor() {
   for f in floor_500k floor_5k; do "$build/bench/read_floor/read_floor" "$build/$f.bin" 2000 | tee -a "$out/read_floor.txt"; done
 }
 if [[ "${KILN_H200_ONLY:-}" == floor ]]; then
-  cmake --build "$build" -j"$(nproc)" --target read_floor cache_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  cmake --build "$build" -j"$(nproc)" --target read_floor cache_bench hash_dispatch >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  "$build/bench/hash_dispatch/hash_dispatch" | tee "$out/hash_dispatch.txt"
   for round in 1 2; do read_floor; done
   timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | head -12
   exit 0
 fi
 targets=(kiln_cli hello expr_jit launch_bench compile_bench)
-for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench read_floor cache_entry_test \
+for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench read_floor hash_dispatch cache_entry_test \
          cache_store_test rtc_compiler_probe rtc_probe_child; do
   grep -q "^$t:" <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/') && targets+=("$t")
 done
@@ -85,3 +87,6 @@ if [[ -x "$build/bench/cache_bench/cache_bench" ]]; then
   echo "== cache_bench (memory tier on a GPU)"; timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | tail -25
 fi
 if [[ -x "$build/bench/read_floor/read_floor" ]]; then echo "== read_floor"; read_floor; fi
+if [[ -x "$build/bench/hash_dispatch/hash_dispatch" ]]; then
+  echo "== hash_dispatch"; "$build/bench/hash_dispatch/hash_dispatch" | tee "$out/hash_dispatch.txt"
+fi
