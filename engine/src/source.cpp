@@ -40,6 +40,13 @@ const std::vector<Header>& embedded_headers() {
   return headers;
 }
 
+/// Appends a field to a hash record as its length and XXH3-128: records of different inputs differ.
+void append_field(std::string& record, std::string_view bytes) {
+  const cache::Hash128 h = cache::hash128(bytes);
+  const std::uint64_t words[3] = {bytes.size(), h.high, h.low};
+  record.append(reinterpret_cast<const char*>(words), sizeof words);
+}
+
 std::shared_ptr<const Source::Data> finish(std::string name, std::string text, std::vector<Header> headers,
                                            bool builtin) {
   auto data = std::make_shared<Source::Data>();
@@ -65,11 +72,7 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
   // different inputs give the same record. One-shot hashes only: the same code the key and the entry
   // checksum run, so a process's first request warms it once.
   std::string record;
-  const auto field = [&record](std::string_view bytes) {
-    const cache::Hash128 h = cache::hash128(bytes);
-    const std::uint64_t words[3] = {bytes.size(), h.high, h.low};
-    record.append(reinterpret_cast<const char*>(words), sizeof words);
-  };
+  const auto field = [&record](std::string_view bytes) { append_field(record, bytes); };
   field(data->text);
   for (const Header& h : data->user) {
     field(h.name);
@@ -100,11 +103,8 @@ const cache::Hash128& embedded_headers_digest() {
     std::string record;
     for (const EmbeddedFile& file : embedded_files()) {  // sorted by name
       if (is_kernel_file(file.name)) continue;
-      for (const std::string_view field : {file.name, file.text}) {
-        const cache::Hash128 h = cache::hash128(field);
-        const std::uint64_t words[3] = {field.size(), h.high, h.low};
-        record.append(reinterpret_cast<const char*>(words), sizeof words);
-      }
+      append_field(record, file.name);
+      append_field(record, file.text);
     }
     return cache::hash128(record, kEmbeddedDigestSeed);
   }();
