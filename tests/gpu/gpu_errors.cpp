@@ -1,5 +1,6 @@
 // Errors on a device: each is a clear kiln::Error, and the process (and the engine) goes on.
 #include <catch2/catch.hpp>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -82,6 +83,66 @@ TEST_CASE("wrong argument count and size are LaunchErrors, checked before the dr
     CHECK_FALSE(message.empty());
     CHECK_THROWS_AS(saxpy.launch(config, 1024, 2.0, x.as<const float>(), y.as<float>()), kiln::LaunchError);
   }
+  check_engine_still_works(engine);
+}
+
+TEST_CASE("each kernel's parameter list is the driver's own, up to the index the driver refuses", "[gpu][errors]") {
+  // kiln takes the parameter count from the PTX beside the CUBIN and asks the driver only for indices
+  // that exist; here the driver itself is asked for every index until it refuses, and both must agree.
+  using ParamInfoFn = int (*)(void* function, std::size_t index, std::size_t* offset, std::size_t* size);
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(driver != nullptr);
+  const auto param_info = reinterpret_cast<ParamInfoFn>(dlsym(driver, "cuFuncGetParamInfo"));
+  if (param_info == nullptr) {
+    WARN("this driver has no cuFuncGetParamInfo: launches go unchecked and there is nothing to compare");
+    return;
+  }
+  kiln::Engine& engine = kiln_test::shared_engine();
+  std::vector<kiln::Kernel> kernels;
+  for (const std::string& file : kiln::Source::builtin_names()) {
+    const kiln::Program program = kiln_test::builtin_program(engine, file);
+    for (const std::string& name : kiln::Source::builtin(file).listed_kernels()) kernels.push_back(program.kernel(name));
+  }
+  const kiln::Source mixed = kiln::Source::from_text("mixed_params.cu", R"(#include <kiln/rtc.h>
+struct Pair { double a; int b; };
+struct Packed { char c[3]; };
+KILN_KERNEL void structs(Pair p, Packed q, float* out) { out[0] = p.a + p.b + q.c[1]; }
+KILN_KERNEL void scalars(char c, short s, long long l, double d, bool b, float* out) { out[0] = c + s + l + d + b; }
+KILN_KERNEL void none() {}
+)");
+  for (const char* name : {"structs", "scalars", "none"}) kernels.push_back(engine.kernel(mixed, name));
+  REQUIRE(kernels.size() >= 17);
+  for (const kiln::Kernel& kernel : kernels) {
+    INFO("kernel " << kernel.name());
+    REQUIRE(kernel.params().has_value());
+    std::vector<kiln::ParamInfo> driver_params;
+    for (std::size_t i = 0;; ++i) {
+      std::size_t offset = 0, size = 0;
+      const int result = param_info(kernel.native_handle(), i, &offset, &size);
+      if (result != 0) {
+        CHECK(result == 1);  // CUDA_ERROR_INVALID_VALUE: past the last parameter
+        break;
+      }
+      driver_params.push_back({offset, size});
+    }
+    const std::vector<kiln::ParamInfo>& params = *kernel.params();
+    REQUIRE(params.size() == driver_params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(params[i].offset == driver_params[i].offset);
+      CHECK(params[i].size == driver_params[i].size);
+    }
+  }
+  // And a launch is checked against that list: one argument too many for the struct kernel.
+  kiln_test::DeviceBuffer out(engine, sizeof(float), engine.default_device());
+  struct Pair { double a; int b; };
+  struct Packed { char c[3]; };
+  kiln::LaunchConfig one;
+  CHECK_NOTHROW(kernels[kernels.size() - 3].launch(one, Pair{1.0, 2}, Packed{{1, 2, 3}}, out.as<float>()));
+  CHECK_THROWS_AS(kernels[kernels.size() - 3].launch(one, Pair{1.0, 2}, Packed{{1, 2, 3}}, out.as<float>(), 1),
+                  kiln::LaunchError);
+  engine.synchronize();
+  dlclose(driver);
   check_engine_still_works(engine);
 }
 

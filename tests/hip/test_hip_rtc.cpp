@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <thread>
 
 #include "amdgpu_metadata.hpp"
+#include "cubin_params.hpp"
 #include "elf.hpp"
 #include "engine_internal.hpp"
 #include "kiln/embedded.hpp"
@@ -63,35 +63,11 @@ std::unique_ptr<kiln::vendor::Compiler> hiprtc_or_skip() {
   }
 }
 
-/// The parameters a CUBIN declares for a kernel: EIATTR_KPARAM_INFO records (attribute 0x17) of its
-/// .nv.info.<name> section: ordinal, offset, and the size in bits 18-31 of the last word.
+/// The parameters a CUBIN declares for a kernel (its .nv.info records; see cubin_params.hpp).
 std::vector<kiln::ParamInfo> cubin_params(std::span<const std::byte> cubin, const std::string& kernel) {
-  auto parsed = kiln::elf::parse(cubin);
-  REQUIRE(std::holds_alternative<kiln::elf::Image>(parsed));
-  const kiln::elf::Section* info = kiln::elf::find_section(std::get<kiln::elf::Image>(parsed), ".nv.info." + kernel);
-  REQUIRE(info != nullptr);
-  std::map<std::uint16_t, kiln::ParamInfo> by_ordinal;
-  const std::span<const std::byte> d = info->data;
-  for (std::size_t at = 0; at + 4 <= d.size();) {
-    const auto format = std::to_integer<std::uint8_t>(d[at]);
-    const auto attribute = std::to_integer<std::uint8_t>(d[at + 1]);
-    std::uint16_t value = 0;
-    std::memcpy(&value, d.data() + at + 2, 2);
-    at += 4;
-    if (format != 0x04) continue;  // only EIFMT_SVAL records carry a payload of `value` bytes
-    if (attribute == 0x17 && value >= 12 && at + 12 <= d.size()) {
-      std::uint16_t ordinal = 0, offset = 0;
-      std::uint32_t flags = 0;
-      std::memcpy(&ordinal, d.data() + at + 4, 2);
-      std::memcpy(&offset, d.data() + at + 6, 2);
-      std::memcpy(&flags, d.data() + at + 8, 4);
-      by_ordinal[ordinal] = {offset, (flags >> 18) & 0x3fff};
-    }
-    at += value;
-  }
-  std::vector<kiln::ParamInfo> out;
-  for (const auto& [ordinal, p] : by_ordinal) out.push_back(p);
-  return out;
+  auto params = kiln::test::cubin_params(cubin, kernel);
+  REQUIRE(params.has_value());
+  return std::move(*params);
 }
 
 kiln::cache::Entry prewarmed_entry(kiln::Engine& engine, const Builtin& b, const std::string& target) {

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <string>
 
+#include "cubin_params.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "ptx.hpp"
 #include "test_support.hpp"
 
 using namespace kiln;
@@ -73,6 +75,59 @@ TEST_CASE("every built-in kernel compiles to a CUBIN for sm_80, sm_90, sm_90a an
       for (const auto& lowered : c.entry.names) CHECK_FALSE(lowered.lowered.empty());
     }
   }
+}
+
+namespace {
+/// Checks that the PTX kept beside `c`'s CUBIN declares, for every kernel, the parameter sizes the
+/// CUBIN's own records give (what the driver loads). The CUDA block counts parameters from the PTX.
+int check_ptx_params_match_cubin(const Compiled& c) {
+  const std::string_view ptx(reinterpret_cast<const char*>(c.entry.aux.data()), c.entry.aux.size());
+  int checked = 0;
+  for (const cache::LoweredName& name : c.entry.names) {
+    INFO("kernel " << name.expression << " (" << name.lowered << ") for " << c.entry.target);
+    const auto declared = ptx::entry_param_sizes(ptx, name.lowered);
+    const auto cubin = test::cubin_params(c.entry.payload, name.lowered);
+    REQUIRE(declared.has_value());
+    REQUIRE(cubin.has_value());
+    REQUIRE(declared->size() == cubin->size());
+    for (std::size_t i = 0; i < cubin->size(); ++i) {
+      INFO("parameter " << i);
+      CHECK((*declared)[i] == (*cubin)[i].size);
+    }
+    ++checked;
+  }
+  return checked;
+}
+}  // namespace
+
+TEST_CASE("the PTX beside each CUBIN declares every kernel's parameters as the CUBIN does", "[rtc][nvrtc]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir));
+  int checked = 0;
+  for (const std::string target : {"sm_80", "sm_90", "sm_100"}) {
+    for (const std::string& name : Source::builtin_names()) {
+      const Source source = Source::builtin(name);
+      checked += check_ptx_params_match_cubin(compile(engine, source, source.listed_kernels(), target));
+    }
+    // Parameters of every kind kiln's users pass: structs by value (aligned and packed), scalars of
+    // each width, pointers, a template instance, and a kernel with no parameters.
+    const Source mixed = Source::from_text("mixed.cu", R"(#include <kiln/rtc.h>
+struct Pair { double a; int b; };
+struct Packed { char c[3]; };
+struct alignas(16) Wide { float v[4]; };
+KILN_KERNEL void structs(Pair p, Packed q, Wide w, float* out) { out[0] = p.a + p.b + q.c[1] + w.v[2]; }
+KILN_KERNEL void scalars(char c, short s, long long l, double d, unsigned u, bool b, float* out) { out[0] = c + s + l + d + u + b; }
+KILN_KERNEL void none() {}
+namespace demo { template <typename T, int N> __global__ void scale(int n, T* p) { if (n > 0) p[0] *= T(N); } }
+)");
+    const Compiled c = compile(engine, mixed, {"structs", "scalars", "none", "demo::scale<double, 3>"}, target);
+    checked += check_ptx_params_match_cubin(c);
+    const std::string_view ptx(reinterpret_cast<const char*>(c.entry.aux.data()), c.entry.aux.size());
+    CHECK(ptx::entry_param_sizes(ptx, "structs") == std::vector<std::size_t>{16, 3, 16, 8});
+    CHECK(ptx::entry_param_sizes(ptx, "scalars") == std::vector<std::size_t>{1, 2, 8, 8, 4, 1, 8});
+    CHECK(ptx::entry_param_sizes(ptx, "none") == std::vector<std::size_t>{});
+  }
+  CHECK(checked >= 3 * 18);
 }
 
 TEST_CASE("a second request is a disk hit with zero compiles", "[rtc][nvrtc]") {
