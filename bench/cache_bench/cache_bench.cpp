@@ -61,7 +61,7 @@ Entry make_entry(const std::string& name, std::size_t payload_bytes, std::size_t
   key.add("names", name);
   key.add("source", "extern \"C\" __global__ void " + name + "(float* x) { x[threadIdx.x] *= 2.0f; }\n");
   key.add("header:user.h", std::string(key_bytes, 'h'));
-  key.add("embedded-headers", "0123456789abcdef0123456789abcdef");
+  key.add("embedded-headers", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
   Entry entry;
   entry.vendor = kiln::Vendor::cuda;
   entry.target = "sm_90";

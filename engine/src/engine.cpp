@@ -362,7 +362,7 @@ void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
   if (r.source.embedded_headers_intact()) {
     // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.
     for (const Header& h : r.source.user_headers()) r.key.add("header:" + h.name, h.text);
-    r.key.add("embedded-headers", embedded_headers_digest().hex());
+    r.key.add("embedded-headers", embedded_headers_digest());
   } else {
     for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
   }

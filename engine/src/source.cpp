@@ -79,9 +79,7 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
     field(h.text);
   }
   if (data->embedded_intact) {
-    const cache::Hash128& embedded = detail::embedded_headers_digest();
-    const std::uint64_t words[2] = {embedded.high, embedded.low};
-    record.append(reinterpret_cast<const char*>(words), sizeof words);
+    field(detail::embedded_headers_digest());  // kiln's own headers, by their build-time digest
   } else {
     for (const Header& h : data->merged) {
       field(h.name);
@@ -93,25 +91,6 @@ std::shared_ptr<const Source::Data> finish(std::string name, std::string text, s
 }
 
 }  // namespace
-
-namespace detail {
-
-const cache::Hash128& embedded_headers_digest() {
-  // Each header's name and bytes as (length, XXH3-128), in name order: the same files give the same
-  // digest in every build.
-  static const cache::Hash128 digest = [] {
-    std::string record;
-    for (const EmbeddedFile& file : embedded_files()) {  // sorted by name
-      if (is_kernel_file(file.name)) continue;
-      append_field(record, file.name);
-      append_field(record, file.text);
-    }
-    return cache::hash128(record, kEmbeddedDigestSeed);
-  }();
-  return digest;
-}
-
-}  // namespace detail
 
 Source Source::builtin(std::string_view name) {
   for (const EmbeddedFile& file : embedded_files()) {

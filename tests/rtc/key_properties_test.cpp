@@ -67,7 +67,8 @@ TEST_CASE("any single byte of the source or a header changes the key", "[key]") 
   const auto renamed = e.describe_key(Source::from_text("k.cu", kText, {{"helper2.h", header}}), {}, {"k"}, "sm_90");
   CHECK(renamed.first != base);
   const std::string digest = part(renamed.second, "embedded-headers");
-  CHECK(cache::Hash128::from_hex(digest).has_value());
+  CHECK(digest.size() == 64);  // SHA-256, hex
+  CHECK(digest.find_first_not_of("0123456789abcdef") == std::string::npos);
   CHECK(renamed.second.find("KILN_KERNEL") == renamed.second.rfind("KILN_KERNEL"));  // rtc.h's text is not in it
 }
 

@@ -1,9 +1,13 @@
 // Sources: the embedded registry, listed kernels, content hashing, bad input.
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "kiln/source.hpp"
+#include "sha256.hpp"
+#include "source_internal.hpp"
 
 using kiln::Source;
 
@@ -19,6 +23,30 @@ TEST_CASE("every device_src file is embedded, rtc.h among them", "[source]") {
     INFO(expected);
     CHECK(std::find(names.begin(), names.end(), expected) != names.end());
   }
+}
+
+TEST_CASE("the embedded-header digest made at build time is the SHA-256 of the embedded headers", "[source]") {
+  // The test's own SHA-256 first, on the FIPS 180-4 examples.
+  CHECK(kiln::test::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(kiln::test::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(kiln::test::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // The record cmake/KilnEmbedScript.cmake hashes, rebuilt from the bytes libkiln holds.
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string record = "kiln-embedded-headers/1\n";
+  int headers = 0;
+  for (const kiln::EmbeddedFile& f : kiln::embedded_files()) {
+    if (f.name.ends_with(".cu")) continue;
+    record += std::string(f.name) + "\n" + std::to_string(f.text.size()) + "\n";
+    for (const char c : f.text) {
+      record.push_back(kDigits[static_cast<unsigned char>(c) >> 4]);
+      record.push_back(kDigits[static_cast<unsigned char>(c) & 0xf]);
+    }
+    record += "\n";
+    ++headers;
+  }
+  CHECK(headers >= 1);
+  CHECK(kiln::detail::embedded_headers_digest() == kiln::test::sha256_hex(record));
 }
 
 TEST_CASE("built-in sources list their kernels and see rtc.h", "[source]") {
