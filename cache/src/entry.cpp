@@ -1,6 +1,7 @@
 #include "kiln/cache/entry.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -298,39 +299,52 @@ Result parse_bytes(std::span<const std::byte> bytes, const Limits& limits, const
 
 /// A per-thread scratch buffer for parse_file (no allocation per entry read; a thread that has read an
 /// entry keeps up to kScratchKeepBytes). Nothing it holds outlives the parse_file call that filled it.
+/// The per-thread state is trivially destructible, so a thread's first read registers no thread_local
+/// destructor (__cxa_thread_atexit: a loader lock and lazy symbol binding on a process's first
+/// request); a pthread key created when libkiln loads frees the buffer when its thread exits.
 class ScratchBuffer {
  public:
   /// A buffer of at least `bytes` bytes (contents undefined). Throws std::bad_alloc.
   static std::byte* get(std::size_t bytes) {
-    Storage& s = storage();
-    if (bytes > s.capacity) {
+    if (bytes > t_capacity) {
       const std::size_t capacity = (std::max<std::size_t>(bytes, 16 * 1024) + 4095) & ~std::size_t{4095};
-      s.data.reset();
-      s.capacity = 0;
-      s.data = std::make_unique_for_overwrite<std::byte[]>(capacity);
-      s.capacity = capacity;
+      release();
+      auto fresh = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      if (g_key.ok) (void)::pthread_setspecific(g_key.key, fresh.get());
+      t_data = fresh.release();
+      t_capacity = capacity;
     }
-    return s.data.get();
+    return t_data;
   }
   /// Lets go of a buffer grown beyond kScratchKeepBytes (by an unusually large header).
   static void trim() noexcept {
-    Storage& s = storage();
-    if (s.capacity > kScratchKeepBytes) {
-      s.data.reset();
-      s.capacity = 0;
-    }
+    if (t_capacity > kScratchKeepBytes) release();
   }
   static constexpr std::size_t kScratchKeepBytes = 256 * 1024;
 
  private:
-  struct Storage {
-    std::unique_ptr<std::byte[]> data;
-    std::size_t capacity = 0;
-  };
-  static Storage& storage() noexcept {
-    thread_local Storage storage;
-    return storage;
+  static void release() noexcept {
+    if (g_key.ok) (void)::pthread_setspecific(g_key.key, nullptr);
+    delete[] t_data;
+    t_data = nullptr;
+    t_capacity = 0;
   }
+  struct Key {
+    pthread_key_t key{};
+    bool ok = false;
+    // Runs on the exiting thread: its own thread_locals are still there to clear, in case something
+    // that runs later in the thread's exit (another key's destructor) reads an entry.
+    Key() noexcept {
+      ok = ::pthread_key_create(&key, [](void* data) {
+             delete[] static_cast<std::byte*>(data);
+             t_data = nullptr;
+             t_capacity = 0;
+           }) == 0;
+    }
+  };
+  static inline Key g_key;  // without a key (none left) a thread's buffer is freed only with the process
+  static inline thread_local std::byte* t_data = nullptr;
+  static inline thread_local std::size_t t_capacity = 0;
 };
 static_assert(detail::kWholeReadBytes <= ScratchBuffer::kScratchKeepBytes,
               "a whole-read entry must fit the kept buffer");

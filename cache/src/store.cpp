@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -56,6 +58,14 @@ class UniqueFd {
 std::string errno_text(int error) { return std::strerror(error); }
 
 bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
+
+/// Whether the time `ts` (CLOCK_REALTIME) lies more than `age` before now. Reads the clock itself:
+/// no std::chrono clock on the hit path (its first call in a process binds clock_gettime lazily).
+bool older_than(const struct timespec& ts, std::chrono::seconds age) noexcept {
+  struct timespec now {};
+  if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+  return now.tv_sec - ts.tv_sec > age.count();
+}
 
 Clock::time_point to_time_point(const struct timespec& ts) noexcept {
   return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
@@ -392,16 +402,29 @@ struct Store::State {
     return path;
   }
 
-  /// Writes the entry path into `path` (reusing its memory).
-  void entry_path_into(std::string& path, const Hash128& file_hash) const {
+  /// An entry's file name relative to v1/: "<2 hex>/<30 hex>.kiln", NUL-terminated.
+  using RelativeName = std::array<char, 2 + 1 + 30 + kEntrySuffix.size() + 1>;
+  static RelativeName relative_name(const Hash128& file_hash) noexcept {
     char hex[32];
     for (int i = 0; i < 16; ++i) {
       hex[15 - i] = kHexDigits[(file_hash.high >> (4 * i)) & 0xF];
       hex[31 - i] = kHexDigits[(file_hash.low >> (4 * i)) & 0xF];
     }
+    RelativeName name{};
+    char* out = std::copy_n(hex, 2, name.data());
+    *out++ = '/';
+    out = std::copy_n(hex + 2, 30, out);
+    out = std::copy(kEntrySuffix.begin(), kEntrySuffix.end(), out);
+    *out = '\0';
+    return name;
+  }
+
+  /// Writes the entry path into `path` (reusing its memory).
+  void entry_path_into(std::string& path, const Hash128& file_hash) const {
+    const RelativeName name = relative_name(file_hash);
     path.clear();
-    path.reserve(v1_dir.size() + 4 + 32 + kEntrySuffix.size());
-    path.append(v1_dir).append("/").append(hex, 2).append("/").append(hex + 2, 30).append(kEntrySuffix);
+    path.reserve(v1_dir.size() + 1 + name.size());
+    path.append(v1_dir).append("/").append(name.data());
   }
 
   /// Adds `delta` to the running total in lock/size under a file lock and returns the new total.
@@ -617,19 +640,19 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
   const StoreMode mode = s.mode.load();
   if (mode == StoreMode::memory_only) return LookupResult{LookupOutcome::disabled, std::nullopt, {}};
   try {
-    // The path is built in a per-thread string: a hit allocates nothing but the Entry it returns.
-    thread_local std::string t_path;
-    std::string& path = t_path;
-    s.entry_path_into(path, m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+    // The name relative to v1/ is built on the stack, and the full path only for messages and
+    // removal: a hit allocates nothing but the Entry it returns.
+    const State::RelativeName relative =
+        State::relative_name(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+    const auto full_path = [&] { return s.v1_dir + "/" + relative.data(); };
     // O_NOFOLLOW: a symbolic link planted at an entry path is never followed. O_NONBLOCK: a FIFO
     // planted there cannot block us (it is rejected as not a regular file below). Opened relative to
-    // v1/ (see State::v1_fd); `path` is the same file, for messages and removal.
+    // v1/ (see State::v1_fd).
     constexpr int kOpenFlags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-    const char* relative = path.c_str() + s.v1_dir.size() + 1;
     int dir_fd = s.v1_fd.load(std::memory_order_acquire);
     if (dir_fd < 0) dir_fd = s.open_v1();
     const auto open_entry = [&] {
-      return dir_fd >= 0 ? ::openat(dir_fd, relative, kOpenFlags) : ::open(path.c_str(), kOpenFlags);
+      return dir_fd >= 0 ? ::openat(dir_fd, relative.data(), kOpenFlags) : ::open(full_path().c_str(), kOpenFlags);
     };
     int opened = open_entry();
     int open_error = opened < 0 ? errno : 0;
@@ -641,6 +664,7 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
     if (!fd) {
       const int error = open_error;
       if (error == ENOENT || error == ENOTDIR) return LookupResult{LookupOutcome::miss, std::nullopt, {}};
+      const std::string path = full_path();
       if (error == ELOOP) {
         const std::string why = fmt::format("{} is a symbolic link: refused", path);
         KILN_LOG(warn, "disk cache: {}", why);
@@ -657,8 +681,9 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
     }
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) {
+      const int error = errno;
       return LookupResult{LookupOutcome::io_error, std::nullopt,
-                          fmt::format("cannot stat {}: {}", path, errno_text(errno))};
+                          fmt::format("cannot stat {}: {}", full_path(), errno_text(error))};
     }
     std::string content_error;
     if (!S_ISREG(st.st_mode)) {
@@ -671,17 +696,16 @@ LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
           detail::parse_file(fd.get(), static_cast<std::uint64_t>(st.st_size), m_config.limits, &expected);
       if (auto* entry = std::get_if<Entry>(&parsed)) {
         // LRU age: touch at most once per kTouchInterval, so hits stay read-only on disk.
-        if (mode == StoreMode::read_write && Clock::now() - to_time_point(st.st_mtim) > kTouchInterval) {
-          (void)::futimens(fd.get(), nullptr);
-        }
+        if (mode == StoreMode::read_write && older_than(st.st_mtim, kTouchInterval)) (void)::futimens(fd.get(), nullptr);
         return LookupResult{LookupOutcome::hit, std::move(*entry), {}};
       }
       if (auto* failure = std::get_if<detail::IoFailure>(&parsed)) {
         // An I/O error must never delete an entry: a transient EIO would destroy a valid one.
-        return LookupResult{LookupOutcome::io_error, std::nullopt, fmt::format("{}: {}", path, failure->what)};
+        return LookupResult{LookupOutcome::io_error, std::nullopt, fmt::format("{}: {}", full_path(), failure->what)};
       }
       content_error = std::get<ContentError>(parsed).reason;
     }
+    const std::string path = full_path();
     const std::string why = fmt::format("{}: {}", path, content_error);
     if (mode == StoreMode::read_write && s.unlink_if_same(path, st)) {
       KILN_LOG(info, "disk cache: removed a bad entry: {}", why);
