@@ -47,8 +47,8 @@ if [[ "${KILN_H200_ONLY:-}" == prewarm ]]; then
 fi
 # The read floor (read vs read + XXH3 vs mapped reads) of files shaped like cache_bench's two entries.
 read_floor() {
-  head -c 520586 /dev/urandom >"$build/floor_500k.bin"
-  head -c 6066 /dev/urandom >"$build/floor_5k.bin"
+  head -c 512986 /dev/urandom >"$build/floor_500k.bin"
+  head -c 6098 /dev/urandom >"$build/floor_5k.bin"
   for f in floor_500k floor_5k; do "$build/bench/read_floor/read_floor" "$build/$f.bin" 2000 | tee -a "$out/read_floor.txt"; done
 }
 if [[ "${KILN_H200_ONLY:-}" == floor ]]; then
