@@ -300,6 +300,9 @@ class CudaDriver final : public Runtime {
     // the first time in a process, ~2 us after). The PTX kept beside the CUBIN, from the same compile,
     // declares the count: with it the driver is asked only for indices that exist, and each size it
     // gives must equal the declared one. Without PTX, or on any disagreement, the driver is probed.
+    // (A PTX that declares fewer parameters than its CUBIN takes cannot come out of one compile; only
+    // someone who can write the cache owner's entries could plant one, and such a writer controls the
+    // kernel's code anyway.)
     const std::span<const std::byte> ptx_bytes = entry.payload_kind == PayloadKind::ptx ? std::span(entry.payload)
                                                                                          : std::span(entry.aux);
     const std::string_view ptx(reinterpret_cast<const char*>(ptx_bytes.data()), ptx_bytes.size());
