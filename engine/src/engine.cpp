@@ -401,22 +401,24 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   return entry;
 }
 
+std::shared_ptr<const cache::Entry> EngineCore::from_disk(const Request& r) {
+  cache::LookupResult found = m_store.get(r.hash, r.key.bytes());
+  if (found.outcome == cache::LookupOutcome::corrupt_removed) {
+    m_counters.add({.corrupt_removed = 1});
+    KILN_LOG(warn, "cache entry {} was damaged ({}); removed, recompiling", r.hash.hex(), found.detail);
+  }
+  if (found.outcome != cache::LookupOutcome::hit || !found.entry) return nullptr;
+  m_counters.add({.disk_hits = 1, .bytes_read = found.entry->payload.size() + found.entry->aux.size()});
+  return std::make_shared<const cache::Entry>(std::move(*found.entry));
+}
+
 Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  const auto from_store = [&]() -> std::shared_ptr<const cache::Entry> {
-    cache::LookupResult found = m_store.get(r.hash, r.key.bytes());
-    if (found.outcome == cache::LookupOutcome::corrupt_removed) {
-      m_counters.add({.corrupt_removed = 1});
-      KILN_LOG(warn, "cache entry {} was damaged ({}); removed, recompiling", r.hash.hex(), found.detail);
-    }
-    if (found.outcome != cache::LookupOutcome::hit || !found.entry) return nullptr;
-    m_counters.add({.disk_hits = 1, .bytes_read = found.entry->payload.size() + found.entry->aux.size()});
-    return std::make_shared<const cache::Entry>(std::move(*found.entry));
-  };
 
   if (!bypass_cache) {
-    if (auto entry = from_store()) return {entry, Origin::disk, seconds(), false};
+    // Read again under single flight: another thread may have published it since obtain() looked.
+    if (auto entry = from_disk(r)) return {entry, Origin::disk, seconds(), false};
     for (const auto& tier : m_tiers) {
       cache::LookupResult found = tier->get(r.hash, r.key.bytes());
       if (found.outcome == cache::LookupOutcome::hit && found.entry) {
@@ -433,7 +435,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   // One compile per key across processes: wait for another process's compile, then re-read.
   cache::CompileLease lease = m_store.acquire_lease(r.hash, kLeaseWait);
   if (!lease.owned() && !bypass_cache) {
-    if (auto entry = from_store()) {
+    if (auto entry = from_disk(r)) {
       for (const auto& tier : m_tiers) tier->abandon(r.hash);  // another local process compiled it
       return {entry, Origin::disk, seconds(), false};
     }
@@ -470,6 +472,15 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
 }
 
 Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
+  // A local disk hit needs no coordination: threads that read one entry at once each read it (and
+  // each loads its own module anyway). Only what is not on disk goes through single flight, where
+  // one thread per key asks the other tiers or compiles.
+  if (!bypass_cache) {
+    const auto start = std::chrono::steady_clock::now();
+    if (auto entry = from_disk(r)) {
+      return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false};
+    }
+  }
   // Single flight: the first thread for a key does the work; the others wait for its result.
   std::shared_ptr<Flight> flight;
   bool leader = false;

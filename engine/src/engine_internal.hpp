@@ -107,6 +107,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
                        std::string_view target, std::optional<int> warp_size);
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
+  /// The entry from the local disk tier (counted as a disk hit), or nullptr; a damaged entry is
+  /// removed and counted.
+  std::shared_ptr<const cache::Entry> from_disk(const Request& request);
   static void make_key(Request& request, const std::string& compiler_identity);
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
