@@ -7,6 +7,9 @@
 //     cuModuleLoadData + cuModuleGetFunction (CUDA_MODULE_LOADING=EAGER for both; driver init and
 //     context creation reported separately). Each child process runs one side only, alternating, so
 //     both pay a fresh process's first-request costs (the driver's first module load included).
+//     Reported as medians with quartiles and a bootstrap 95% interval of the ratio of medians, and
+//     end to end: the same request plus the kernel's first launch, synchronized.
+//   launch_bench [--children N]   (N fresh processes per side for 3., default 50)
 // Cold compiles (kiln vs bare NVRTC) are measured by compile_bench (run it with CUDA_CACHE_DISABLE=1).
 #include <cuda.h>
 #include <dlfcn.h>
@@ -20,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -31,9 +35,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
-double median(std::vector<double> v) {
+double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+/// "p25 / p50 / p75" in microseconds.
+std::string quartiles_us(const std::vector<double>& ns) {
+  return fmt::format("{:.1f} / **{:.1f}** / {:.1f}", quantile(ns, 0.25) / 1e3, quantile(ns, 0.5) / 1e3, quantile(ns, 0.75) / 1e3);
+}
+/// A percentile bootstrap 95% interval of median(a) / median(b): both samples resampled with
+/// replacement 2,000 times (fixed seed, so a run's interval is reproducible from its samples).
+std::pair<double, double> ratio_interval(const std::vector<double>& a, const std::vector<double>& b) {
+  std::mt19937_64 rng(20261130);
+  const auto resample = [&rng](const std::vector<double>& v) {
+    std::uniform_int_distribution<std::size_t> pick(0, v.size() - 1);
+    std::vector<double> out(v.size());
+    for (double& x : out) x = v[pick(rng)];
+    return median(std::move(out));
+  };
+  std::vector<double> ratios;
+  for (int i = 0; i < 2000; ++i) ratios.push_back(resample(a) / resample(b));
+  return {quantile(ratios, 0.025), quantile(ratios, 0.975)};
 }
 
 struct Driver {
@@ -56,8 +79,10 @@ const char* kEmpty2 = "#include <kiln/rtc.h>\nKILN_KERNEL void empty2(int n, flo
 
 /// One fresh process: the engine and the primary context first (reported separately), then two
 /// requests of ONE side only (kiln, or the bare driver calls), so each side pays a fresh process's
-/// first-request costs (the driver's first module load included) itself. Prints
-/// "<engine ns> <context ns> <first request ns> <second request ns>".
+/// first-request costs (the driver's first module load included) itself. Between the two requests
+/// it launches the first kernel once and synchronizes (timed: the request plus this is the end-to-end
+/// time to a first result). Prints
+/// "<engine ns> <context ns> <first request ns> <first launch + synchronize ns> <second request ns>".
 int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, bool kiln_side) {
   Driver d;
   auto cuInit_ = d.get<decltype(&cuInit)>("cuInit");
@@ -66,6 +91,8 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
   auto cuSetCurrent = d.get<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent");
   auto cuLoad = d.get<decltype(&cuModuleLoadData)>("cuModuleLoadData");
   auto cuGetFunction = d.get<decltype(&cuModuleGetFunction)>("cuModuleGetFunction");
+  auto cuLaunch = d.get<decltype(&cuLaunchKernel)>("cuLaunchKernel");
+  auto cuSync = d.get<decltype(&cuCtxSynchronize)>("cuCtxSynchronize");
 
   auto t0 = Clock::now();
   kiln::EngineConfig config;
@@ -81,6 +108,12 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
   cuSetCurrent(ctx);
   const double context_ns = ns_since(t0);
 
+  // The empty kernels never dereference their pointer (n >= 0).
+  int n = 1;
+  float* nowhere = nullptr;
+  void* params[] = {&n, &nowhere};
+  kiln::Kernel kiln_first;
+  CUfunction bare_first = nullptr;
   const auto run_kiln = [&](const char* text, const char* name) {
     const auto t = Clock::now();
     kiln::Kernel k = engine.kernel(kiln::Source::from_text(std::string(name) + ".cu", text), name);
@@ -89,6 +122,7 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
       fmt::print(stderr, "child compiled: the disk tier missed\n");
       std::exit(3);
     }
+    if (!kiln_first) kiln_first = k;
     return ns;
   };
   const auto run_bare = [&](const std::string& path, const char* name) {
@@ -100,6 +134,18 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     if (cuLoad(&module, bytes.data()) != CUDA_SUCCESS || cuGetFunction(&function, module, name) != CUDA_SUCCESS) {
       std::exit(4);
     }
+    const double ns = ns_since(t);
+    if (bare_first == nullptr) bare_first = function;
+    return ns;
+  };
+  const auto first_launch = [&] {
+    const auto t = Clock::now();
+    if (kiln_side) {
+      kiln_first.launch({{1}, {32}}, n, nowhere);
+    } else if (cuLaunch(bare_first, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) {
+      std::exit(4);
+    }
+    if (cuSync() != CUDA_SUCCESS) std::exit(4);
     return ns_since(t);
   };
   if (std::getenv("KILN_BENCH_PHASES") != nullptr) {
@@ -127,15 +173,17 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     fmt::print("{} {} {} {} {} {} {}\n", engine_ns, source_ns, key_ns, read_ns, kernel_ns, key2_ns, read2_ns);
     return 0;
   }
-  double first_ns = 0, second_ns = 0;
+  double first_ns = 0, launch_ns = 0, second_ns = 0;
   if (kiln_side) {
     first_ns = run_kiln(kEmpty, "empty");
+    launch_ns = first_launch();
     second_ns = run_kiln(kEmpty2, "empty2");
   } else {
     first_ns = run_bare(cubin_path, "empty");
+    launch_ns = first_launch();
     second_ns = run_bare(cubin_path + "2", "empty2");
   }
-  fmt::print("{} {} {} {}\n", engine_ns, context_ns, first_ns, second_ns);
+  fmt::print("{} {} {} {} {}\n", engine_ns, context_ns, first_ns, launch_ns, second_ns);
   return 0;
 }
 
@@ -172,6 +220,20 @@ std::optional<std::string> run_child(const char* self, const std::string& cache,
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--child-disk") {
     return child_disk_hit(argv[2], argv[3], std::string(argv[4]) == "kiln");
+  }
+  int children_per_side = 50;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--children" && i + 1 < argc) {
+      children_per_side = std::atoi(argv[++i]);
+    } else {
+      fmt::print(stderr, "usage: launch_bench [--children N]  (fresh processes per side, default 50)\n");
+      return 2;
+    }
+  }
+  if (children_per_side < 2 || children_per_side > 10000) {
+    fmt::print(stderr, "launch_bench: --children must be 2..10000\n");
+    return 2;
   }
   kiln::Engine engine;
   if (engine.devices().empty()) {
@@ -291,24 +353,34 @@ int main(int argc, char** argv) {
   }
   // Children alternate kiln, bare, kiln, ...: each runs one side only, in the same process state (a
   // kiln Engine and the primary context exist in both before the clock starts).
-  std::vector<double> engine_init, context_init, kiln_disk, bare_disk, kiln_second_request, bare_second_request;
-  constexpr int kChildren = 40;
-  for (int child = 0; child < kChildren; ++child) {
+  std::vector<double> engine_init, context_init, kiln_disk, bare_disk, kiln_to_result, bare_to_result,
+      kiln_second_request, bare_second_request;
+  for (int child = 0; child < 2 * children_per_side; ++child) {
     const bool kiln_side = child % 2 == 0;
     const auto out = run_child(argv[0], (dir / "cache").string(), cubin_path, kiln_side ? "kiln" : "bare", false);
-    double e = 0, c = 0, first = 0, second = 0;
-    if (!out || std::sscanf(out->c_str(), "%lf %lf %lf %lf", &e, &c, &first, &second) != 4) return 8;
+    double e = 0, c = 0, first = 0, launch = 0, second = 0;
+    if (!out || std::sscanf(out->c_str(), "%lf %lf %lf %lf %lf", &e, &c, &first, &launch, &second) != 5) return 8;
     engine_init.push_back(e);
     context_init.push_back(c);
     (kiln_side ? kiln_disk : bare_disk).push_back(first);
+    (kiln_side ? kiln_to_result : bare_to_result).push_back(first + launch);
     (kiln_side ? kiln_second_request : bare_second_request).push_back(second);
   }
-  const double kd = median(kiln_disk), bd = median(bare_disk);
-  fmt::print("| disk hit, fresh process, request -> launchable (us, medians of {} children per side) | {:.1f} | {:.1f} (read + cuModuleLoadData + cuModuleGetFunction) | {:.3f} | <= 1.3 |\n",
-             kChildren / 2, kd / 1e3, bd / 1e3, kd / bd);
-  fmt::print("| the same process's second request (another cached kernel) (us) | {:.1f} | {:.1f} | {:.3f} | |\n",
-             median(kiln_second_request) / 1e3, median(bare_second_request) / 1e3,
-             median(kiln_second_request) / median(bare_second_request));
+  // Each row: the sides' quartiles (p25 / median / p75, us), the ratio of the medians and its bootstrap
+  // 95% interval.
+  const auto row = [](const char* what, const std::vector<double>& kiln_ns, const std::vector<double>& bare_ns,
+                      const char* goal) {
+    const auto [low, high] = ratio_interval(kiln_ns, bare_ns);
+    fmt::print("| {} | {} | {} | {:.3f} ({:.3f}-{:.3f}) | {} |\n", what, quartiles_us(kiln_ns), quartiles_us(bare_ns),
+               median(kiln_ns) / median(bare_ns), low, high, goal);
+  };
+  fmt::print("\nFresh processes, {} per side, alternating (us: p25 / median / p75; ratio of medians with its bootstrap 95% interval):\n\n"
+             "| measure | kiln | bare | ratio | goal |\n|---|---|---|---|---|\n",
+             children_per_side);
+  row("disk hit, request -> launchable kernel (bare: read + cuModuleLoadData + cuModuleGetFunction)", kiln_disk,
+      bare_disk, "<= 1.3");
+  row("end to end: the same request, then the first launch + synchronize", kiln_to_result, bare_to_result, "");
+  row("the same process's second request (another cached kernel)", kiln_second_request, bare_second_request, "");
   // Diagnostic: where a fresh process's first kiln request goes (parts on first use).
   {
     std::vector<double> parts[7];
