@@ -17,6 +17,7 @@
 
 #include "entry_io.hpp"
 #include "xxh3.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -45,7 +46,7 @@ static_assert(field::reserved64 + 8 == kEntryFixedBytes, "the fixed header is 96
 static_assert(field::key_hash + 16 == field::target_len && field::total_len + 8 == field::reserved64);
 static_assert(16 + sizeof(kEntryEndMagic) == kEntryEpilogueBytes, "epilogue = checksum + end magic");
 
-std::uint64_t load_le(const std::byte* p, std::size_t width) noexcept {
+KILN_HOT std::uint64_t load_le(const std::byte* p, std::size_t width) noexcept {
   std::uint64_t value = 0;
   for (std::size_t i = 0; i < width; ++i) value |= static_cast<std::uint64_t>(p[i]) << (8 * i);
   return value;
@@ -108,7 +109,7 @@ struct Texts {
   std::string_view names;
 };
 
-Texts split_variable(const Layout& layout, const std::byte* variable) noexcept {
+KILN_HOT Texts split_variable(const Layout& layout, const std::byte* variable) noexcept {
   const char* p = reinterpret_cast<const char*>(variable);
   Texts texts;
   texts.target = std::string_view(p, layout.target_len);
@@ -124,7 +125,7 @@ Texts split_variable(const Layout& layout, const std::byte* variable) noexcept {
 // ---- the checks, in the grammar's order (entry.hpp); every reader runs exactly these ------------------
 
 /// 1. The size of the input, before anything is read.
-std::optional<ContentError> check_size(std::uint64_t size, const Limits& limits) {
+KILN_HOT std::optional<ContentError> check_size(std::uint64_t size, const Limits& limits) {
   if (size == 0) return ContentError{"empty file (0 bytes)"};
   if (size < kEntryFixedBytes + kEntryEpilogueBytes) {
     return ContentError{
@@ -136,7 +137,7 @@ std::optional<ContentError> check_size(std::uint64_t size, const Limits& limits)
 
 /// 2. The fixed part (kEntryFixedBytes at `f`) of an entry of `size` bytes: everything is checked before
 /// any allocation, so what a reader allocates afterwards is bounded by the size of the input.
-std::variant<Layout, ContentError> check_fixed(const std::byte* f, std::uint64_t size, const Limits& limits) {
+KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std::uint64_t size, const Limits& limits) {
   if (std::memcmp(f + field::magic, kEntryMagic, sizeof(kEntryMagic)) != 0) {
     return ContentError{"bad magic: not a kiln cache entry"};
   }
@@ -229,7 +230,7 @@ std::uint32_t walk_names(std::string_view& rest, std::uint32_t count, std::uint3
 }
 
 /// 5. The names list fills names_len exactly with names_count well-formed names.
-std::optional<ContentError> check_names(std::string_view names, std::uint32_t count, const Limits& limits) {
+KILN_HOT std::optional<ContentError> check_names(std::string_view names, std::uint32_t count, const Limits& limits) {
   const std::uint32_t good = walk_names(names, count, limits.max_name_bytes, [](std::string_view, std::string_view) {});
   if (good < count) return ContentError{fmt::format("names list: entry {} of {} is malformed", good, count)};
   if (!names.empty()) return ContentError{fmt::format("names list: {} unused bytes", names.size())};
@@ -237,7 +238,7 @@ std::optional<ContentError> check_names(std::string_view names, std::uint32_t co
 }
 
 /// 6. The stored key: the one asked for (compared in place), else key_hash == hash(canonical key).
-std::optional<ContentError> check_key(const Layout& layout, std::string_view canonical_key,
+KILN_HOT std::optional<ContentError> check_key(const Layout& layout, std::string_view canonical_key,
                                       const ExpectedKey* expected) {
   if (expected != nullptr) {
     if (layout.key_hash != expected->key_hash || canonical_key != expected->canonical_key) {
@@ -251,7 +252,7 @@ std::optional<ContentError> check_key(const Layout& layout, std::string_view can
 }
 
 /// Copies everything but the payload and aux into `entry` (after every check has passed).
-void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Limits& limits) {
+KILN_HOT void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Limits& limits) {
   entry.vendor = layout.vendor;
   entry.payload_kind = layout.payload_kind;
   entry.created_unix = layout.created_unix;
@@ -270,7 +271,7 @@ void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Li
 
 /// The one parser over bytes in memory (parse(), and parse_file() for entries read whole).
 template <class Result>
-Result parse_bytes(std::span<const std::byte> bytes, const Limits& limits, const ExpectedKey* expected) {
+KILN_HOT Result parse_bytes(std::span<const std::byte> bytes, const Limits& limits, const ExpectedKey* expected) {
   const std::uint64_t size = bytes.size();
   if (auto error = check_size(size, limits)) return std::move(*error);
   auto fixed = check_fixed(bytes.data(), size, limits);
@@ -352,7 +353,7 @@ static_assert(detail::kWholeReadBytes <= ScratchBuffer::kScratchKeepBytes,
 enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
 
 /// Reads exactly `count` bytes (retrying EINTR and partial reads). `error` gets the errno on io_error.
-ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
+KILN_HOT ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
   while (count > 0) {
     const ssize_t n = ::read(fd, out, count);
     if (n < 0) {
@@ -514,7 +515,7 @@ std::variant<Entry, ContentError> parse(std::span<const std::byte> bytes, const 
 
 namespace detail {
 
-FileParseResult parse_file(int fd, std::uint64_t file_size, const Limits& limits,
+KILN_HOT FileParseResult parse_file(int fd, std::uint64_t file_size, const Limits& limits,
                            const ExpectedKey* expected) noexcept {
   try {
     if (auto error = check_size(file_size, limits)) return std::move(*error);

@@ -1,6 +1,7 @@
 #include "kiln/cache/hash.hpp"
 
 #include "xxh3.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::cache {
 
@@ -35,11 +36,11 @@ std::optional<Hash128> Hash128::from_hex(std::string_view text) noexcept {
   return result;
 }
 
-Hash128 hash128(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
+KILN_HOT Hash128 hash128(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
   return detail::xxh3_128(bytes.data(), bytes.size(), seed);
 }
 
-Hash128 hash128(std::string_view bytes, std::uint64_t seed) noexcept {
+KILN_HOT Hash128 hash128(std::string_view bytes, std::uint64_t seed) noexcept {
   return detail::xxh3_128(bytes.data(), bytes.size(), seed);
 }
 

@@ -1,4 +1,5 @@
 #include "kiln/cache/key.hpp"
+#include "hot_path.hpp"
 
 #include <fmt/format.h>
 
@@ -83,7 +84,7 @@ std::string describe_change(std::string_view before, std::string_view after) {
 
 CanonicalKey::CanonicalKey() : m_bytes(kKeyMagic) {}
 
-void CanonicalKey::add(std::string_view name, std::string_view value) {
+KILN_HOT void CanonicalKey::add(std::string_view name, std::string_view value) {
   if (!valid_part_name(name)) {
     throw std::invalid_argument(fmt::format("cache key part name \"{}\" is empty or holds a space or newline", name));
   }
@@ -99,7 +100,7 @@ void CanonicalKey::add(std::string_view name, std::string_view value) {
   m_bytes.push_back('\n');
 }
 
-Hash128 CanonicalKey::hash() const noexcept { return hash128(m_bytes, kKeySeed); }
+KILN_HOT Hash128 CanonicalKey::hash() const noexcept { return hash128(m_bytes, kKeySeed); }
 
 std::optional<std::vector<KeyPart>> CanonicalKey::parse(std::string_view bytes) {
   try {

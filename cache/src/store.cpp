@@ -24,6 +24,7 @@
 #include "atomic_file.hpp"
 #include "entry_io.hpp"
 #include "kiln/cache/log.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -61,7 +62,7 @@ bool is_permission_error(int error) noexcept { return error == EACCES || error =
 
 /// Whether the time `ts` (CLOCK_REALTIME) lies more than `age` before now. Reads the clock itself:
 /// no std::chrono clock on the hit path (its first call in a process binds clock_gettime lazily).
-bool older_than(const struct timespec& ts, std::chrono::seconds age) noexcept {
+KILN_HOT bool older_than(const struct timespec& ts, std::chrono::seconds age) noexcept {
   struct timespec now {};
   if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
   return now.tv_sec - ts.tv_sec > age.count();
@@ -404,7 +405,7 @@ struct Store::State {
 
   /// An entry's file name relative to v1/: "<2 hex>/<30 hex>.kiln", NUL-terminated.
   using RelativeName = std::array<char, 2 + 1 + 30 + kEntrySuffix.size() + 1>;
-  static RelativeName relative_name(const Hash128& file_hash) noexcept {
+  KILN_HOT static RelativeName relative_name(const Hash128& file_hash) noexcept {
     char hex[32];
     for (int i = 0; i < 16; ++i) {
       hex[15 - i] = kHexDigits[(file_hash.high >> (4 * i)) & 0xF];
@@ -635,7 +636,7 @@ std::filesystem::path Store::entry_path(const Hash128& key) const {
   return m_state->entry_path(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
 }
 
-LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
+KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
   State& s = *m_state;
   const StoreMode mode = s.mode.load();
   if (mode == StoreMode::memory_only) return LookupResult{LookupOutcome::disabled, std::nullopt, {}};

@@ -1,4 +1,5 @@
 #include "xxh3.hpp"
+#include "hot_path.hpp"
 
 #include <xxhash.h>
 
@@ -10,7 +11,7 @@ static_assert(alignof(XXH3_state_t) <= 64);
 
 /// The widest vector unit the CPU has, decided once; safe to call during static initialization.
 enum class Unit { baseline, avx2, avx512 };
-Unit unit() noexcept {
+KILN_HOT Unit unit() noexcept {
   static const Unit u = [] {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     __builtin_cpu_init();
@@ -43,7 +44,7 @@ Hash128 xxh3_128_baseline(const void* data, std::size_t size, std::uint64_t seed
 
 bool xxh3_cpu_has_avx512() noexcept { return unit() == Unit::avx512; }
 
-Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept {
+KILN_HOT Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept {
   // Small inputs (keys) gain nothing from wide vectors. AVX-512 only from kAvx512MinBytes: on the H200
   // host's Xeon (bench/hash_dispatch) AVX2 was the faster of the two at 4.7 and 13.7 KB, AVX-512 at
   // 64 KiB; a small kernel's entry is ~5 KB.

@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "engine_internal.hpp"
+#include "hot_path.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/log.hpp"
 #include "kiln/cache/pack.hpp"
@@ -46,7 +47,7 @@ bool is_name_expression(std::string_view name) {
   return name.find_first_of("<>:&( ") != std::string_view::npos;
 }
 
-std::string join(const std::vector<std::string>& items, char separator) {
+KILN_HOT std::string join(const std::vector<std::string>& items, char separator) {
   std::string out;
   for (const std::string& item : items) {
     if (!out.empty()) out += separator;
@@ -57,7 +58,7 @@ std::string join(const std::vector<std::string>& items, char separator) {
 
 /// The memory tier's 64-bit key. Cheap (no hashing of source text or options on a hit: both carry
 /// their hash); collisions are harmless because every slot keeps and compares its inputs.
-std::uint64_t memory_key(const cache::Hash128& source, const Options& options, std::string_view names, int device) {
+KILN_HOT std::uint64_t memory_key(const cache::Hash128& source, const Options& options, std::string_view names, int device) {
   std::uint64_t h = source.low ^ (source.high * 0x9e3779b97f4a7c15ULL);
   h = (h ^ options.canonical_hash()) * 0xff51afd7ed558ccdULL;
   h = (h ^ fnv1a64(names)) * 0xc4ceb9fe1a85ec53ULL;
@@ -242,7 +243,7 @@ vendor::Compiler& EngineCore::compiler(Vendor v) {
   return *l.compiler;
 }
 
-vendor::Runtime& EngineCore::runtime() {
+KILN_HOT vendor::Runtime& EngineCore::runtime() {
   if (!m_runtime || m_runtime->devices().empty()) throw DeviceUnavailable(m_runtime_error);
   return *m_runtime;
 }
@@ -310,7 +311,7 @@ std::vector<LaneInfo> EngineCore::lanes() {
   return out;
 }
 
-EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
+KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
                                              const std::vector<std::string>& names, std::string_view target_text,
                                              std::optional<int> warp_size) {
   Request r{source, parse_target(target_text), names, {}, {}, {}, {}};
@@ -340,7 +341,7 @@ EngineCore::Request EngineCore::make_request(const Source& source, const Options
   return r;
 }
 
-void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
+KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
   // The canonical key: every input that can change the binary, in one fixed order.
   r.compiler = compiler_identity;
   r.key = cache::CanonicalKey();
@@ -401,7 +402,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   return entry;
 }
 
-std::shared_ptr<const cache::Entry> EngineCore::from_disk(const Request& r) {
+KILN_HOT std::shared_ptr<const cache::Entry> EngineCore::from_disk(const Request& r) {
   cache::LookupResult found = m_store.get(r.hash, r.key.bytes());
   if (found.outcome == cache::LookupOutcome::corrupt_removed) {
     m_counters.add({.corrupt_removed = 1});
@@ -471,7 +472,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   return {entry, Origin::compiled, seconds(), stored};
 }
 
-Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
+KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   // A local disk hit needs no coordination: threads that read one entry at once each read it (and
   // each loads its own module anyway). Only what is not on disk goes through single flight, where
   // one thread per key asks the other tiers or compiles.
@@ -521,7 +522,7 @@ Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   return result;
 }
 
-std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtained obtained, int device) {
+KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtained obtained, int device) {
   vendor::Runtime& rt = runtime();
   auto state = std::make_shared<ProgramState>();
   state->runtime = m_runtime;
@@ -544,8 +545,8 @@ std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtained obtain
   return state;
 }
 
-Program EngineCore::program(const Source& source, const Options& options, const std::vector<std::string>& names,
-                            int device) {
+KILN_HOT Program EngineCore::program(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                     int device, bool prefetched) {
   device = resolve_device(device);
   const std::string joined = join(names, '\n');
   const std::uint64_t key = memory_key(source.content_hash(), options, joined, device);
@@ -558,6 +559,7 @@ Program EngineCore::program(const Source& source, const Options& options, const 
       return Program(it->second.program);
     }
   }
+  if (!prefetched) prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
   const DeviceInfo& info = m_runtime->devices()[static_cast<std::size_t>(device)];
   Request r = make_request(source, options, names, info.target, info.warp_size);
   record(source, options, r.names, info.target);
@@ -576,7 +578,7 @@ Program EngineCore::program(const Source& source, const Options& options, const 
   return Program(state);
 }
 
-Kernel EngineCore::kernel(const Source& source, std::string_view name, const Options& options, int device) {
+KILN_HOT Kernel EngineCore::kernel(const Source& source, std::string_view name, const Options& options, int device) {
   device = resolve_device(device);
   const std::uint64_t key = memory_key(source.content_hash(), options, name, device) ^ 0x6b65726e656cULL;
   {
@@ -591,9 +593,10 @@ Kernel EngineCore::kernel(const Source& source, std::string_view name, const Opt
       }
     }
   }
+  prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
   std::vector<std::string> names;
   if (is_name_expression(name)) names.emplace_back(name);
-  Kernel k = program(source, options, names, device).kernel(name);
+  Kernel k = program(source, options, names, device, /*prefetched=*/true).kernel(name);
   const std::unique_lock lock(m_memory_mutex);
   m_kernels.insert_or_assign(key, KernelSlot{source.content_hash(), options.canonical(), std::string(name), device, k});
   return k;
@@ -629,7 +632,7 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
   return {r.hash, r.key.bytes()};
 }
 
-void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
+KILN_HOT void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
                         const std::string& target) {
 #ifdef KILN_HAVE_MANIFEST
   if (!m_recorder) return;
@@ -681,10 +684,10 @@ Engine::~Engine() = default;
 Program Engine::program(const Source& source, const Options& options, const std::vector<std::string>& names, int device) {
   return m_core->program(source, options, names, device);
 }
-Kernel Engine::kernel(const Source& source, std::string_view name, const Options& options, int device) {
+KILN_HOT Kernel Engine::kernel(const Source& source, std::string_view name, const Options& options, int device) {
   return m_core->kernel(source, name, options, device);
 }
-Kernel Engine::kernel(const Source& source, std::string_view name) {
+KILN_HOT Kernel Engine::kernel(const Source& source, std::string_view name) {
   static const Options defaults;  // a hit then constructs nothing
   return m_core->kernel(source, name, defaults, -1);
 }

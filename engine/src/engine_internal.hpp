@@ -65,7 +65,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   explicit EngineCore(EngineConfig config);
   ~EngineCore();
 
-  Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device);
+  /// `prefetched`: the caller (kernel()) has already called prefetch_hot_path() for this request.
+  Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device,
+                  bool prefetched = false);
   Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
   PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                         std::string_view target);

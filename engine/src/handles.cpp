@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine_internal.hpp"
+#include "hot_path.hpp"
 #include "kiln/error.hpp"
 
 #if __has_include("elf.hpp")
@@ -14,7 +15,7 @@
 namespace kiln {
 namespace {
 
-const detail::ProgramState& checked(const std::shared_ptr<detail::ProgramState>& state) {
+KILN_HOT const detail::ProgramState& checked(const std::shared_ptr<detail::ProgramState>& state) {
   if (!state) throw LoadError("empty Program handle (default-constructed)");
   return *state;
 }
@@ -37,7 +38,7 @@ std::vector<std::string> Program::kernel_names() const {
   return names;
 }
 
-Kernel Program::kernel(std::string_view name) const {
+KILN_HOT Kernel Program::kernel(std::string_view name) const {
   const detail::ProgramState& p = checked(m_state);
   if (!p.loaded) throw LoadError(fmt::format("program {} was unloaded", p.entry->key_hash.hex()));
   {

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "kiln/error.hpp"
+#include "hot_path.hpp"
 
 namespace kiln {
 namespace {
@@ -193,9 +194,9 @@ void Options::refresh() {
   m_canonical_hash = detail::fnv1a64(m_canonical);
 }
 
-const std::string& Options::canonical() const { return m_canonical; }
+KILN_HOT const std::string& Options::canonical() const { return m_canonical; }
 
-std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
+KILN_HOT std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
   if (vendor != Vendor::cuda && vendor != Vendor::hip) throw ConfigError("options: no vendor to translate for");
   const bool cuda = vendor == Vendor::cuda;
   std::vector<std::string> flags;

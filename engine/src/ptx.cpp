@@ -1,4 +1,5 @@
 #include "ptx.hpp"
+#include "hot_path.hpp"
 
 #include <string.h>  // memmem (a GNU extension; glibc's is much faster than a first-character scan)
 
@@ -11,15 +12,15 @@ namespace {
 constexpr std::size_t kMaxParams = 4096;   // far above what any driver accepts (4 KiB of parameters)
 constexpr std::size_t kMaxArray = 1 << 20;  // elements of one `.b8 name[N]` parameter
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+KILN_HOT bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-std::string_view skip_space(std::string_view s) {
+KILN_HOT std::string_view skip_space(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   return s;
 }
 
 /// Bytes of a PTX fundamental type (".u32", ".f64", ".b8", ".f16x2", ...); 0 when not a sized type.
-std::size_t type_bytes(std::string_view type) {
+KILN_HOT std::size_t type_bytes(std::string_view type) {
   if (type == ".f16x2" || type == ".bf16x2") return 4;
   if (type == ".bf16") return 2;
   if (type.size() < 3 || type.front() != '.') return 0;
@@ -35,7 +36,7 @@ std::size_t type_bytes(std::string_view type) {
 }
 
 /// One declaration ".param <attributes and type> <name>[N]?": its size in bytes, or 0 if not understood.
-std::size_t param_bytes(std::string_view decl) {
+KILN_HOT std::size_t param_bytes(std::string_view decl) {
   std::vector<std::string_view> tokens;
   for (decl = skip_space(decl); !decl.empty(); decl = skip_space(decl)) {
     std::size_t end = 0;
@@ -77,7 +78,7 @@ std::size_t param_bytes(std::string_view decl) {
 
 }  // namespace
 
-std::optional<std::vector<std::size_t>> entry_param_sizes(std::string_view ptx, std::string_view name) {
+KILN_HOT std::optional<std::vector<std::size_t>> entry_param_sizes(std::string_view ptx, std::string_view name) {
   while (!ptx.empty() && ptx.back() == '\0') ptx.remove_suffix(1);
   if (name.empty()) return std::nullopt;
   // NVRTC writes ".entry <name>(" with nothing between; a name is never a prefix of another here

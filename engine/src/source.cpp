@@ -7,6 +7,7 @@
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"
+#include "hot_path.hpp"
 
 namespace kiln {
 
@@ -41,13 +42,13 @@ const std::vector<Header>& embedded_headers() {
 }
 
 /// Appends a field to a hash record as its length and XXH3-128: records of different inputs differ.
-void append_field(std::string& record, std::string_view bytes) {
+KILN_HOT void append_field(std::string& record, std::string_view bytes) {
   const cache::Hash128 h = cache::hash128(bytes);
   const std::uint64_t words[3] = {bytes.size(), h.high, h.low};
   record.append(reinterpret_cast<const char*>(words), sizeof words);
 }
 
-std::shared_ptr<const Source::Data> finish(std::string name, std::string text, std::vector<Header> headers,
+KILN_HOT std::shared_ptr<const Source::Data> finish(std::string name, std::string text, std::vector<Header> headers,
                                            bool builtin) {
   auto data = std::make_shared<Source::Data>();
   data->name = std::move(name);
@@ -102,7 +103,7 @@ Source Source::builtin(std::string_view name) {
   throw ConfigError(fmt::format("no built-in source named '{}' (built-in: {})", name, fmt::join(builtin_names(), ", ")));
 }
 
-Source Source::from_text(std::string name, std::string text, std::vector<Header> headers) {
+KILN_HOT Source Source::from_text(std::string name, std::string text, std::vector<Header> headers) {
   if (name.empty()) name = "<source>";
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw ConfigError(fmt::format("source '{}' is empty", name));
@@ -121,16 +122,16 @@ std::vector<std::string> Source::builtin_names() {
   return names;
 }
 
-const std::string& Source::name() const noexcept { return m_data->name; }
-std::string_view Source::text() const noexcept { return m_data->text; }
+KILN_HOT const std::string& Source::name() const noexcept { return m_data->name; }
+KILN_HOT std::string_view Source::text() const noexcept { return m_data->text; }
 std::span<const Header> Source::headers() const noexcept {
   if (m_data->user.empty()) return embedded_headers();
   return m_data->merged;
 }
-std::span<const Header> Source::user_headers() const noexcept { return m_data->user; }
-bool Source::embedded_headers_intact() const noexcept { return m_data->embedded_intact; }
+KILN_HOT std::span<const Header> Source::user_headers() const noexcept { return m_data->user; }
+KILN_HOT bool Source::embedded_headers_intact() const noexcept { return m_data->embedded_intact; }
 bool Source::is_builtin() const noexcept { return m_data->builtin; }
-const cache::Hash128& Source::content_hash() const noexcept { return m_data->hash; }
+KILN_HOT const cache::Hash128& Source::content_hash() const noexcept { return m_data->hash; }
 
 std::vector<std::string> Source::listed_kernels() const {
   std::vector<std::string> out;

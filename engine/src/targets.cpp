@@ -6,14 +6,15 @@
 #include <cctype>
 
 #include "kiln/error.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::detail {
 namespace {
 
-bool all_digits(std::string_view s) {
+KILN_HOT bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
-bool all_alnum_lower(std::string_view s) {
+KILN_HOT bool all_alnum_lower(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
   });
@@ -28,7 +29,7 @@ bool all_alnum_lower(std::string_view s) {
 
 }  // namespace
 
-Target parse_target(std::string_view text) {
+KILN_HOT Target parse_target(std::string_view text) {
   Target t;
   t.full = std::string(text);
   for (const std::string_view prefix : {std::string_view("sm_"), std::string_view("compute_")}) {

@@ -18,6 +18,7 @@
 #include "ptx.hpp"
 #include "vendor/dynlib.hpp"
 #include "vendor/vendor.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::vendor {
 namespace {
@@ -238,7 +239,7 @@ class CudaDriver final : public Runtime {
     current = context;
   }
 
-  void* load_module(int device, const cache::Entry& entry) override {
+  KILN_HOT void* load_module(int device, const cache::Entry& entry) override {
     make_current(device);
     CUmodule module = nullptr;
     CUresult result = CUDA_ERROR_INVALID_IMAGE;
@@ -268,7 +269,7 @@ class CudaDriver final : public Runtime {
     m_api.cuModuleUnload(static_cast<CUmodule>(module));
   }
 
-  void* get_function(void* module, const std::string& lowered_name) override {
+  KILN_HOT void* get_function(void* module, const std::string& lowered_name) override {
     CUfunction function = nullptr;
     const CUresult result = m_api.cuModuleGetFunction(&function, static_cast<CUmodule>(module), lowered_name.c_str());
     if (result == CUDA_ERROR_NOT_FOUND) return nullptr;
@@ -276,7 +277,7 @@ class CudaDriver final : public Runtime {
     return function;
   }
 
-  FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
+  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
     auto f = static_cast<CUfunction>(function);
     FunctionInfo info;
     const auto get = [&](CUfunction_attribute attribute) {
@@ -292,7 +293,7 @@ class CudaDriver final : public Runtime {
   }
 
   /// The kernel's parameters (offset, size) from cuFuncGetParamInfo; nullopt when the driver cannot tell.
-  std::optional<std::vector<ParamInfo>> param_layout(CUfunction f, const cache::Entry& entry,
+  KILN_HOT std::optional<std::vector<ParamInfo>> param_layout(CUfunction f, const cache::Entry& entry,
                                                      const std::string& lowered_name) const {
     std::vector<ParamInfo> params;
     // CUDA 13.0 has no parameter-count query; asking for the index past the last is how the driver
@@ -478,7 +479,7 @@ class CudaDriver final : public Runtime {
     return fmt::format("{} ({})", name != nullptr ? name : "CUDA_ERROR_UNKNOWN", text != nullptr ? text : "no description");
   }
 
-  void check(CUresult result, const char* call, std::string_view context = {}) const {
+  KILN_HOT void check(CUresult result, const char* call, std::string_view context = {}) const {
     if (result == CUDA_SUCCESS) return;
     std::string message = fmt::format("{} failed: {}", call, describe(result));
     if (!context.empty()) message += fmt::format(" ({})", context);

@@ -35,6 +35,7 @@ using ComgrGetIsaNameFn = int (*)(std::size_t, const char**);
 }  // namespace kiln::vendor
 
 #include "vendor/hip_symbols.hpp"
+#include "hot_path.hpp"
 
 namespace kiln::vendor {
 namespace {
@@ -373,7 +374,7 @@ class HipRuntime final : public Runtime {
     check<DeviceUnavailable>(m_api.hipSetDevice(device), "hipSetDevice", fmt::format("device {}", device));
   }
 
-  void* load_module(int device, const cache::Entry& entry) override {
+  KILN_HOT void* load_module(int device, const cache::Entry& entry) override {
     const std::string& device_target = device_info(device).target;
     if (entry.payload_kind != PayloadKind::amdgpu_code_object) {
       throw LoadError(
@@ -404,7 +405,7 @@ class HipRuntime final : public Runtime {
     std::erase_if(m_functions, [module](const auto& item) { return item.second.module == module; });
   }
 
-  void* get_function(void* module, const std::string& lowered_name) override {
+  KILN_HOT void* get_function(void* module, const std::string& lowered_name) override {
     const int device = device_of_module(module);
     make_current(device);
     hipFunction_t function = nullptr;
@@ -420,7 +421,7 @@ class HipRuntime final : public Runtime {
     return function;
   }
 
-  FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
+  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
     FunctionInfo info;
     // The code object's metadata is the reference (it exists without a GPU and on every HIP version);
     // the runtime's attributes refine it where they answer.
@@ -601,7 +602,7 @@ class HipRuntime final : public Runtime {
   }
 
   template <typename ErrorType>
-  void check(hipError_t result, const char* call, std::string_view context = {}) const {
+  KILN_HOT void check(hipError_t result, const char* call, std::string_view context = {}) const {
     if (result == hipSuccess) return;
     std::string message = fmt::format("{} failed: {}", call, describe(result));
     if (!context.empty()) message += fmt::format(" ({})", context);
