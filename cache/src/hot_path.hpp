@@ -3,15 +3,17 @@
 //
 // A process's first request runs kiln's request path (source hash, key, disk read and checks, module
 // load, kernel lookup) for the first time, and its instructions are then not in any CPU cache: each
-// 64-byte line is fetched from memory on demand, one after another, as execution reaches it. On the
-// H200 host that cold fetch is ~20 us of a ~140 us first disk hit (launch_bench, with libkiln's code
-// read ahead of the clock as a diagnostic). KILN_HOT puts a function into the section `kiln_hot`: the
-// linker lays those functions out contiguously and defines __start_kiln_hot / __stop_kiln_hot around
-// them, so prefetch_hot_path() can ask for every line of the path at once, at the start of a request
-// that is not served from memory. The fetches then overlap instead of queueing behind execution.
+// 64-byte line is fetched from memory on demand, one after another, as execution reaches it.
+// KILN_HOT puts a function into the section `kiln_hot`: the linker lays those functions out
+// contiguously and defines __start_kiln_hot / __stop_kiln_hot around them, so prefetch_hot_path() can
+// ask for every line of the path at once, at the start of a request that is not served from memory.
+// The fetches then overlap instead of queueing behind execution. On the H200 host, with and without the
+// prefetch in the same run, a fresh process's first disk hit took 117-145 us against 147-161 us
+// (bench/RESULTS.md); the prefetch itself costs ~0.5 us when the lines are already cached.
 //
-// Mark only out-of-line functions defined in .cpp files that a disk hit or memory-tier miss runs
-// (never inline or template functions: their copies are merged across translation units).
+// Mark functions defined in a .cpp file (class members defined there included) that a disk hit or a
+// memory-tier miss runs. Not functions defined in headers or templates: their copies are merged across
+// translation units, so the section a copy lands in is not this file's choice.
 #if defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_HOT __attribute__((section("kiln_hot")))
 #else
