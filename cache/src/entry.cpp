@@ -16,8 +16,8 @@
 #include <system_error>
 
 #include "entry_io.hpp"
-#include "xxh3.hpp"
 #include "hot_path.hpp"
+#include "xxh3.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -239,7 +239,7 @@ KILN_HOT std::optional<ContentError> check_names(std::string_view names, std::ui
 
 /// 6. The stored key: the one asked for (compared in place), else key_hash == hash(canonical key).
 KILN_HOT std::optional<ContentError> check_key(const Layout& layout, std::string_view canonical_key,
-                                      const ExpectedKey* expected) {
+                                               const ExpectedKey* expected) {
   if (expected != nullptr) {
     if (layout.key_hash != expected->key_hash || canonical_key != expected->canonical_key) {
       return ContentError{fmt::format("key mismatch: the entry holds key {}, the request is {}", layout.key_hash.hex(),
@@ -516,7 +516,7 @@ std::variant<Entry, ContentError> parse(std::span<const std::byte> bytes, const 
 namespace detail {
 
 KILN_HOT FileParseResult parse_file(int fd, std::uint64_t file_size, const Limits& limits,
-                           const ExpectedKey* expected) noexcept {
+                                    const ExpectedKey* expected) noexcept {
   try {
     if (auto error = check_size(file_size, limits)) return std::move(*error);
     if (file_size > kWholeReadBytes) {

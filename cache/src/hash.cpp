@@ -1,7 +1,7 @@
 #include "kiln/cache/hash.hpp"
 
-#include "xxh3.hpp"
 #include "hot_path.hpp"
+#include "xxh3.hpp"
 
 namespace kiln::cache {
 

@@ -23,8 +23,8 @@
 
 #include "atomic_file.hpp"
 #include "entry_io.hpp"
-#include "kiln/cache/log.hpp"
 #include "hot_path.hpp"
+#include "kiln/cache/log.hpp"
 
 namespace kiln::cache {
 namespace {

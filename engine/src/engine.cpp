@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "compiler_probe.hpp"
 #include "engine_internal.hpp"
 #include "hot_path.hpp"
 #include "kiln/cache/key.hpp"
@@ -20,7 +21,6 @@
 #include "kiln/cache/pack.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
-#include "compiler_probe.hpp"
 #include "source_internal.hpp"
 #include "targets.hpp"
 
@@ -58,7 +58,8 @@ KILN_HOT std::string join(const std::vector<std::string>& items, char separator)
 
 /// The memory tier's 64-bit key. Cheap (no hashing of source text or options on a hit: both carry
 /// their hash); collisions are harmless because every slot keeps and compares its inputs.
-KILN_HOT std::uint64_t memory_key(const cache::Hash128& source, const Options& options, std::string_view names, int device) {
+KILN_HOT std::uint64_t memory_key(const cache::Hash128& source, const Options& options, std::string_view names,
+                                  int device) {
   std::uint64_t h = source.low ^ (source.high * 0x9e3779b97f4a7c15ULL);
   h = (h ^ options.canonical_hash()) * 0xff51afd7ed558ccdULL;
   h = (h ^ fnv1a64(names)) * 0xc4ceb9fe1a85ec53ULL;
@@ -312,8 +313,8 @@ std::vector<LaneInfo> EngineCore::lanes() {
 }
 
 KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
-                                             const std::vector<std::string>& names, std::string_view target_text,
-                                             std::optional<int> warp_size) {
+                                                      const std::vector<std::string>& names,
+                                                      std::string_view target_text, std::optional<int> warp_size) {
   Request r{source, parse_target(target_text), names, {}, {}, {}, {}};
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
   std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
@@ -545,8 +546,8 @@ KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtain
   return state;
 }
 
-KILN_HOT Program EngineCore::program(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                     int device, bool prefetched) {
+KILN_HOT Program EngineCore::program(const Source& source, const Options& options,
+                                     const std::vector<std::string>& names, int device, bool prefetched) {
   device = resolve_device(device);
   const std::string joined = join(names, '\n');
   const std::uint64_t key = memory_key(source.content_hash(), options, joined, device);
@@ -633,7 +634,7 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
 }
 
 KILN_HOT void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
-                        const std::string& target) {
+                                 const std::string& target) {
 #ifdef KILN_HAVE_MANIFEST
   if (!m_recorder) return;
   ManifestRecord record;

@@ -8,8 +8,8 @@
 #include <charconv>
 #include <span>
 
-#include "kiln/error.hpp"
 #include "hot_path.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
+#include "hot_path.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"
-#include "hot_path.hpp"
 
 namespace kiln {
 
@@ -49,7 +49,7 @@ KILN_HOT void append_field(std::string& record, std::string_view bytes) {
 }
 
 KILN_HOT std::shared_ptr<const Source::Data> finish(std::string name, std::string text, std::vector<Header> headers,
-                                           bool builtin) {
+                                                    bool builtin) {
   auto data = std::make_shared<Source::Data>();
   data->name = std::move(name);
   data->text = std::move(text);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "kiln/error.hpp"
 #include "hot_path.hpp"
+#include "kiln/error.hpp"
 
 namespace kiln::detail {
 namespace {

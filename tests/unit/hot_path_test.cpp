@@ -1,7 +1,7 @@
 // The request path's code section (cache/src/hot_path.hpp): the linker gathers the functions marked
 // KILN_HOT into one span of libkiln, and only those, so prefetch_hot_path() fetches the request path.
-#include <catch2/catch.hpp>
 #include <dlfcn.h>
+#include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -26,7 +26,9 @@ const char* in_libkiln(F function) {
   return address;
 }
 
-bool inside(const kiln::detail::HotSpan& span, const char* address) { return address >= span.begin && address < span.end; }
+bool inside(const kiln::detail::HotSpan& span, const char* address) {
+  return address >= span.begin && address < span.end;
+}
 
 }  // namespace
 
@@ -35,8 +37,8 @@ TEST_CASE("the request path's functions share one code section", "[hot_path]") {
 #if defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
   REQUIRE(span.begin != nullptr);
   const auto bytes = static_cast<std::size_t>(span.end - span.begin);
-  CHECK(bytes > 4 * 1024);        // the request path is more than a few functions
-  CHECK(bytes < 512 * 1024);      // and far less than libkiln: only what is marked
+  CHECK(bytes > 4 * 1024);    // the request path is more than a few functions
+  CHECK(bytes < 512 * 1024);  // and far less than libkiln: only what is marked
 
   // Marked: in the span, from both parts of libkiln (engine/ and cache/).
   CHECK(inside(span, in_libkiln(&kiln::Source::from_text)));

@@ -13,12 +13,12 @@
 #include <span>
 #include <string_view>
 
+#include "hot_path.hpp"
 #include "kiln/cache/log.hpp"
 #include "kiln/error.hpp"
 #include "ptx.hpp"
 #include "vendor/dynlib.hpp"
 #include "vendor/vendor.hpp"
-#include "hot_path.hpp"
 
 namespace kiln::vendor {
 namespace {
@@ -277,7 +277,8 @@ class CudaDriver final : public Runtime {
     return function;
   }
 
-  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
+  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry,
+                                      const std::string& lowered_name) override {
     auto f = static_cast<CUfunction>(function);
     FunctionInfo info;
     const auto get = [&](CUfunction_attribute attribute) {
@@ -294,7 +295,7 @@ class CudaDriver final : public Runtime {
 
   /// The kernel's parameters (offset, size) from cuFuncGetParamInfo; nullopt when the driver cannot tell.
   KILN_HOT std::optional<std::vector<ParamInfo>> param_layout(CUfunction f, const cache::Entry& entry,
-                                                     const std::string& lowered_name) const {
+                                                              const std::string& lowered_name) const {
     std::vector<ParamInfo> params;
     // CUDA 13.0 has no parameter-count query; asking for the index past the last is how the driver
     // tells the count, and that failing call is its slowest answer (driver 580 on the H200 host: ~20 us

@@ -34,8 +34,8 @@ using ComgrGetIsaNameFn = int (*)(std::size_t, const char**);
 }  // namespace
 }  // namespace kiln::vendor
 
-#include "vendor/hip_symbols.hpp"
 #include "hot_path.hpp"
+#include "vendor/hip_symbols.hpp"
 
 namespace kiln::vendor {
 namespace {
@@ -421,7 +421,8 @@ class HipRuntime final : public Runtime {
     return function;
   }
 
-  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry, const std::string& lowered_name) override {
+  KILN_HOT FunctionInfo function_info(void* function, const cache::Entry& entry,
+                                      const std::string& lowered_name) override {
     FunctionInfo info;
     // The code object's metadata is the reference (it exists without a GPU and on every HIP version);
     // the runtime's attributes refine it where they answer.
