@@ -32,7 +32,7 @@
 #include "kiln/error.hpp"
 #include "kiln/options.hpp"
 #include "kiln/source.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/lane.hpp"
 
 namespace {
 

@@ -18,7 +18,7 @@
 
 #include "kiln/cache/store.hpp"
 #include "kiln/device.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/lane.hpp"
 
 namespace kiln::detail {
 

@@ -16,7 +16,7 @@
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/tier.hpp"
 #include "kiln/engine.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/lane.hpp"
 
 namespace kiln::detail {
 

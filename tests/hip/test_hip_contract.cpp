@@ -19,8 +19,8 @@
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "test_support.hpp"
-#include "vendor/hip_symbols.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/hip_symbols.hpp"
+#include "lanes/lane.hpp"
 
 extern char** environ;
 

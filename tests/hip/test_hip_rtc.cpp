@@ -17,7 +17,7 @@
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "test_support.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/lane.hpp"
 
 namespace {
 

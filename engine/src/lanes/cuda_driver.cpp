@@ -16,9 +16,9 @@
 #include "hot_path.hpp"
 #include "kiln/cache/log.hpp"
 #include "kiln/error.hpp"
+#include "lanes/dynlib.hpp"
+#include "lanes/lane.hpp"
 #include "ptx.hpp"
-#include "vendor/dynlib.hpp"
-#include "vendor/vendor.hpp"
 
 namespace kiln::vendor {
 namespace {

@@ -17,8 +17,8 @@
 
 #include "amdgpu_metadata.hpp"
 #include "kiln/error.hpp"
-#include "vendor/dynlib.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/dynlib.hpp"
+#include "lanes/lane.hpp"
 
 namespace kiln::vendor {
 namespace {
@@ -35,7 +35,7 @@ using ComgrGetIsaNameFn = int (*)(std::size_t, const char**);
 }  // namespace kiln::vendor
 
 #include "hot_path.hpp"
-#include "vendor/hip_symbols.hpp"
+#include "lanes/hip_symbols.hpp"
 
 namespace kiln::vendor {
 namespace {

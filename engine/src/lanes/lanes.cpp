@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "kiln/error.hpp"
-#include "vendor/vendor.hpp"
+#include "lanes/lane.hpp"
 
 namespace kiln::vendor {
 

@@ -1,4 +1,4 @@
-#include "vendor/dynlib.hpp"
+#include "lanes/dynlib.hpp"
 
 #include <dlfcn.h>
 #include <link.h>
