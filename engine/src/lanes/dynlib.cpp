@@ -1,10 +1,14 @@
 #include "lanes/dynlib.hpp"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <link.h>
 
 #include <cstdlib>
 #include <utility>
+
+#include "kiln/error.hpp"
+#include "lanes/symbols.hpp"
 
 namespace kiln::vendor {
 
@@ -24,7 +28,8 @@ DynamicLibrary& DynamicLibrary::operator=(DynamicLibrary&& other) noexcept {
 // outlive an unmap. The handle is simply dropped.
 DynamicLibrary::~DynamicLibrary() = default;
 
-DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candidates, std::vector<std::string>& searched) {
+DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candidates,
+                                          std::vector<std::string>& searched) {
   DynamicLibrary library;
   for (const std::string& candidate : candidates) {
     void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -32,7 +37,8 @@ DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candid
       const char* why = dlerror();
       std::string reason = why != nullptr ? why : "not found";
       // dlerror repeats the name; keep the reason short when the file is simply absent.
-      if (reason.find("No such file") != std::string::npos || reason.find("cannot open shared object") != std::string::npos) {
+      if (reason.find("No such file") != std::string::npos ||
+          reason.find("cannot open shared object") != std::string::npos) {
         reason = "not found";
       }
       searched.push_back(candidate + " (" + reason + ")");
@@ -40,7 +46,8 @@ DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candid
     }
     library.m_handle = handle;
     link_map* map = nullptr;
-    if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && map->l_name[0] != '\0') {
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+        map->l_name[0] != '\0') {
       library.m_path = map->l_name;
     } else {
       library.m_path = candidate;
@@ -60,6 +67,25 @@ std::vector<std::string> env_dirs(const char* variable, std::initializer_list<co
   if (value == nullptr || value[0] == '\0') return dirs;
   for (const char* sub : subdirs) dirs.push_back(std::string(value) + "/" + sub);
   return dirs;
+}
+
+std::vector<std::string> search_list(const std::vector<std::string>& dirs, std::initializer_list<const char*> names) {
+  std::vector<std::string> out;
+  for (const std::string& dir : dirs) {
+    for (const char* name : names) out.push_back(dir + "/" + name);
+  }
+  for (const char* name : names) out.emplace_back(name);
+  return out;
+}
+
+std::string join_searched(const std::vector<std::string>& searched) {
+  return fmt::format("{}", fmt::join(searched, "; "));
+}
+
+void throw_missing_symbol(std::string_view library, std::string_view symbol, std::string_view detail) {
+  std::string message = fmt::format("{} lacks required symbol {}", library, symbol);
+  if (!detail.empty()) message += fmt::format(" ({})", detail);
+  throw DeviceUnavailable(message);
 }
 
 }  // namespace kiln::vendor

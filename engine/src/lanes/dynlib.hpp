@@ -33,4 +33,10 @@ class DynamicLibrary {
 /// Directories named by an environment variable plus suffixes, e.g. ("ROCM_PATH", {"lib", "lib64"}).
 std::vector<std::string> env_dirs(const char* variable, std::initializer_list<const char*> subdirs);
 
+/// Every directory in `dirs` with every name, then every bare name (the loader's own search path).
+std::vector<std::string> search_list(const std::vector<std::string>& dirs, std::initializer_list<const char*> names);
+
+/// The attempts open_first recorded, as one line for a "not found" error.
+std::string join_searched(const std::vector<std::string>& searched);
+
 }  // namespace kiln::vendor

@@ -1,15 +1,28 @@
 #pragma once
-// The AMD lane's symbol lists, one per library, each entry X(requirement, name, pointer type):
-//   KILN_HIP_RUNTIME_SYMBOLS  libamdhip64 (the HIP module API)
-//   KILN_HIPRTC_SYMBOLS       libhiprtc, or libamdhip64 where it still carries HIPRTC (HIP 5.x, 6.x)
-//   KILN_COMGR_SYMBOLS        libamd_comgr (its version and ISA list only)
-// requirement: required = the library is refused without it (DeviceUnavailable naming the symbol and
-// the library); optional = a feature degrades.
-// hip.cpp expands them into the pointer tables, the loader and the reset; the contract tests expand
-// them to check that the synthetic runtime exports what the block uses. Pointer types come from the
-// vendor headers (decltype) except where the headers overload a name or may not declare it; those
-// aliases are defined by the includer before expanding (hip.cpp), and are never expanded by users that
-// need names only.
+// The AMD lanes' symbol lists, one per library, in the shape symbols.hpp describes:
+//   KILN_HIP_RUNTIME_SYMBOLS  libamdhip64, the HIP module API (hip_runtime.cpp)
+//   KILN_HIPRTC_SYMBOLS       libhiprtc, or libamdhip64 where it still carries HIPRTC (hiprtc.cpp)
+//   KILN_COMGR_SYMBOLS        libamd_comgr, its version and ISA list only (hiprtc.cpp)
+// The contract tests expand them too, to check that the synthetic runtime exports what the lanes use.
+// Pointer types come from the HIP headers (decltype) except where the headers overload a name or may
+// not declare it: those have the aliases below.
+#include <hip/hip_runtime_api.h>
+#include <hip/hip_version.h>
+#include <hip/hiprtc.h>
+
+#include <cstddef>
+
+namespace kiln::vendor {
+
+using HipMallocFn = hipError_t (*)(void**, std::size_t);                 // overloaded by a template
+using HipGetDevicePropertiesFn = hipError_t (*)(hipDeviceProp_t*, int);  // layout of these headers
+using HipStreamGetDeviceFn = hipError_t (*)(hipStream_t, hipDevice_t*);  // not in HIP 5.x headers
+using ComgrGetVersionFn = void (*)(std::size_t*, std::size_t*);          // amd_comgr.h is optional
+using ComgrGetIsaCountFn = int (*)(std::size_t*);
+using ComgrGetIsaNameFn = int (*)(std::size_t, const char**);
+
+}  // namespace kiln::vendor
+
 #define KILN_HIP_RUNTIME_SYMBOLS(X)                                      \
   X(required, hipInit, decltype(&::hipInit))                             \
   X(required, hipRuntimeGetVersion, decltype(&::hipRuntimeGetVersion))   \

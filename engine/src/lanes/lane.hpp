@@ -1,7 +1,11 @@
 #pragma once
-// The interface every vendor block implements: find and load the libraries, compile (RTC), load a
-// module, look up a function, launch, free. Nothing else: everything both vendors do (keys, options,
-// targets, argument checks, caching) lives above this, once.
+// The interface every lane implements: find and load the libraries, compile (RTC), load a module, look
+// up a function, launch, free. Nothing else: everything both vendors do (keys, options, targets,
+// argument checks, caching) lives above this, once. The only lane header the rest of the engine uses.
+//
+// A lane is one vendor library with one job: nvrtc.cpp and hiprtc.cpp compile (Compiler), cuda_driver.cpp
+// and hip_runtime.cpp load and launch (Runtime). Each is compiled in only when its vendor's headers
+// exist at build time (lanes.cpp answers for the others).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -96,6 +100,19 @@ class Runtime {
   virtual void synchronize(int device, StreamHandle stream) = 0;
   /// The device a stream belongs to, when the vendor can tell (mismatch checks); nullopt otherwise.
   [[nodiscard]] virtual std::optional<int> stream_device(StreamHandle stream) = 0;
+
+ protected:
+  /// make_current for the noexcept releases (unload, free, destroy stream): false when it failed, and
+  /// the caller skips its release: without its device current the call could act on another context,
+  /// and a noexcept release has no way to report.
+  bool try_make_current(int device) noexcept {
+    try {
+      make_current(device);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
 };
 
 // Factories. Each throws DeviceUnavailable naming every path searched, or naming a missing symbol.
