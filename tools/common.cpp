@@ -21,6 +21,7 @@
 
 #include "kiln/cache/hash.hpp"
 #include "kiln/embedded.hpp"
+#include "kiln/engine.hpp"
 
 namespace kiln::cli {
 
@@ -234,10 +235,7 @@ bool key_order(const cache::EntryFile& a, const cache::EntryFile& b) noexcept {
   return key_order(a.file_hash, b.file_hash);
 }
 
-bool is_plain_name(std::string_view kernel) {
-  // The engine's rule (Engine::kernel): any of these characters makes a name expression.
-  return !kernel.empty() && kernel.find_first_of("<>:&( ") == std::string_view::npos;
-}
+bool is_plain_name(std::string_view kernel) { return !kernel.empty() && !is_name_expression(kernel); }
 
 std::vector<std::vector<std::string>> name_sets(const std::vector<std::string>& kernels, bool one_program) {
   std::vector<std::vector<std::string>> sets;

@@ -117,7 +117,8 @@ void parallel_for(std::size_t count, unsigned threads, const std::function<void(
 
 // ---- requests -----------------------------------------------------------------------------------
 
-/// True for a plain C identifier ("saxpy"), false for a name expression ("kiln::map<float, 4>").
+/// True for a plain C identifier ("saxpy"), false for a name expression ("kiln::map<float, 4>"): the
+/// engine's rule, kiln::is_name_expression.
 [[nodiscard]] bool is_plain_name(std::string_view kernel);
 
 /// The name-expression sets that `Engine::kernel(source, k)` requests for each kernel k: every plain

@@ -1,36 +1,33 @@
 #include "tiers.hpp"
 
-#include <chrono>
-#include <exception>
-
 #include <fmt/format.h>
 
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/storage.hpp"
 
 namespace kiln::cli {
+namespace {
+
+/// The tiers the engine would open, in its order, opened to be inspected: a miss never takes a compile
+/// lease (the CLI compiles nothing after one).
+std::vector<cache::OpenedTier> open_for_inspection(const EngineConfig& config) {
+  cache::StorageConfig storage = config.storage_config();
+  storage.tier_leases = false;
+  return cache::open_tiers(storage);
+}
+
+}  // namespace
 
 std::vector<TierReport> describe_tiers(const EngineConfig& config) {
   std::vector<TierReport> reports;
-  for (const std::string& pack : config.packs) {
-    TierReport report{"pack", pack, false, {}};
-    try {
-      const auto reader = cache::PackReader::open(pack);
+  for (cache::OpenedTier& opened : open_for_inspection(config)) {
+    TierReport report{std::string(cache::to_string(opened.kind)), opened.location, false, opened.error};
+    if (const auto* pack = dynamic_cast<const cache::PackReader*>(opened.tier.get())) {
       report.ok = true;
-      report.detail = fmt::format("{} entries", reader->records().size());
-    } catch (const std::exception& error) {
-      report.detail = error.what();
-    }
-    reports.push_back(std::move(report));
-  }
-  if (!config.remote.empty()) {
-    TierReport report{"remote", cache::redact_remote_url(config.remote), false, {}};
-    try {
-      const auto remote = cache::open_remote(cache::remote_config_from_environment(config.remote));
-      report.location = remote->config().display();  // never the password
-      report.ok = remote->ping(&report.detail);      // "redis 7.0.15, PONG in 0.21 ms" or why not
-    } catch (const std::exception& error) {
-      report.detail = error.what();
+      report.detail = fmt::format("{} entries", pack->records().size());
+    } else if (auto* remote = dynamic_cast<cache::RemoteTier*>(opened.tier.get())) {
+      report.ok = remote->ping(&report.detail);  // "redis 7.0.15, PONG in 0.21 ms" or why not
     }
     reports.push_back(std::move(report));
   }
@@ -39,20 +36,11 @@ std::vector<TierReport> describe_tiers(const EngineConfig& config) {
 
 std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config, std::vector<std::string>& errors) {
   std::vector<std::unique_ptr<cache::Tier>> tiers;
-  for (const std::string& pack : config.packs) {
-    try {
-      tiers.push_back(cache::open_pack(pack));
-    } catch (const std::exception& error) {
-      errors.emplace_back(error.what());
-    }
-  }
-  if (!config.remote.empty()) {
-    try {
-      cache::RemoteConfig remote = cache::remote_config_from_environment(config.remote);
-      remote.lease_wait = std::chrono::milliseconds(0);  // inspecting: never take a compile lease
-      tiers.push_back(cache::open_remote(remote));
-    } catch (const std::exception& error) {
-      errors.emplace_back(error.what());
+  for (cache::OpenedTier& opened : open_for_inspection(config)) {
+    if (opened.tier) {
+      tiers.push_back(std::move(opened.tier));
+    } else {
+      errors.push_back(std::move(opened.error));
     }
   }
   return tiers;

@@ -1,6 +1,7 @@
 #pragma once
-// The read-through tiers below the local store, as the CLI sees them: mounted packs
-// (KILN_CACHE_PACKS) now; the remote tier (KILN_REMOTE_CACHE) adds itself here.
+// The read-through tiers below the local store, as the CLI sees them: mounted packs (KILN_CACHE_PACKS),
+// then the remote tier (KILN_REMOTE_CACHE). They are opened by the storage front end
+// (cache::open_tiers, from EngineConfig::storage_config()), so the CLI sees them in the engine's order.
 #include <memory>
 #include <string>
 #include <vector>

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <pwd.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,44 +16,30 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <random>
 #include <stdexcept>
-#include <thread>
 
 #include "atomic_file.hpp"
 #include "entry_io.hpp"
 #include "hot_path.hpp"
 #include "kiln/cache/log.hpp"
+#include "posix_util.hpp"
 
 namespace kiln::cache {
 namespace {
 
 using Clock = std::chrono::system_clock;
+using detail::make_private_dir;
+using detail::process_alive;
+using detail::read_small;
+using detail::to_time_point;
+using detail::UniqueFd;
 
 constexpr std::string_view kCacheDirTag =
     "Signature: 8a477f597d28d172789f06886806bc55\n"
     "# This file is a cache directory tag created by kiln (a GPU kernel cache).\n"
     "# For information about cache directory tags see https://bford.info/cachedir/\n";
 constexpr std::string_view kEntrySuffix = ".kiln";
-constexpr auto kLeasePoll = std::chrono::milliseconds(10);
-constexpr auto kUnreadableLeaseGrace = std::chrono::seconds(5);
 constexpr auto kTrimTempAge = std::chrono::hours(1);
-
-/// Closes a file descriptor on scope exit.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) noexcept : m_fd(fd) {}
-  ~UniqueFd() {
-    if (m_fd >= 0) ::close(m_fd);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  [[nodiscard]] int get() const noexcept { return m_fd; }
-  explicit operator bool() const noexcept { return m_fd >= 0; }
-
- private:
-  int m_fd;
-};
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -66,20 +51,6 @@ KILN_HOT bool older_than(const struct timespec& ts, std::chrono::seconds age) no
   struct timespec now {};
   if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
   return now.tv_sec - ts.tv_sec > age.count();
-}
-
-Clock::time_point to_time_point(const struct timespec& ts) noexcept {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
-}
-
-/// mkdir with mode 0700; an existing directory is success. Returns 0 or the errno.
-int make_private_dir(const std::string& path) noexcept {
-  if (::mkdir(path.c_str(), 0700) == 0) return 0;
-  if (errno != EEXIST) return errno;
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return errno;
-  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 /// mkdir -p, creating missing components with mode 0700.
@@ -101,22 +72,6 @@ int make_private_dirs(const std::string& path) noexcept {
   } catch (...) {
     return ENOMEM;
   }
-}
-
-bool process_alive(long pid) noexcept {
-  if (pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
-const std::string& this_host() {
-  static const std::string host = [] {
-    char name[256] = {};
-    if (::gethostname(name, sizeof(name) - 1) != 0) return std::string("unknown-host");
-    std::string text(name);
-    std::replace(text.begin(), text.end(), ' ', '_');
-    return text.empty() ? std::string("unknown-host") : text;
-  }();
-  return host;
 }
 
 std::string user_name(uid_t uid) {
@@ -209,14 +164,6 @@ void walk_store(const std::string& v1_dir, OnEntry&& on_entry, OnTemp&& on_temp)
     ::closedir(files);
   }
   ::closedir(top);
-}
-
-/// Reads a small text file (lease, size file) from an open descriptor.
-std::string read_small(int fd, std::size_t max_bytes) {
-  std::string text(max_bytes, '\0');
-  const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
-  text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-  return text;
 }
 
 /// The content of lock/size: the total in decimal and a newline. nullopt for anything else.
@@ -1021,108 +968,12 @@ std::optional<TrimResult> Store::trim(std::uint64_t target_bytes) {
 
 std::size_t Store::sweep_temps(std::chrono::seconds age) { return m_state->sweep_temps(age); }
 
-// ---------------------------------------------------------------------------------------------------
-// Compile leases
-
-CompileLease::CompileLease(CompileLease&& other) noexcept
-    : m_path(std::move(other.m_path)), m_token(std::move(other.m_token)) {
-  other.m_path.clear();
-}
-
-CompileLease& CompileLease::operator=(CompileLease&& other) noexcept {
-  if (this != &other) {
-    release();
-    m_path = std::move(other.m_path);
-    m_token = std::move(other.m_token);
-    other.m_path.clear();
-  }
-  return *this;
-}
-
-CompileLease::~CompileLease() { release(); }
-
-void CompileLease::release() noexcept {
-  if (m_path.empty()) return;
-  try {
-    // Remove the file only while it is still ours: a waiter may have judged it stale and replaced it.
-    const UniqueFd fd(::open(m_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd && read_small(fd.get(), 512) == m_token) ::unlink(m_path.c_str());
-  } catch (...) {
-    // Out of memory: leave the lease; it goes stale and is broken by the next waiter.
-  }
-  m_path.clear();
-}
-
 CompileLease Store::acquire_lease(const Hash128& key, std::chrono::milliseconds max_wait) {
-  State& s = *m_state;
-  CompileLease lease;
-  if (s.mode.load() != StoreMode::read_write) return lease;
+  if (m_state->mode.load() != StoreMode::read_write) return CompileLease{};
   try {
-    const std::string lease_path = fmt::format("{}/{}.lease", s.lock_dir, key.hex());
-    const std::string entry = entry_path(key).string();
-    const auto deadline = std::chrono::steady_clock::now() + max_wait;
-    thread_local std::mt19937_64 nonce_source{std::random_device{}()};
-    auto entry_exists = [&entry] { return ::access(entry.c_str(), F_OK) == 0; };
-    for (;;) {
-      if (entry_exists()) return lease;
-      const std::string token = fmt::format(
-          "{} {} {} {:016x}\n", ::getpid(), this_host(),
-          std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count(), nonce_source());
-      const int fd = ::open(lease_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd >= 0) {
-        const bool written = ::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
-        ::close(fd);
-        lease.m_path = lease_path;
-        lease.m_token = token;
-        // The owner may have published between our check and our create: nothing left to compile.
-        if (!written || entry_exists()) lease.release();
-        return lease;
-      }
-      if (errno == ENOENT && make_private_dir(s.lock_dir) == 0) continue;
-      if (errno != EEXIST) return lease;  // cannot take leases here: compile without one
-
-      // Someone holds it: judge whether they are still working.
-      bool stale = false;
-      {
-        const UniqueFd holder(::open(lease_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-        struct stat st {};
-        if (!holder) {
-          if (errno == ENOENT) continue;  // released just now
-          return lease;
-        }
-        if (::fstat(holder.get(), &st) != 0) return lease;
-        const std::string text = read_small(holder.get(), 512);
-        const auto age = Clock::now() - to_time_point(st.st_mtim);
-        long pid = -1;
-        std::string host;
-        if (const std::size_t space = text.find(' '); space != std::string::npos && text.ends_with('\n')) {
-          std::from_chars(text.data(), text.data() + space, pid);
-          const std::size_t host_end = text.find(' ', space + 1);
-          if (host_end != std::string::npos) host = text.substr(space + 1, host_end - space - 1);
-        }
-        if (pid <= 0 || host.empty()) {
-          stale = age > kUnreadableLeaseGrace;  // still being written, or its writer died mid-write
-        } else {
-          stale = age > kLeaseStaleAge || (host == this_host() && !process_alive(pid));
-        }
-        if (stale) {
-          // Break it only if it is still the file we judged (not a new owner's fresh lease).
-          struct stat now {};
-          if (::lstat(lease_path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
-            continue;  // already broken or replaced: look again
-          }
-          KILN_LOG(debug, "disk cache: breaking stale compile lease {} ({})", lease_path,
-                   text.empty() ? "empty" : std::string_view(text).substr(0, text.size() - 1));
-          if (::unlink(lease_path.c_str()) == 0 || errno == ENOENT) continue;
-          // Cannot remove it: wait like for a live owner (bounded by max_wait).
-        }
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) return lease;
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kLeasePoll, deadline - now));
-    }
+    return acquire_compile_lease(m_state->lock_dir, key, entry_path(key).string(), max_wait);
   } catch (...) {
-    return CompileLease{};
+    return CompileLease{};  // out of memory building the entry path: compile without a lease
   }
 }
 

@@ -18,7 +18,7 @@
 #include "hot_path.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/log.hpp"
-#include "kiln/cache/pack.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"
@@ -37,15 +37,9 @@ namespace kiln {
 namespace detail {
 namespace {
 
-constexpr auto kLeaseWait = std::chrono::seconds(120);
-
 /// Environment variables that silently change HIPRTC's flags: part of every AMD key.
 constexpr const char* kHipEnvironment[] = {"HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND",
                                            "GPU_ENABLE_WGP_MODE"};
-
-bool is_name_expression(std::string_view name) {
-  return name.find_first_of("<>:&( ") != std::string_view::npos;
-}
 
 KILN_HOT std::string join(const std::vector<std::string>& items, char separator) {
   std::string out;
@@ -111,30 +105,11 @@ void ProgramState::unload() noexcept {
 
 EngineCore::EngineCore(EngineConfig config)
     : m_config(std::move(config)),
-      m_store(m_config.cache),
+      m_storage(m_config.storage_config()),
       m_cuda(std::make_unique<Lane>()),
       m_hip(std::make_unique<Lane>()) {
   m_cuda->vendor = Vendor::cuda;
   m_hip->vendor = Vendor::hip;
-
-  // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
-  // left out with one warning; it never fails the engine.
-  for (const std::string& pack : m_config.packs) {
-    try {
-      m_tiers.push_back(cache::open_pack(pack));
-    } catch (const std::exception& e) {
-      KILN_LOG(warn, "{}; continuing without this pack", e.what());
-    }
-  }
-  if (!m_config.remote.empty()) {
-    try {
-      std::unique_ptr<cache::RemoteTier> remote = cache::open_remote(cache::remote_config_from_environment(m_config.remote));
-      m_remote = remote.get();
-      m_tiers.push_back(std::move(remote));
-    } catch (const std::exception& e) {
-      KILN_LOG(warn, "remote cache {}: {}; continuing without it", cache::redact_remote_url(m_config.remote), e.what());
-    }
-  }
 
   // The runtime that runs kernels: the requested vendor, or (auto) the first with a device.
   std::vector<Vendor> order;
@@ -184,8 +159,8 @@ EngineCore::EngineCore(EngineConfig config)
 EngineCore::~EngineCore() {
   unload_all();
   // Lifetime statistics: a failed write is never an error.
-  if (m_store.mode() == cache::StoreMode::read_write) {
-    cache::PersistentStats(m_store.config().root).add(stats());
+  if (store().mode() == cache::StoreMode::read_write) {
+    cache::PersistentStats(store().config().root).add(stats());
   }
 }
 
@@ -210,7 +185,7 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
                loaded->identity);
     }
     if (!probed || probed->identity != loaded->identity || probed->targets != loaded->targets) {
-      (void)remember_compiler_probe(m_store, v, l.search_list(), *l.compiler, *loaded);
+      (void)remember_compiler_probe(store(), v, l.search_list(), *l.compiler, *loaded);
     }
   });
   return l;
@@ -218,7 +193,7 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
 
 void EngineCore::probe_compiler(Lane& l) {
   std::call_once(l.probe_once, [&] {
-    if (std::optional<CompilerFacts> probed = find_compiler_probe(m_store, l.vendor, l.search_list())) {
+    if (std::optional<CompilerFacts> probed = find_compiler_probe(store(), l.vendor, l.search_list())) {
       const std::lock_guard lock(l.facts_mutex);
       if (!l.facts) l.facts = std::make_shared<const CompilerFacts>(std::move(*probed));
     }
@@ -403,73 +378,33 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   return entry;
 }
 
-KILN_HOT std::shared_ptr<const cache::Entry> EngineCore::from_disk(const Request& r) {
-  cache::LookupResult found = m_store.get(r.hash, r.key.bytes());
-  if (found.outcome == cache::LookupOutcome::corrupt_removed) {
-    m_counters.add({.corrupt_removed = 1});
-    KILN_LOG(warn, "cache entry {} was damaged ({}); removed, recompiling", r.hash.hex(), found.detail);
-  }
-  if (found.outcome != cache::LookupOutcome::hit || !found.entry) return nullptr;
-  m_counters.add({.disk_hits = 1, .bytes_read = found.entry->payload.size() + found.entry->aux.size()});
-  return std::make_shared<const cache::Entry>(std::move(*found.entry));
-}
-
 Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
-  if (!bypass_cache) {
-    // Read again under single flight: another thread may have published it since obtain() looked.
-    if (auto entry = from_disk(r)) return {entry, Origin::disk, seconds(), false};
-    for (const auto& tier : m_tiers) {
-      cache::LookupResult found = tier->get(r.hash, r.key.bytes());
-      if (found.outcome == cache::LookupOutcome::hit && found.entry) {
-        auto entry = std::make_shared<const cache::Entry>(std::move(*found.entry));
-        if (tier.get() != m_remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
-        const bool stored = m_store.put(*entry);
-        KILN_LOG(debug, "{} served {} (copied to the local cache: {})", tier->describe(), r.hash.hex(), stored);
-        return {entry, Origin::disk, seconds(), stored};
-      }
-    }
+  // Local disk again, the tiers, then the compile lease (waiting for another process's compile).
+  std::variant<cache::Found, cache::Reservation> looked_up =
+      m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
+  if (auto* found = std::get_if<cache::Found>(&looked_up)) {
+    // The public Origin does not tell the local disk from a pack or the remote yet: all are `disk`.
+    return {std::move(found->entry), Origin::disk, seconds(), found->stored};
   }
-  m_counters.add({.misses = 1});
+  // Destroyed without put() (the compiler cannot be loaded, the compile throws, the request is re-keyed),
+  // the reservation tells every tier the compile will not come and releases the lease.
+  cache::Reservation reservation = std::move(std::get<cache::Reservation>(looked_up));
 
-  // One compile per key across processes: wait for another process's compile, then re-read.
-  cache::CompileLease lease = m_store.acquire_lease(r.hash, kLeaseWait);
-  if (!lease.owned() && !bypass_cache) {
-    if (auto entry = from_disk(r)) {
-      for (const auto& tier : m_tiers) tier->abandon(r.hash);  // another local process compiled it
-      return {entry, Origin::disk, seconds(), false};
-    }
-  }
   // A miss: now the compiler is needed (loaded once per process). Its identity is normally the one the
   // key was made with (from the probe); if a stale or planted probe said otherwise, the request is
   // keyed again with the real identity, so an entry is only ever stored under its compiler's key.
-  vendor::Compiler* compiler_ptr = nullptr;
-  try {
-    compiler_ptr = &compiler(r.target.vendor);
-  } catch (...) {
-    for (const auto& tier : m_tiers) tier->abandon(r.hash);
-    throw;
-  }
-  if (compiler_ptr->identity() != r.compiler) {
-    for (const auto& tier : m_tiers) tier->abandon(r.hash);
-    lease.release();
+  vendor::Compiler& compiler_ref = compiler(r.target.vendor);
+  if (compiler_ref.identity() != r.compiler) {
+    reservation.abandon();
     Request rekeyed = r;
-    make_key(rekeyed, compiler_ptr->identity());
+    make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
-  std::shared_ptr<const cache::Entry> entry;
-  try {
-    entry = compile(r, *compiler_ptr);
-  } catch (...) {
-    for (const auto& tier : m_tiers) tier->abandon(r.hash);
-    throw;
-  }
-  const bool stored = m_store.put(*entry);
-  if (stored) m_counters.add({.bytes_written = entry->payload.size() + entry->aux.size()});
-  lease.release();
-  for (const auto& tier : m_tiers) tier->publish(*entry);
+  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref);
+  const bool stored = reservation.put(*entry);
   return {entry, Origin::compiled, seconds(), stored};
 }
 
@@ -479,7 +414,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   // one thread per key asks the other tiers or compiles.
   if (!bypass_cache) {
     const auto start = std::chrono::steady_clock::now();
-    if (auto entry = from_disk(r)) {
+    if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
       return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false};
     }
   }
@@ -536,8 +471,7 @@ KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtain
     // A cached binary the driver refuses (e.g. a CUBIN for another arch under this key): remove it and
     // recompile; never fail a request a compile can serve.
     KILN_LOG(warn, "{}; removing the cache entry and recompiling", first.what());
-    m_store.remove(r.hash);
-    m_counters.add({.corrupt_removed = 1});
+    m_storage.discard(r.hash);
     obtained = obtain(r, /*bypass_cache=*/true);
     state->origin = obtained.origin;
     state->module = rt.load_module(device, *obtained.entry);
@@ -596,7 +530,7 @@ KILN_HOT Kernel EngineCore::kernel(const Source& source, std::string_view name, 
   }
   prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
   std::vector<std::string> names;
-  if (is_name_expression(name)) names.emplace_back(name);
+  if (kiln::is_name_expression(name)) names.emplace_back(name);
   Kernel k = program(source, options, names, device, /*prefetched=*/true).kernel(name);
   const std::unique_lock lock(m_memory_mutex);
   m_kernels.insert_or_assign(key, KernelSlot{source.content_hash(), options.canonical(), std::string(name), device, k});
@@ -657,8 +591,7 @@ KILN_HOT void EngineCore::record(const Source& source, const Options& options, c
 
 cache::Counters EngineCore::stats() const noexcept {
   cache::Counters counters = m_counters.snapshot();
-  counters.evictions += m_store.evictions();
-  if (m_remote != nullptr) counters += m_remote->counters();
+  counters += m_storage.counters();
   return counters;
 }
 
@@ -677,6 +610,10 @@ void EngineCore::unload_all() noexcept {
 }  // namespace detail
 
 // ---- public handles -----------------------------------------------------------------------------------
+
+KILN_HOT bool is_name_expression(std::string_view name) noexcept {
+  return name.find_first_of("<>:&( ") != std::string_view::npos;
+}
 
 Engine::Engine() : Engine(EngineConfig::from_environment()) {}
 Engine::Engine(EngineConfig config) : m_core(std::make_shared<detail::EngineCore>(std::move(config))) {}
@@ -785,6 +722,14 @@ EngineConfig EngineConfig::from_environment() {
   }
   if (const char* v = std::getenv("KILN_REMOTE_CACHE"); v != nullptr) config.remote = v;
   return config;
+}
+
+cache::StorageConfig EngineConfig::storage_config() const {
+  cache::StorageConfig storage;
+  storage.local = cache;
+  storage.packs = packs;
+  storage.remote_url = remote;
+  return storage;
 }
 
 }  // namespace kiln

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/stats.hpp"
-#include "kiln/cache/store.hpp"
 #include "kiln/cache/remote.hpp"
-#include "kiln/cache/tier.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/storage.hpp"
+#include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
 #include "lanes/lane.hpp"
 
@@ -80,8 +80,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   [[nodiscard]] std::vector<LaneInfo> lanes();
   [[nodiscard]] std::vector<std::string> default_targets() const;
   [[nodiscard]] cache::Counters stats() const noexcept;
-  [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_remote; }
-  [[nodiscard]] cache::Store& store() noexcept { return m_store; }
+  [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_storage.remote(); }
+  [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
   void unload_all() noexcept;
   /// The runtime, or DeviceUnavailable explaining why there is none.
   vendor::Runtime& runtime();
@@ -109,9 +109,6 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
                        std::string_view target, std::optional<int> warp_size);
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
-  /// The entry from the local disk tier (counted as a disk hit), or nullptr; a damaged entry is
-  /// removed and counted.
-  std::shared_ptr<const cache::Entry> from_disk(const Request& request);
   static void make_key(Request& request, const std::string& compiler_identity);
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
@@ -119,11 +116,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
               const std::string& target);
 
   EngineConfig m_config;
-  cache::Store m_store;
-  std::vector<std::unique_ptr<cache::Tier>> m_tiers;  // packs (read-only), then the remote tier
-  cache::RemoteTier* m_remote = nullptr;               // the remote tier in m_tiers, if any
-  cache::AtomicCounters m_counters;
-  cache::Counters m_persisted;  // what was already added to the persistent stats
+  cache::Storage m_storage;          // the local store, the tiers under it, the compile lease
+  cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
   std::unique_ptr<Lane> m_cuda;
   std::unique_ptr<Lane> m_hip;
   std::shared_ptr<vendor::Runtime> m_runtime;

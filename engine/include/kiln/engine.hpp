@@ -18,6 +18,10 @@
 
 namespace kiln {
 
+namespace cache {
+struct StorageConfig;  // kiln/cache/storage.hpp
+}  // namespace cache
+
 namespace detail {
 struct KernelState;
 struct ProgramState;
@@ -38,7 +42,15 @@ struct EngineConfig {
   bool runtime = true;
   /// Reads every KILN_* variable. Throws ConfigError for a malformed value (naming the variable).
   static EngineConfig from_environment();
+  /// The storage front end's configuration (include kiln/cache/storage.hpp to call it): the cache,
+  /// the packs and the remote, as the engine opens them. The CLI opens its tiers from the same.
+  [[nodiscard]] cache::StorageConfig storage_config() const;
 };
+
+/// Whether Engine::kernel() treats `name` as a name expression (e.g. "scale<float>", "ns::k",
+/// "&k"): any of the characters < > : & ( or a space makes one, and the kernel is then requested by
+/// that expression; otherwise it is a plain (extern "C") name.
+[[nodiscard]] bool is_name_expression(std::string_view name) noexcept;
 
 /// A kernel parameter as the binary declares it.
 struct ParamInfo {

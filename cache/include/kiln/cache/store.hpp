@@ -28,6 +28,8 @@
 
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/hash.hpp"
+#include "kiln/cache/lease.hpp"
+#include "kiln/cache/lookup.hpp"
 
 namespace kiln::cache {
 
@@ -87,40 +89,6 @@ struct StoreConfig {
 /// Parses "1G", "512M", "100k", "12345" (bytes). nullopt for nonsense. Never throws.
 [[nodiscard]] std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 
-enum class LookupOutcome : std::uint8_t {
-  hit,
-  miss,             ///< no file
-  corrupt_removed,  ///< content error: the file was deleted
-  io_error,         ///< could not read: nothing deleted
-  disabled,         ///< memory-only store
-};
-
-struct LookupResult {
-  LookupOutcome outcome = LookupOutcome::miss;
-  std::optional<Entry> entry;  ///< set on hit
-  std::string detail;          ///< why, for corrupt_removed / io_error
-};
-
-/// Held while this process compiles a key; released (lock file removed) in the destructor.
-class CompileLease {
- public:
-  CompileLease() = default;
-  CompileLease(CompileLease&&) noexcept;
-  CompileLease& operator=(CompileLease&&) noexcept;
-  CompileLease(const CompileLease&) = delete;
-  CompileLease& operator=(const CompileLease&) = delete;
-  ~CompileLease();
-  /// True when this process holds the lease and should compile. False when the wait ended without it
-  /// (the owner finished: re-read the store; or the wait timed out: compile anyway).
-  [[nodiscard]] bool owned() const noexcept { return !m_path.empty(); }
-  void release() noexcept;
-
- private:
-  friend class Store;
-  std::filesystem::path m_path;
-  std::string m_token;  ///< the lease file's content: release() removes the file only while it still holds it
-};
-
 struct TrimResult {
   std::uint64_t bytes_before = 0;
   std::uint64_t bytes_after = 0;
@@ -146,12 +114,10 @@ class Store {
   /// Removes the entry for a key; true if a file was removed. Never throws.
   bool remove(const Hash128& key) noexcept;
 
-  /// Waits (up to `max_wait`) for the cross-process compile lease of `key` (lock/<key hex>.lease,
-  /// created with O_EXCL, holding "pid host unix-time nonce"). While another process holds it, polls
-  /// every 10 ms; a lease whose owner is dead (same host) or that is older than kLeaseStaleAge is
-  /// broken. Returns a lease that is not owned when the entry appears (the owner finished: read the
-  /// store), on timeout (compile anyway), or when the store is not read-write. Never throws; never
-  /// waits longer than `max_wait`.
+  /// Waits (up to `max_wait`) for the cross-process compile lease of `key` in lock/ (lease.hpp: the
+  /// file, its format and when it is broken). Returns a lease that is not owned when the entry appears
+  /// (the owner finished: read the store), on timeout (compile anyway), or when the store is not
+  /// read-write. Never throws; never waits longer than `max_wait`.
   [[nodiscard]] CompileLease acquire_lease(const Hash128& key, std::chrono::milliseconds max_wait);
 
   /// Every entry file (not temps), unordered. Never throws; unreadable directories are skipped.
@@ -183,8 +149,8 @@ class Store {
   /// remove and trim; re-measured by each trim). nullopt when there is none yet. Never throws.
   [[nodiscard]] std::optional<std::uint64_t> size_estimate() const noexcept;
 
-  /// A lease older than this is broken even when its owner looks alive.
-  static constexpr std::chrono::seconds kLeaseStaleAge{60};
+  /// A lease older than this is broken even when its owner looks alive (lease.hpp).
+  static constexpr std::chrono::seconds kLeaseStaleAge = cache::kLeaseStaleAge;
   /// A hit touches an entry's mtime (its LRU age) when the mtime is older than this.
   static constexpr std::chrono::hours kTouchInterval{24};
 

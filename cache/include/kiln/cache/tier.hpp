@@ -8,7 +8,7 @@
 
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/hash.hpp"
-#include "kiln/cache/store.hpp"
+#include "kiln/cache/lookup.hpp"
 
 namespace kiln::cache {
 

@@ -1,0 +1,48 @@
+#pragma once
+// The cross-process compile lease of the local store: one file per key, lock/<32 hex>.lease, created
+// with O_EXCL and holding "pid host unix-time nonce\n". The process that creates it compiles the key;
+// the others wait for the entry to appear (then read it) or for the lease to go away. A lease whose
+// owner is dead (same host), that is older than kLeaseStaleAge, or that stays unreadable for a few
+// seconds is broken by the next waiter, so a crashed compiler never blocks the key for long.
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "kiln/cache/hash.hpp"
+
+namespace kiln::cache {
+
+/// A lease older than this is broken even when its owner looks alive.
+inline constexpr std::chrono::seconds kLeaseStaleAge{60};
+
+/// Held while this process compiles a key; released (lock file removed) in the destructor.
+class CompileLease {
+ public:
+  CompileLease() = default;
+  CompileLease(CompileLease&&) noexcept;
+  CompileLease& operator=(CompileLease&&) noexcept;
+  CompileLease(const CompileLease&) = delete;
+  CompileLease& operator=(const CompileLease&) = delete;
+  ~CompileLease();
+  /// True when this process holds the lease and should compile. False when the wait ended without it
+  /// (the owner finished: re-read the store; or the wait timed out: compile anyway).
+  [[nodiscard]] bool owned() const noexcept { return !m_path.empty(); }
+  void release() noexcept;
+
+ private:
+  friend CompileLease acquire_compile_lease(const std::string&, const Hash128&, const std::string&,
+                                            std::chrono::milliseconds) noexcept;
+  std::filesystem::path m_path;
+  std::string m_token;  ///< the lease file's content: release() removes the file only while it still holds it
+};
+
+/// Waits (up to `max_wait`) for the lease of `key` in the directory `lock_dir` (created, mode 0700, when
+/// missing). While another process holds it, polls every 10 ms and breaks it when it is stale (see
+/// above). Returns a lease that is not owned when `entry_path` exists (the owner finished: read the
+/// store), on timeout (compile anyway), or when no lease can be taken there. Never waits longer than
+/// `max_wait`. The store's own entry point is Store::acquire_lease, which also checks its mode.
+[[nodiscard]] CompileLease acquire_compile_lease(const std::string& lock_dir, const Hash128& key,
+                                                 const std::string& entry_path,
+                                                 std::chrono::milliseconds max_wait) noexcept;
+
+}  // namespace kiln::cache

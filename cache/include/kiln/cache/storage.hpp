@@ -1,0 +1,165 @@
+#pragma once
+// The storage front end: everything below the engine's memory tier behind one object, opened from one
+// configuration. It owns the local store, the read-through tiers under it (mounted packs, then the
+// remote), the cross-process compile lease, and the counters of what it did.
+//
+// A request that is not in memory goes through it in two steps:
+//  1. get_local(): the local store only, with no coordination (threads reading one entry at once each
+//     read it). This is the request fast path: it adds nothing to a local disk hit.
+//  2. On a miss, under the caller's single flight (one thread per key): get_or_reserve() reads the local
+//     store again (another thread may have published since), then asks every tier in order; a tier hit
+//     is copied into the local store. When nothing has the key it takes the compile lease (waiting for
+//     another process's compile, then reading the local store again) and answers a Reservation. The
+//     caller compiles and calls Reservation::put(), which writes the local store, releases the lease
+//     and publishes to every tier. A reservation dropped without put() (the compile failed) abandons:
+//     every tier is told (a remote releases its fleet-wide lease) and the local lease is released.
+//
+// Counters it keeps: disk_hits (local hits and pack hits; the remote counts its own remote_hits),
+// bytes_read (local hits), corrupt_removed (damaged local entries and discard()), misses (lookups that
+// found nothing anywhere), bytes_written (compiled entries written to the local store); counters() adds
+// the local store's evictions and the remote's counters.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/hash.hpp"
+#include "kiln/cache/lease.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/store.hpp"
+#include "kiln/cache/tier.hpp"
+
+namespace kiln::cache {
+
+class RemoteTier;
+
+/// The kinds of read-through tier, in the order they are asked.
+enum class TierKind : std::uint8_t {
+  pack,    ///< a mounted pack (read-only; a hit counts as a disk hit)
+  remote,  ///< the remote tier (counts its own hits)
+};
+[[nodiscard]] std::string_view to_string(TierKind kind) noexcept;  ///< "pack", "remote"
+
+/// Where an entry was found.
+enum class HitOrigin : std::uint8_t { local, pack, remote };
+[[nodiscard]] std::string_view to_string(HitOrigin origin) noexcept;  ///< "local", "pack", "remote"
+
+struct StorageConfig {
+  StoreConfig local;               ///< the local store
+  std::vector<std::string> packs;  ///< pack files, asked in this order after the local store
+  std::string remote_url;          ///< redis://...: the remote, asked last (empty: none)
+  /// How long a miss waits for another process's compile of the same key (the local lease).
+  std::chrono::milliseconds lease_wait{std::chrono::seconds(120)};
+  /// false: the tiers take no compile lease of their own on a miss (the remote's lease wait is 0). For
+  /// callers that only inspect (the CLI) and never compile after a miss.
+  bool tier_leases = true;
+};
+
+/// One configured tier as open_tiers() found it.
+struct OpenedTier {
+  TierKind kind = TierKind::pack;
+  std::string location;        ///< the pack's path; the remote's URL without its password
+  std::unique_ptr<Tier> tier;  ///< null when it could not be opened
+  std::string error;           ///< why it could not be opened (the exception's text)
+};
+
+/// Opens every configured tier in lookup order: the packs as listed, then the remote. A tier that
+/// cannot be opened is returned with its error and no tier. The remote's settings come from the
+/// KILN_REMOTE_* variables (remote_config_from_environment). Never throws except std::bad_alloc.
+[[nodiscard]] std::vector<OpenedTier> open_tiers(const StorageConfig& config);
+
+/// A hit and where it came from.
+struct Found {
+  std::shared_ptr<const Entry> entry;
+  HitOrigin origin = HitOrigin::local;
+  bool stored = false;  ///< a tier hit that this lookup copied into the local store
+};
+
+class Storage;
+
+/// What a miss of every tier holds until the caller has compiled: the local compile lease (when this
+/// process took it) and the tiers' reservations. put() publishes; destroying it without put() (or
+/// calling abandon()) abandons. The Storage must outlive it.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(Reservation&& other) noexcept;
+  Reservation& operator=(Reservation&& other) noexcept;
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() { abandon(); }
+
+  /// True when this process holds the local compile lease. False when the wait ended without it (it
+  /// timed out, or the local store takes no leases): the caller compiles anyway.
+  [[nodiscard]] bool lease_owned() const noexcept { return m_lease.owned(); }
+  /// Writes the compiled entry to the local store (counting bytes_written), releases the lease and
+  /// offers the entry to every tier. Returns whether the local store took it. Never throws.
+  bool put(const Entry& entry) noexcept;
+  /// Tells every tier the compile will not come, and releases the lease. Idempotent. Never throws.
+  void abandon() noexcept;
+
+ private:
+  friend class Storage;
+  Reservation(Storage& storage, const Hash128& key, CompileLease lease) noexcept
+      : m_storage(&storage), m_key(key), m_lease(std::move(lease)) {}
+  Storage* m_storage = nullptr;  ///< null once put() or abandon() ran
+  Hash128 m_key;
+  CompileLease m_lease;
+};
+
+class Storage {
+ public:
+  /// Opens the local store and every tier (open_tiers); a tier that cannot be opened is left out with
+  /// one warning and never fails the caller. Throws only what opening the local store throws.
+  explicit Storage(StorageConfig config);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  [[nodiscard]] const StorageConfig& config() const noexcept { return m_config; }
+  [[nodiscard]] Store& local() noexcept { return m_local; }
+  [[nodiscard]] const Store& local() const noexcept { return m_local; }
+  /// The remote tier, or null when none is configured or it could not be opened.
+  [[nodiscard]] RemoteTier* remote() const noexcept { return m_remote; }
+  /// The number of tiers in use (those that opened, plus any added).
+  [[nodiscard]] std::size_t tier_count() const noexcept { return m_tiers.size(); }
+  /// Appends a tier after the configured ones, asked last. A `remote` must be a RemoteTier (its counters
+  /// are then included); `pack` stands for any tier whose hits count as disk hits. Call before any
+  /// lookup: the tier list is not guarded against concurrent use.
+  void add_tier(TierKind kind, std::unique_ptr<Tier> tier);
+
+  /// The local store only, with no coordination: the entry (a disk hit, counted) or null. A damaged
+  /// entry is removed, counted and warned about. Thread-safe; never throws except std::bad_alloc.
+  [[nodiscard]] std::shared_ptr<const Entry> get_local(const Hash128& key, std::string_view canonical_key);
+
+  /// The miss path, for one thread per key at a time (see the top of this file). `refresh`: the caller
+  /// refused what the store had (discard()) and needs a fresh compile: no tier is asked and the lease is
+  /// not followed by a re-read. Thread-safe for different keys; never throws except std::bad_alloc.
+  [[nodiscard]] std::variant<Found, Reservation> get_or_reserve(const Hash128& key, std::string_view canonical_key,
+                                                                bool refresh = false);
+
+  /// Removes the local entry of `key` because its content was refused after it was read (e.g. a
+  /// binary the driver rejects); counted as corrupt_removed. Never throws.
+  void discard(const Hash128& key) noexcept;
+
+  /// This front end's counters, plus the local store's evictions and the remote's counters.
+  [[nodiscard]] Counters counters() const noexcept;
+
+ private:
+  friend class Reservation;
+  struct TierSlot {
+    TierKind kind;
+    std::unique_ptr<Tier> tier;
+  };
+  StorageConfig m_config;
+  Store m_local;
+  std::vector<TierSlot> m_tiers;   // packs, then the remote, then any added
+  RemoteTier* m_remote = nullptr;  // the remote in m_tiers, if any
+  AtomicCounters m_counters;
+};
+
+}  // namespace kiln::cache

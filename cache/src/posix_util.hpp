@@ -1,0 +1,42 @@
+#pragma once
+// Private to cache/: small POSIX helpers shared by the store (store.cpp) and the compile lease
+// (lease.cpp).
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace kiln::cache::detail {
+
+/// Closes a file descriptor on scope exit.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) noexcept : m_fd(fd) {}
+  ~UniqueFd() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  [[nodiscard]] int get() const noexcept { return m_fd; }
+  explicit operator bool() const noexcept { return m_fd >= 0; }
+
+ private:
+  int m_fd;
+};
+
+/// A file time (CLOCK_REALTIME) as a system_clock time point.
+[[nodiscard]] std::chrono::system_clock::time_point to_time_point(const struct timespec& ts) noexcept;
+
+/// mkdir with mode 0700; an existing directory is success. Returns 0 or the errno.
+int make_private_dir(const std::string& path) noexcept;
+
+/// Whether a process with this pid exists on this host (one we may not signal counts as alive).
+[[nodiscard]] bool process_alive(long pid) noexcept;
+
+/// Reads a small text file (lease, size file) from an open descriptor: at most `max_bytes`, from the start.
+[[nodiscard]] std::string read_small(int fd, std::size_t max_bytes);
+
+}  // namespace kiln::cache::detail

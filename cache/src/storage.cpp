@@ -1,0 +1,180 @@
+#include "kiln/cache/storage.hpp"
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include "hot_path.hpp"
+#include "kiln/cache/log.hpp"
+#include "kiln/cache/pack.hpp"
+#include "kiln/cache/remote.hpp"
+
+namespace kiln::cache {
+
+std::string_view to_string(TierKind kind) noexcept {
+  switch (kind) {
+    case TierKind::pack:
+      return "pack";
+    case TierKind::remote:
+      return "remote";
+  }
+  return "?";
+}
+
+std::string_view to_string(HitOrigin origin) noexcept {
+  switch (origin) {
+    case HitOrigin::local:
+      return "local";
+    case HitOrigin::pack:
+      return "pack";
+    case HitOrigin::remote:
+      return "remote";
+  }
+  return "?";
+}
+
+std::vector<OpenedTier> open_tiers(const StorageConfig& config) {
+  std::vector<OpenedTier> opened;
+  for (const std::string& pack : config.packs) {
+    OpenedTier slot{TierKind::pack, pack, nullptr, {}};
+    try {
+      slot.tier = open_pack(pack);
+    } catch (const std::exception& e) {
+      slot.error = e.what();
+    }
+    opened.push_back(std::move(slot));
+  }
+  if (!config.remote_url.empty()) {
+    OpenedTier slot{TierKind::remote, redact_remote_url(config.remote_url), nullptr, {}};
+    try {
+      RemoteConfig remote_config = remote_config_from_environment(config.remote_url);
+      if (!config.tier_leases) remote_config.lease_wait = std::chrono::milliseconds(0);
+      std::unique_ptr<RemoteTier> remote = open_remote(remote_config);
+      slot.location = remote->config().display();  // never the password
+      slot.tier = std::move(remote);
+    } catch (const std::exception& e) {
+      slot.error = e.what();
+    }
+    opened.push_back(std::move(slot));
+  }
+  return opened;
+}
+
+// ---- Reservation -----------------------------------------------------------------------------------
+
+Reservation::Reservation(Reservation&& other) noexcept
+    : m_storage(std::exchange(other.m_storage, nullptr)), m_key(other.m_key), m_lease(std::move(other.m_lease)) {}
+
+Reservation& Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    abandon();
+    m_storage = std::exchange(other.m_storage, nullptr);
+    m_key = other.m_key;
+    m_lease = std::move(other.m_lease);
+  }
+  return *this;
+}
+
+bool Reservation::put(const Entry& entry) noexcept {
+  if (m_storage == nullptr) return false;
+  Storage& storage = *std::exchange(m_storage, nullptr);
+  const bool stored = storage.m_local.put(entry);
+  if (stored) storage.m_counters.add({.bytes_written = entry.payload.size() + entry.aux.size()});
+  // The lease goes before the tiers hear of it: local waiters can read the entry now.
+  m_lease.release();
+  for (const auto& slot : storage.m_tiers) slot.tier->publish(entry);
+  return stored;
+}
+
+void Reservation::abandon() noexcept {
+  if (m_storage == nullptr) return;
+  Storage& storage = *std::exchange(m_storage, nullptr);
+  for (const auto& slot : storage.m_tiers) slot.tier->abandon(m_key);
+  m_lease.release();
+}
+
+// ---- Storage ---------------------------------------------------------------------------------------
+
+Storage::Storage(StorageConfig config) : m_config(std::move(config)), m_local(m_config.local) {
+  // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
+  // left out with one warning; it never fails the caller.
+  for (OpenedTier& opened : open_tiers(m_config)) {
+    if (!opened.tier) {
+      if (opened.kind == TierKind::pack) {
+        KILN_LOG(warn, "{}; continuing without this pack", opened.error);
+      } else {
+        KILN_LOG(warn, "remote cache {}: {}; continuing without it", opened.location, opened.error);
+      }
+      continue;
+    }
+    add_tier(opened.kind, std::move(opened.tier));
+  }
+}
+
+Storage::~Storage() = default;
+
+void Storage::add_tier(TierKind kind, std::unique_ptr<Tier> tier) {
+  if (!tier) throw std::invalid_argument("Storage::add_tier: no tier");
+  if (kind == TierKind::remote) {
+    auto* remote = dynamic_cast<RemoteTier*>(tier.get());
+    if (remote == nullptr) throw std::invalid_argument("Storage::add_tier: a remote tier must be a RemoteTier");
+    if (m_remote != nullptr) throw std::invalid_argument("Storage::add_tier: there is a remote tier already");
+    m_remote = remote;
+  }
+  m_tiers.push_back(TierSlot{kind, std::move(tier)});
+}
+
+KILN_HOT std::shared_ptr<const Entry> Storage::get_local(const Hash128& key, std::string_view canonical_key) {
+  LookupResult found = m_local.get(key, canonical_key);
+  if (found.outcome == LookupOutcome::corrupt_removed) {
+    m_counters.add({.corrupt_removed = 1});
+    KILN_LOG(warn, "cache entry {} was damaged ({}); removed, recompiling", key.hex(), found.detail);
+  }
+  if (found.outcome != LookupOutcome::hit || !found.entry) return nullptr;
+  m_counters.add({.disk_hits = 1, .bytes_read = found.entry->payload.size() + found.entry->aux.size()});
+  return std::make_shared<const Entry>(std::move(*found.entry));
+}
+
+std::variant<Found, Reservation> Storage::get_or_reserve(const Hash128& key, std::string_view canonical_key,
+                                                         bool refresh) {
+  if (!refresh) {
+    // Read again: another thread may have published it since the caller's get_local().
+    if (auto entry = get_local(key, canonical_key)) return Found{std::move(entry), HitOrigin::local, false};
+    for (const auto& slot : m_tiers) {
+      LookupResult found = slot.tier->get(key, canonical_key);
+      if (found.outcome != LookupOutcome::hit || !found.entry) continue;
+      auto entry = std::make_shared<const Entry>(std::move(*found.entry));
+      if (slot.kind != TierKind::remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
+      const bool stored = m_local.put(*entry);
+      KILN_LOG(debug, "{} served {} (copied to the local cache: {})", slot.tier->describe(), key.hex(), stored);
+      return Found{std::move(entry), slot.kind == TierKind::remote ? HitOrigin::remote : HitOrigin::pack, stored};
+    }
+  }
+  m_counters.add({.misses = 1});
+
+  // One compile per key across processes: wait for another process's compile, then re-read.
+  Reservation reservation(*this, key, m_local.acquire_lease(key, m_config.lease_wait));
+  if (!reservation.lease_owned() && !refresh) {
+    if (auto entry = get_local(key, canonical_key)) {
+      reservation.abandon();  // another local process compiled it: the tiers' reservations are not needed
+      return Found{std::move(entry), HitOrigin::local, false};
+    }
+  }
+  return reservation;
+}
+
+void Storage::discard(const Hash128& key) noexcept {
+  m_local.remove(key);
+  m_counters.add({.corrupt_removed = 1});
+}
+
+Counters Storage::counters() const noexcept {
+  Counters counters = m_counters.snapshot();
+  counters.evictions += m_local.evictions();
+  if (m_remote != nullptr) counters += m_remote->counters();
+  return counters;
+}
+
+}  // namespace kiln::cache
