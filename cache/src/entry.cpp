@@ -428,8 +428,8 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
     if (status == ReadStatus::io_error) return read_failure(error);
     return truncated_while_reading(size);
   }
-  // (Reading in windows hashed one by one while cache-hot measured slower: each extra read() costs more
-  // than the cache misses it saves.)
+  // One read, then one checksum pass: reading in windows hashed one by one costs an extra read() per
+  // window, more than the cache misses it would save (bench/RESULTS.md, "Cache").
   auto checksum = [&] {
     detail::Xxh3Stream stream(kChecksumSeed);
     stream.update(fixed.data(), fixed.size());

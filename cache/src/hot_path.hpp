@@ -7,9 +7,8 @@
 // KILN_HOT puts a function into the section `kiln_hot`: the linker lays those functions out
 // contiguously and defines __start_kiln_hot / __stop_kiln_hot around them, so prefetch_hot_path() can
 // ask for every line of the path at once, at the start of a request that is not served from memory.
-// The fetches then overlap instead of queueing behind execution. On the H200 host, with and without the
-// prefetch in the same run, a fresh process's first disk hit took 117-145 us against 147-161 us
-// (bench/RESULTS.md); the prefetch itself costs ~0.5 us when the lines are already cached.
+// The fetches then overlap instead of queueing behind execution; the prefetch is cheap when the lines
+// are already cached. What it saves on a fresh process's first disk hit: bench/RESULTS.md, "Launch".
 //
 // Mark functions defined in a .cpp file (class members defined there included) that a disk hit or a
 // memory-tier miss runs. Not functions defined in headers or templates: their copies are merged across

@@ -45,9 +45,8 @@ Hash128 xxh3_128_baseline(const void* data, std::size_t size, std::uint64_t seed
 bool xxh3_cpu_has_avx512() noexcept { return unit() == Unit::avx512; }
 
 KILN_HOT Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept {
-  // Small inputs (keys) gain nothing from wide vectors. AVX-512 only from kAvx512MinBytes: on the H200
-  // host's Xeon (bench/hash_dispatch) AVX2 was the faster of the two at 4.7 and 13.7 KB, AVX-512 at
-  // 64 KiB; a small kernel's entry is ~5 KB.
+  // Small inputs (keys) gain nothing from wide vectors. AVX-512 only from kAvx512MinBytes, where
+  // bench/hash_dispatch found it faster than AVX2 (below, AVX2 won; a small kernel's entry is ~5 KB).
   constexpr std::size_t kAvx512MinBytes = 32 * 1024;
   if (size >= 1024) {
     if (unit() == Unit::avx512 && size >= kAvx512MinBytes) return xxh3_128_avx512(data, size, seed);

@@ -1,6 +1,6 @@
 // kiln/rtc.h: the macro layer every kernel source includes. Every difference between the four
 // compilers kiln supports (NVRTC, HIPRTC, nvcc, hipcc) lives here; kernel sources never test a
-// vendor macro (DESIGN.md "The macro layer"; measured facts in RTC_NOTES.md section 1).
+// vendor macro (the facts this rests on: docs/design.md §2).
 //
 // Contract for kernel sources that include this header:
 //  - KILN_RTC, KILN_CUDA, KILN_HIP are always defined, to 0 or 1 (test them with #if, not #ifdef).

@@ -75,11 +75,6 @@ kiln_status fail(kiln_status status, const char* function, std::string_view mess
   return status;
 }
 
-bool mentions_out_of_memory(std::string_view message) noexcept {
-  return message.find("OUT_OF_MEMORY") != std::string_view::npos ||
-         message.find("OutOfMemory") != std::string_view::npos;
-}
-
 /// Runs `body`, mapping every exception to a status and the thread-local message.
 template <typename Body>
 kiln_status guarded(const char* function, Body&& body) noexcept {
@@ -97,8 +92,10 @@ kiln_status guarded(const char* function, Body&& body) noexcept {
     return fail(KILN_ERROR_COMPILE, function, e.what());
   } catch (const kiln::LoadError& e) {
     return fail(KILN_ERROR_LOAD, function, e.what());
+  } catch (const kiln::OutOfMemory& e) {
+    return fail(KILN_ERROR_OUT_OF_MEMORY, function, e.what());
   } catch (const kiln::LaunchError& e) {
-    return fail(mentions_out_of_memory(e.what()) ? KILN_ERROR_OUT_OF_MEMORY : KILN_ERROR_LAUNCH, function, e.what());
+    return fail(KILN_ERROR_LAUNCH, function, e.what());
   } catch (const kiln::ConfigError& e) {
     return fail(KILN_ERROR_CONFIG, function, e.what());
   } catch (const kiln::DeviceUnavailable& e) {

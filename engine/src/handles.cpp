@@ -3,14 +3,10 @@
 
 #include <algorithm>
 
+#include "elf.hpp"
 #include "engine_internal.hpp"
 #include "hot_path.hpp"
 #include "kiln/error.hpp"
-
-#if __has_include("elf.hpp")
-#include "elf.hpp"
-#define KILN_HAVE_ELF 1
-#endif
 
 namespace kiln {
 namespace {
@@ -25,9 +21,7 @@ KILN_HOT const detail::ProgramState& checked(const std::shared_ptr<detail::Progr
 std::vector<std::string> Program::kernel_names() const {
   const detail::ProgramState& p = checked(m_state);
   std::vector<std::string> names;
-#ifdef KILN_HAVE_ELF
   names = elf::kernel_names(p.entry->payload_kind, p.entry->payload);
-#endif
   for (const cache::LoweredName& n : p.entry->names) {
     // Name expressions are listed as written; their lowered symbols are not repeated.
     names.erase(std::remove(names.begin(), names.end(), n.lowered), names.end());

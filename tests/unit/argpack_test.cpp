@@ -1,4 +1,4 @@
-// Argument packing: natural alignment, as the kernel parameter buffer expects (RTC_NOTES §4:
+// Argument packing: natural alignment, as the kernel parameter buffer expects (docs/design.md §5:
 // (float*, int, double) -> offsets 0, 8, 16).
 #include <catch2/catch.hpp>
 

@@ -28,8 +28,6 @@ struct ProgramState;
 class EngineCore;
 }  // namespace detail
 
-enum class LogLevel : std::uint8_t { error, warn, info, debug };
-
 struct EngineConfig {
   Vendor vendor = Vendor::none;  ///< none = auto: the first lane with a device (KILN_VENDOR=auto|cuda|hip)
   int device = -1;               ///< -1 = KILN_DEVICE, else 0

@@ -41,6 +41,12 @@ class LaunchError : public Error {
   using Error::Error;
 };
 
+/// The device (or the host, for pinned buffers) had no memory for an allocation the driver was asked for.
+class OutOfMemory : public LaunchError {
+ public:
+  using LaunchError::LaunchError;
+};
+
 /// Bad input: unknown target, bad option, unknown built-in source, malformed environment variable.
 class ConfigError : public Error {
  public:

@@ -22,7 +22,7 @@ struct Hash128 {
 };
 
 /// Seeds. The key and the entry checksum use different seeds, so a checksum can never be
-/// mistaken for a key (DESIGN.md, "The cache on disk").
+/// mistaken for a key (docs/design.md §7).
 inline constexpr std::uint64_t kKeySeed = 0;
 inline constexpr std::uint64_t kChecksumSeed = 0x6b696c6e2d636b73ULL;  // "kiln-cks"
 
