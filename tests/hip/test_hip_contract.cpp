@@ -392,8 +392,9 @@ TEST_CASE("HIP errors become kiln errors with the HIP name, string and context",
                                Catch::Contains("device 0, gfx1030"));
     }
   }
-  SECTION("hipErrorOutOfMemory -> LaunchError naming the size and device") {
+  SECTION("hipErrorOutOfMemory -> OutOfMemory (a LaunchError) naming the size and device") {
     fake("fail.hipMalloc", "2");
+    CHECK_THROWS_AS(runtime->allocate(0, 1 << 20), kiln::OutOfMemory);
     CHECK_THROWS_AS(runtime->allocate(0, 1 << 20), kiln::LaunchError);
     CHECK_THROWS_WITH(
         runtime->allocate(0, 1 << 20),

@@ -212,9 +212,11 @@ class CudaDriver final : public LaneRuntime {
     CUdeviceptr pointer = 0;
     const CUresult result = m_api.cuMemAlloc(&pointer, bytes);
     if (result != CUDA_SUCCESS) {
-      throw LaunchError(fmt::format("cuMemAlloc failed: {} allocating {} bytes on device {} ({} bytes total)",
-                                    describe(result), bytes, device,
-                                    m_devices.at(static_cast<std::size_t>(device)).total_memory));
+      const std::string message =
+          fmt::format("cuMemAlloc failed: {} allocating {} bytes on device {} ({} bytes total)", describe(result), bytes,
+                      device, m_devices.at(static_cast<std::size_t>(device)).total_memory);
+      if (result == CUDA_ERROR_OUT_OF_MEMORY) throw OutOfMemory(message);
+      throw LaunchError(message);
     }
     return reinterpret_cast<void*>(pointer);
   }
@@ -315,8 +317,8 @@ class CudaDriver final : public LaneRuntime {
   KILN_HOT void check(CUresult result, const char* call, std::string_view context = {}) const {
     if (result == CUDA_SUCCESS) return;
     const std::string message = call_failed_message(call, describe(result), context);
-    if (result == CUDA_ERROR_OUT_OF_MEMORY || result == CUDA_ERROR_INVALID_VALUE ||
-        result == CUDA_ERROR_LAUNCH_FAILED || result == CUDA_ERROR_ILLEGAL_ADDRESS) {
+    if (result == CUDA_ERROR_OUT_OF_MEMORY) throw OutOfMemory(message);
+    if (result == CUDA_ERROR_INVALID_VALUE || result == CUDA_ERROR_LAUNCH_FAILED || result == CUDA_ERROR_ILLEGAL_ADDRESS) {
       throw LaunchError(message);
     }
     if (result == CUDA_ERROR_NO_DEVICE || result == CUDA_ERROR_NOT_INITIALIZED || result == CUDA_ERROR_INVALID_DEVICE ||

@@ -180,8 +180,10 @@ class HipRuntime final : public LaneRuntime {
     void* pointer = nullptr;
     const hipError_t result = m_api.hipMalloc(&pointer, bytes);
     if (result != hipSuccess) {
-      throw LaunchError(fmt::format("hipMalloc failed: {} allocating {} bytes on device {} ({} bytes total)",
-                                    describe(result), bytes, device, device_info(device).total_memory));
+      const std::string message = fmt::format("hipMalloc failed: {} allocating {} bytes on device {} ({} bytes total)",
+                                              describe(result), bytes, device, device_info(device).total_memory);
+      if (result == hipErrorOutOfMemory) throw OutOfMemory(message);
+      throw LaunchError(message);
     }
     return pointer;
   }
@@ -291,6 +293,7 @@ class HipRuntime final : public LaneRuntime {
     if (result == hipErrorNoDevice || result == hipErrorInvalidDevice || result == hipErrorInsufficientDriver) {
       throw DeviceUnavailable(message);
     }
+    if (result == hipErrorOutOfMemory) throw OutOfMemory(message);
     throw ErrorType(message);
   }
 
