@@ -1,8 +1,8 @@
 #pragma once
 // A read-through tier consulted after the local store and before compiling: mounted packs
-// (KILN_CACHE_PACKS) and the remote tier (KILN_REMOTE_CACHE). The engine asks tiers in order; a hit is
-// verified like a local entry and copied into the local store. After a compile, publish() is offered
-// to every tier (a tier may ignore it: packs are read-only).
+// (KILN_CACHE_PACKS) and the remote tier (KILN_REMOTE_CACHE). The storage front end (storage.hpp) asks
+// tiers in order; a hit is verified like a local entry and copied into the local store. After a compile,
+// publish() is offered to every tier (a tier may ignore it: packs are read-only).
 #include <string>
 #include <string_view>
 
