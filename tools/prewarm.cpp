@@ -36,8 +36,8 @@
 #include "kiln/cache/remote.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
-#include "manifest.hpp"
-#include "targets.hpp"
+#include "kiln/tooling/manifest.hpp"
+#include "kiln/tooling/targets.hpp"
 
 namespace kiln::cli {
 namespace {

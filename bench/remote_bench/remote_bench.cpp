@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "engine_internal.hpp"
+#include "engine_access.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
@@ -171,9 +171,9 @@ void engine_hit_latency(const RedisServer& server, int iterations) {
     std::printf("(engine request latency skipped: %s)\n", e.what());
     return;
   }
-  engine.core().remote()->flush(std::chrono::seconds(10));
+  kiln::detail::EngineAccess::core(engine).remote()->flush(std::chrono::seconds(10));
   const std::string name = "kiln:v1:" + engine.describe_key(source, options, names, "sm_90").first.hex();
-  const auto context = bare_connection(engine.core().remote()->config());
+  const auto context = bare_connection(kiln::detail::EngineAccess::core(engine).remote()->config());
   std::vector<double> bare;
   std::vector<double> request;
   std::size_t value_bytes = 0;

@@ -22,10 +22,10 @@
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"
-#include "targets.hpp"
+#include "kiln/tooling/targets.hpp"
 
 #if __has_include("manifest.hpp")
-#include "manifest.hpp"
+#include "kiln/tooling/manifest.hpp"
 #define KILN_HAVE_MANIFEST 1
 #endif
 #if __has_include("elf.hpp")

@@ -1,4 +1,4 @@
-#include "manifest.hpp"
+#include "kiln/tooling/manifest.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "targets.hpp"
+#include "kiln/tooling/targets.hpp"
 
 #include <fmt/format.h>
 

@@ -74,7 +74,7 @@ kiln::cache::Entry prewarmed_entry(kiln::Engine& engine, const Builtin& b, const
   const kiln::Source source = kiln::Source::builtin(b.file);
   const kiln::PrewarmResult r = engine.prewarm(source, kiln::Options{}, b.names, target);
   CHECK(r.binary_bytes > 0);
-  const auto [hash, canonical] = engine.core().describe_key(source, kiln::Options{}, b.names, target);
+  const auto [hash, canonical] = engine.describe_key(source, kiln::Options{}, b.names, target);
   REQUIRE(hash == r.key);
   auto found = engine.store().get(hash, canonical);
   REQUIRE(found.entry.has_value());

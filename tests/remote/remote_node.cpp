@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine_internal.hpp"
+#include "engine_access.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     kiln::cache::RemoteStats remote;
-    if (kiln::cache::RemoteTier* tier = engine.core().remote()) {
+    if (kiln::cache::RemoteTier* tier = kiln::detail::EngineAccess::core(engine).remote()) {
       tier->flush(std::chrono::seconds(30));
       remote = tier->remote_stats();
     }

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine_internal.hpp"
+#include "engine_access.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/engine.hpp"
@@ -169,13 +169,13 @@ TEST_CASE("Redis unreachable from the start: every request compiles", "[remote][
   const TempDir dir;
   const std::string url = "redis://127.0.0.1:" + std::to_string(RedisServer::free_port());
   kiln::Engine engine(engine_config(dir, url));
-  REQUIRE(engine.core().remote() != nullptr);
+  REQUIRE(kiln::detail::EngineAccess::core(engine).remote() != nullptr);
   for (int v = 0; v < 3; ++v) CHECK(prewarm_saxpy(engine, v).origin == kiln::Origin::compiled);
   const auto stats = engine.stats();
   CHECK(stats.compiles == 3);
   CHECK(stats.remote_errors == 3);
   CHECK(stats.remote_hits == 0);
-  const auto remote = engine.core().remote()->remote_stats();
+  const auto remote = kiln::detail::EngineAccess::core(engine).remote()->remote_stats();
   CHECK(remote.failures == 1);
   std::printf("unreachable from the start: 3 requests compiled; remote tier added %.3f ms in total, %.3f ms at worst\n",
               ms(remote.get_nanoseconds), ms(remote.get_max_nanoseconds));
@@ -189,14 +189,14 @@ TEST_CASE("Redis stopped in the middle of a run: hits, then compiles", "[remote]
   for (int v = 0; v < 3; ++v) CHECK(prewarm_saxpy(engine, v).origin == kiln::Origin::disk);
   CHECK(engine.stats().remote_hits == 3);
   CHECK(engine.stats().compiles == 0);
-  const auto before = engine.core().remote()->remote_stats();
+  const auto before = kiln::detail::EngineAccess::core(engine).remote()->remote_stats();
 
   server->stop();
   for (int v = 3; v < 6; ++v) CHECK(prewarm_saxpy(engine, v).origin == kiln::Origin::compiled);
   const auto stats = engine.stats();
   CHECK(stats.compiles == 3);
   CHECK(stats.remote_errors == 3);
-  const auto after = engine.core().remote()->remote_stats();
+  const auto after = kiln::detail::EngineAccess::core(engine).remote()->remote_stats();
   CHECK(after.failures == 1);
   // What was fetched before the stop is served from the local cache now.
   for (int v = 0; v < 3; ++v) CHECK(prewarm_saxpy(engine, v).origin != kiln::Origin::compiled);
@@ -228,13 +228,13 @@ TEST_CASE("Redis made slow (DEBUG SLEEP): one operation timeout, then compiles",
   CHECK(stats.compiles == 4);
   CHECK(stats.remote_errors == 4);
   CHECK(stats.remote_hits == 0);
-  const auto remote = engine.core().remote()->remote_stats();
+  const auto remote = kiln::detail::EngineAccess::core(engine).remote()->remote_stats();
   CHECK(remote.failures == 1);
   std::printf(
       "redis slow (DEBUG SLEEP 2): 4 requests compiled in %.1f ms; remote tier added %.1f ms in total, "
       "%.1f ms at worst (operation timeout %lld ms)\n",
       total_ms, ms(remote.get_nanoseconds), ms(remote.get_max_nanoseconds),
-      static_cast<long long>(engine.core().remote()->config().operation_timeout.count()));
+      static_cast<long long>(kiln::detail::EngineAccess::core(engine).remote()->config().operation_timeout.count()));
 }
 
 TEST_CASE("truncated, bit-flipped and foreign values under a kernel's key are rejected and recompiled",
@@ -248,7 +248,7 @@ TEST_CASE("truncated, bit-flipped and foreign values under a kernel's key are re
     kiln::Engine engine(engine_config(dir, server.url()));
     REQUIRE(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
     REQUIRE(prewarm_saxpy(engine, 1).origin == kiln::Origin::compiled);
-    REQUIRE(engine.core().remote()->flush(10s));
+    REQUIRE(kiln::detail::EngineAccess::core(engine).remote()->flush(10s));
     key = remote_key(engine, 0);
     good = server.get(key).value_or("");
     foreign = server.get(remote_key(engine, 1)).value_or("");
@@ -275,12 +275,12 @@ TEST_CASE("truncated, bit-flipped and foreign values under a kernel's key are re
       CHECK(stats.compiles == 1);
       CHECK(stats.remote_hits == 0);
       CHECK(stats.remote_errors == 1);
-      CHECK(engine.core().remote()->remote_stats().rejected == 1);
+      CHECK(kiln::detail::EngineAccess::core(engine).remote()->remote_stats().rejected == 1);
       // The local entry is the fresh compile, and the remote holds a valid entry for the key again.
       const auto [hash, canonical] = engine.describe_key(saxpy(), variant(0), saxpy().listed_kernels(), "sm_90");
       const auto local = engine.store().get(hash, canonical);
       CHECK(local.outcome == kiln::cache::LookupOutcome::hit);
-      REQUIRE(engine.core().remote()->flush(10s));
+      REQUIRE(kiln::detail::EngineAccess::core(engine).remote()->flush(10s));
       const std::string republished = server.get(key).value_or("");
       const auto parsed =
           kiln::cache::parse(std::span(reinterpret_cast<const std::byte*>(republished.data()), republished.size()));

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "kiln/error.hpp"
-#include "manifest.hpp"
+#include "kiln/tooling/manifest.hpp"
 
 namespace {
 

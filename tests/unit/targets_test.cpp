@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "kiln/error.hpp"
-#include "targets.hpp"
+#include "kiln/tooling/targets.hpp"
 
 using kiln::ConfigError;
 using kiln::Vendor;

@@ -26,6 +26,7 @@ namespace detail {
 struct KernelState;
 struct ProgramState;
 class EngineCore;
+struct EngineAccess;  // tests/support/engine_access.hpp: test-only
 }  // namespace detail
 
 struct EngineConfig {
@@ -177,9 +178,9 @@ class Engine {
   void destroy_stream(StreamHandle stream, int device = -1) noexcept;
   void synchronize(StreamHandle stream = nullptr, int device = -1);
 
-  [[nodiscard]] detail::EngineCore& core() noexcept { return *m_core; }
 
  private:
+  friend struct detail::EngineAccess;
   std::shared_ptr<detail::EngineCore> m_core;
 };
 

@@ -1,6 +1,9 @@
 #pragma once
 // Target ids: parsing, the vendor a target belongs to, its warp size, validation against what the
 // loaded compiler supports. Shared by both lanes (no vendor API here).
+// kiln/tooling/: the engine's interface to kiln's own tools (the CLI). Installed with the other
+// headers so an installed CLI builds against it, but not part of the stable API: it may change in
+// any release.
 #include <string>
 #include <string_view>
 #include <vector>

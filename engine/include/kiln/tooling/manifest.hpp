@@ -1,7 +1,8 @@
 #pragma once
 // Request manifests (KILN_RECORD=FILE): one JSON object per line, one line per distinct request an
 // engine served, so `kiln prewarm --manifest FILE --target NEW` can replay real use for a new GPU,
-// driver or container image.
+// driver or container image. (kiln/tooling/: the engine's interface to kiln's own tools; installed,
+// but not part of the stable API.)
 //
 // Line grammar (JSON, one object per line, UTF-8; blank lines are ignored):
 //   {"v":1, "source":NAME, "builtin":BOOL, "source_hash":HEX32, "names":[STRING...],
