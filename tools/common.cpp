@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/engine.hpp"
 

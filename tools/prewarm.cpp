@@ -32,7 +32,7 @@
 #include <fmt/format.h>
 
 #include "common.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"

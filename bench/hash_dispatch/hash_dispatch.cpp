@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "xxh3.hpp"
+#include "kiln/base/xxh3.hpp"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/cache/hash.hpp"  // XXH3-128 with kiln's AVX2 / AVX-512 dispatch, as Store::get uses it
+#include "kiln/base/hash.hpp"  // XXH3-128 with kiln's AVX2 / AVX-512 dispatch, as Store::get uses it
 
 namespace {
 

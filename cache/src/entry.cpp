@@ -16,8 +16,8 @@
 #include <system_error>
 
 #include "entry_io.hpp"
-#include "hot_path.hpp"
-#include "xxh3.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/xxh3.hpp"
 
 namespace kiln::cache {
 namespace {

@@ -9,7 +9,7 @@
 #include <variant>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 
 namespace kiln::cache::detail {
 

@@ -1,5 +1,5 @@
 #include "kiln/cache/key.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "kiln/cache/log.hpp"
+#include "kiln/base/log.hpp"
 #include "posix_util.hpp"
 
 namespace kiln::cache {

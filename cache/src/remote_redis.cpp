@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <variant>
 
-#include "kiln/cache/log.hpp"
+#include "kiln/base/log.hpp"
 
 #ifndef KILN_HAVE_HIREDIS
 #define KILN_HAVE_HIREDIS 0

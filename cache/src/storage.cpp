@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "hot_path.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/remote.hpp"
 

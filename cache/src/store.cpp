@@ -20,8 +20,8 @@
 
 #include "atomic_file.hpp"
 #include "entry_io.hpp"
-#include "hot_path.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/log.hpp"
 #include "posix_util.hpp"
 
 namespace kiln::cache {

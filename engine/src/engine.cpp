@@ -15,9 +15,9 @@
 
 #include "compiler_probe.hpp"
 #include "engine_internal.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/cache/key.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"

@@ -5,7 +5,7 @@
 
 #include "elf.hpp"
 #include "engine_internal.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln {

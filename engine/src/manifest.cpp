@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kiln/cache/hash.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/hash.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::detail {

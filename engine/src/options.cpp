@@ -8,7 +8,7 @@
 #include <charconv>
 #include <span>
 
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln {

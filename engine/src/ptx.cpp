@@ -1,5 +1,5 @@
 #include "ptx.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 
 #include <string.h>  // memmem (a GNU extension; glibc's is much faster than a first-character scan)
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"

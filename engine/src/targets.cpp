@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::detail {

@@ -5,7 +5,7 @@
 
 #include "cache_test_support.hpp"
 #include "entry_io.hpp"
-#include "xxh3.hpp"
+#include "kiln/base/xxh3.hpp"
 
 using namespace kiln_test;
 using kiln::cache::ContentError;

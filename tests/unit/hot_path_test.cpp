@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "hot_path.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/source.hpp"
 #include "ptx.hpp"
 

@@ -3,7 +3,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/key.hpp"
 
 using kiln::cache::CanonicalKey;

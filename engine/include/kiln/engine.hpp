@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/device.hpp"

@@ -13,8 +13,8 @@
 #include <span>
 #include <string_view>
 
-#include "hot_path.hpp"
-#include "kiln/cache/log.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
 #include "lanes/cuda_symbols.hpp"
 #include "lanes/dynlib.hpp"

@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "amdgpu_metadata.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
 #include "lanes/dynlib.hpp"
 #include "lanes/hip_symbols.hpp"

@@ -45,7 +45,7 @@
 #include <variant>
 #include <vector>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/types.hpp"
 
 namespace kiln::cache {

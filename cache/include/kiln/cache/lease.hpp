@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 
 namespace kiln::cache {
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/tier.hpp"
 
 namespace kiln::cache {

@@ -35,7 +35,7 @@
 #include <string_view>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/cache/tier.hpp"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/lease.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/lookup.hpp"
 
 namespace kiln::cache {

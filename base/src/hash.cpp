@@ -1,7 +1,7 @@
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 
-#include "hot_path.hpp"
-#include "xxh3.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/base/xxh3.hpp"
 
 namespace kiln::cache {
 

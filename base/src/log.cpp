@@ -1,4 +1,4 @@
-#include "kiln/cache/log.hpp"
+#include "kiln/base/log.hpp"
 
 #include <atomic>
 #include <cstdio>

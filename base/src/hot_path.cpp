@@ -1,4 +1,4 @@
-#include "hot_path.hpp"
+#include "kiln/base/hot_path.hpp"
 
 #include <cstdint>
 

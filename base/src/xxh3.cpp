@@ -1,5 +1,5 @@
-#include "xxh3.hpp"
-#include "hot_path.hpp"
+#include "kiln/base/xxh3.hpp"
+#include "kiln/base/hot_path.hpp"
 
 #include <xxhash.h>
 

@@ -1,11 +1,11 @@
 #pragma once
-// Private to cache/: XXH3-128, one-shot and in pieces, computed with AVX-512 or AVX2 when the CPU has
+// Internal to libkiln (base/ and cache/): XXH3-128, one-shot and in pieces, computed with AVX-512 or AVX2 when the CPU has
 // it (AVX2: about 2.5x faster than baseline on large binaries). XXH3 is defined independently of the
 // vector unit, so results are identical either way; the dispatch is chosen once per process.
 #include <cstddef>
 #include <cstdint>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 
 namespace kiln::cache::detail {
 

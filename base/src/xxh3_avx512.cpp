@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "xxh3.hpp"
+#include "kiln/base/xxh3.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
