@@ -67,8 +67,8 @@ void write_text(const fs::path& path, std::string_view text) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::byte> bytes = read_bytes(path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 /// The header as an include resolver records it (read long ago: trusted as far as the resolver knows).
