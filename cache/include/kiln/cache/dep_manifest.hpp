@@ -1,0 +1,277 @@
+#pragma once
+// Dependency manifests: the first level of a two-level key for kernels that include header trees.
+//
+// A request (source, options with the include folders, target, compiler) cannot name its binary by
+// itself: the bytes of the headers it includes matter too. After a compile, record() stores, under the
+// request's key, every header the compile read (path, stat, digest) and every path probed and found
+// absent in a folder searched before the one that matched, together with the result key (the key of the
+// entry, which covers the headers' digests). lookup() stats those paths: when every header's stat is the
+// recorded one and every absent path is still absent, the result key is known without reading a byte of
+// any header. A header whose stat changed is re-read and re-hashed: the same digest still matches (and its
+// stat is refreshed in the manifest, so the next lookup reads nothing). Recording the absent paths closes
+// the hole of stat-only checks: a new header that would now shadow a recorded one (it appears in a folder
+// searched earlier) makes the result not match.
+//
+// A header changed within kStatTrustWindow of the moment its bytes were read is never trusted by stat
+// (file times are coarse: a second write in the same tick can leave the stat unchanged): it is re-hashed
+// on every lookup until a lookup outside the window refreshes it.
+//
+// Files: <root>/manifests/<2 hex>/<30 hex>.kman (hex of the request key), directories 0700, files 0600,
+// published atomically (temp file beside the target, O_EXCL, fsync, rename) and opened with O_NOFOLLOW.
+// The contracts are the entry store's (store.hpp): a content error (bad magic, short file, checksum,
+// request key mismatch, not a regular file, not ours) is a miss and removes the manifest; an I/O error is
+// a miss that deletes nothing; a read-only instance writes, refreshes and deletes nothing; a memory-only
+// (disabled) one does nothing. Nothing here throws except where stated.
+//
+// Concurrent recorders of one request race read-modify-write: the last rename wins, so one of two results
+// recorded at the same moment may be lost. That costs one miss (the request compiles, which finds its entry
+// in the store or recompiles, and records again), never a wrong answer: every result in a manifest was
+// recorded whole.
+//
+// Format (this comment is the grammar; integers little-endian):
+//   manifest  := fixed canonical paths files absent results checksum
+//   fixed     := 64 bytes:
+//     off  0  magic          8   "KILNMAN\x01"
+//     off  8  format_version u32 kManifestFormatVersion (another version is a content error)
+//     off 12  reserved       u32 0
+//     off 16  request_key    16  XXH3-128 (seed kKeySeed) of the request's canonical key: high u64, low u64
+//     off 32  canonical_len  u32 <= ManifestLimits::max_canonical_bytes
+//     off 36  path_count     u32 <= max_paths
+//     off 40  file_count     u32 <= max_files
+//     off 44  absent_count   u32 <= max_absent
+//     off 48  result_count   u32 <= max_results
+//     off 52  index_count    u32 the number of u32 indices all results hold together
+//     off 56  total_len      u64 the size of the whole manifest; must equal the file size
+//   canonical := canonical_len bytes (the request's canonical key)
+//   paths     := path_count * ( length:u32 path )   each path 1..max_path_bytes bytes, starting with '/',
+//                                                    without NUL; every header and absent path, once
+//   files     := file_count * 64 bytes: path:u32 (index into paths) flags:u32 (bit 0: trusted; others 0)
+//                size:u64 mtime_ns:i64 ctime_ns:i64 inode:u64 device:u64 digest:16
+//   absent    := absent_count * path:u32 (index into paths)
+//   results   := result_count * ( result_key:16 file_refs:u32 absent_refs:u32
+//                                 file_refs * u32 (index into files) absent_refs * u32 (index into absent) )
+//                newest first; the index lists add up to index_count
+//   checksum  := XXH3-128 (seed kManifestChecksumSeed) over everything before it: high u64, low u64
+// Reading checks, in order: size, magic, version, reserved field, every count against the limits, the
+// minimum size the counts imply and total_len == file size (all before any allocation, so what a reader
+// allocates is bounded by the size of the input), then the checksum, then every path and index, that the
+// parts fill the file exactly, and request_key == hash(canonical).
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kiln/cache/dependencies.hpp"
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/hash.hpp"
+#include "kiln/cache/store.hpp"
+
+struct stat;
+
+namespace kiln::cache {
+
+inline constexpr std::uint32_t kManifestFormatVersion = 1;
+inline constexpr std::size_t kManifestFixedBytes = 64;
+inline constexpr std::size_t kManifestFileInfoBytes = 64;
+inline constexpr char kManifestMagic[8] = {'K', 'I', 'L', 'N', 'M', 'A', 'N', '\x01'};
+/// The manifest checksum's seed: differs from kKeySeed and kChecksumSeed, so no manifest checksum can be
+/// mistaken for a key or an entry checksum.
+inline constexpr std::uint64_t kManifestChecksumSeed = 0x6b696c6e2d6d616eULL;  // "kiln-man"
+
+/// A header whose mtime or ctime lies within this window of the moment its bytes were read (or of the
+/// moment it is recorded) is never trusted by stat: file times are coarse, so a write in the same tick as
+/// the read can leave size and times unchanged. Such a header is re-hashed on every lookup until a lookup
+/// outside the window refreshes it.
+inline constexpr std::chrono::seconds kStatTrustWindow{2};
+
+/// The FileStat of a stat(2) result (times in nanoseconds since the epoch).
+[[nodiscard]] FileStat to_file_stat(const struct ::stat& st) noexcept;
+/// Whether a stat may be trusted: its mtime and ctime lie more than `window` before `now_ns` (CLOCK_REALTIME,
+/// nanoseconds since the epoch), taken before the file's bytes were read. The include resolver sets
+/// HeaderRecord::trusted_stat with this rule and the time it read the header.
+[[nodiscard]] bool stat_is_settled(const FileStat& stat, std::int64_t now_ns,
+                                   std::chrono::nanoseconds window = kStatTrustWindow) noexcept;
+/// CLOCK_REALTIME in nanoseconds since the epoch.
+[[nodiscard]] std::int64_t realtime_now_ns() noexcept;
+
+/// Caps applied while parsing, before any allocation (a manifest may be hostile), and while recording.
+struct ManifestLimits {
+  std::uint64_t max_file_bytes = 256ULL << 20;    ///< the whole manifest
+  std::uint32_t max_canonical_bytes = 64U << 20;  ///< the request's canonical key (it holds the source)
+  std::uint32_t max_files = 65536;                ///< header infos
+  std::uint32_t max_absent = 262144;              ///< absent paths (probes in earlier folders add up)
+  std::uint32_t max_paths = 65536 + 262144;       ///< distinct paths
+  std::uint32_t max_path_bytes = 4096;            ///< PATH_MAX
+  std::uint32_t max_results = 64;                 ///< what a parser accepts (record keeps ManifestConfig::max_results)
+  std::uint64_t max_header_bytes = 64ULL << 20;   ///< a header larger than this is not re-hashed (no match)
+};
+
+/// One result: the header infos and absent paths it depends on, and the key of its entry.
+struct ManifestResult {
+  Hash128 result_key;
+  std::vector<std::uint32_t> files;   ///< indices into Manifest::files, in resolution order
+  std::vector<std::uint32_t> absent;  ///< indices into Manifest::absent
+  friend bool operator==(const ManifestResult&, const ManifestResult&) = default;
+};
+
+/// A manifest in memory (parse_manifest, serialize_manifest, the CLI).
+struct Manifest {
+  Hash128 request_key;                  ///< hash128(request_canonical)
+  std::string request_canonical;        ///< CanonicalKey::bytes() of the request
+  std::vector<HeaderRecord> files;      ///< deduplicated by path + digest
+  std::vector<std::string> absent;      ///< deduplicated
+  std::vector<ManifestResult> results;  ///< newest first
+  friend bool operator==(const Manifest&, const Manifest&) = default;
+};
+
+/// Serializes a manifest (the grammar above; the path table is built from the distinct paths). Writes
+/// request_key as given. Throws std::bad_alloc, or std::length_error for a field that cannot be
+/// represented (over 4 GiB, an index out of range).
+[[nodiscard]] std::vector<std::byte> serialize_manifest(const Manifest& manifest);
+/// Parses and verifies a manifest. Never throws on malformed input (only std::bad_alloc); never reads
+/// outside `bytes`. Every error is a content error.
+[[nodiscard]] std::variant<Manifest, ContentError> parse_manifest(std::span<const std::byte> bytes,
+                                                                  const ManifestLimits& limits = {});
+/// Human-readable text: the request key, each header with its digest and stat, the absent paths, and each
+/// result with the headers and absent paths it depends on.
+[[nodiscard]] std::string render_manifest(const Manifest& manifest);
+
+struct ManifestConfig {
+  std::filesystem::path root;  ///< the cache root (manifests/ lives below it); empty: memory-only
+  bool disabled = false;       ///< memory-only: nothing is read or written
+  bool read_only = false;      ///< lookups only: nothing is written, refreshed or removed
+  ManifestLimits limits{};
+  std::size_t max_results = 16;  ///< results kept per manifest; recording more drops the oldest
+  /// kStatTrustWindow; tests shorten it (a freshly written or touched file's ctime is always "now").
+  std::chrono::nanoseconds trust_window = kStatTrustWindow;
+};
+
+enum class ManifestOutcome : std::uint8_t {
+  hit,              ///< a recorded result matches: its key is the answer
+  no_manifest,      ///< nothing recorded for the request
+  no_match,         ///< a manifest, but no result matches the files as they are now
+  corrupt_removed,  ///< content error (damaged, not ours, another request's): the manifest was deleted
+  corrupt,          ///< content error, not deleted (read-only, explain(), or it changed meanwhile)
+  io_error,         ///< could not read the manifest: nothing deleted
+  disabled,         ///< memory-only
+};
+[[nodiscard]] std::string_view to_string(ManifestOutcome outcome) noexcept;
+
+/// What one lookup did (the caller's counters and `kiln cache why-miss`).
+struct LookupStats {
+  ManifestOutcome outcome = ManifestOutcome::no_manifest;
+  std::string detail;                 ///< why, when it is not a hit: the content error, or each result's first change
+  std::uint32_t results_checked = 0;  ///< results looked at (up to and including the matching one)
+  std::uint32_t stats = 0;            ///< stat(2) calls on header and absent paths (each path at most once)
+  std::uint32_t reads = 0;            ///< headers read and re-hashed
+  std::uint64_t bytes_hashed = 0;     ///< their bytes
+  std::uint32_t refreshed = 0;        ///< header infos whose stat or trust was refreshed
+  bool rewritten = false;             ///< the manifest was rewritten with the refreshed stats
+};
+
+/// How a recorded dependency differs from the file system now.
+enum class DependencyChange : std::uint8_t {
+  none,        ///< every dependency of the result still matches
+  changed,     ///< a header's bytes differ (or it is no longer a regular file, or larger than the cap)
+  vanished,    ///< a header no longer exists
+  appeared,    ///< a path that was absent exists now (it would shadow a recorded header)
+  unreadable,  ///< a header or absent path could not be checked (stat or read failed)
+};
+[[nodiscard]] std::string_view to_string(DependencyChange change) noexcept;
+
+/// One result as explain() found it.
+struct ResultCheck {
+  Hash128 result_key;
+  DependencyChange change = DependencyChange::none;
+  std::string path;    ///< the first dependency found not to match (empty when none)
+  std::string detail;  ///< e.g. "digest 3f.. -> 9a..", "stat: Permission denied"
+};
+
+/// Why a request's manifest does (not) give a result key: `kiln cache why-miss`.
+struct ManifestExplanation {
+  ManifestOutcome outcome = ManifestOutcome::no_manifest;  ///< hit, no_manifest, no_match, corrupt, io_error, disabled
+  std::string detail;                                      ///< the content or I/O error
+  std::vector<ResultCheck> results;                        ///< every result, newest first
+};
+
+/// One manifest file as scan() saw it.
+struct ScannedManifest {
+  std::filesystem::path path;
+  Hash128 request_key;  ///< from the file name
+  std::uint64_t size = 0;
+  std::chrono::system_clock::time_point mtime;
+  std::size_t files = 0;    ///< header infos (when it parsed)
+  std::size_t absent = 0;   ///< absent paths
+  std::size_t results = 0;  ///< results
+  /// Empty when it parsed; else a content error, or one starting with "cannot open", "cannot stat" or
+  /// "I/O error" (an I/O error: the manifest may be fine).
+  std::string error;
+};
+
+class DependencyManifests {
+ public:
+  /// `root` empty: memory-only (disabled).
+  DependencyManifests(std::filesystem::path root, bool read_only);
+  explicit DependencyManifests(ManifestConfig config);
+  ~DependencyManifests();
+  DependencyManifests(const DependencyManifests&) = delete;
+  DependencyManifests& operator=(const DependencyManifests&) = delete;
+
+  /// read_write, read_only, or memory_only (disabled, no root, or a root that is not this user's alone).
+  [[nodiscard]] StoreMode mode() const noexcept;
+  /// Why it is not read_write (empty otherwise).
+  [[nodiscard]] std::string mode_reason() const;
+  [[nodiscard]] const ManifestConfig& config() const noexcept { return m_config; }
+
+  /// The result key recorded for the request whose dependencies match the file system now (results are
+  /// tried newest first), else nullopt. Stats every path of a result at most once per lookup; re-reads a
+  /// header only when its stat differs from the recorded one or is not trusted. When a re-read header still
+  /// has its recorded digest, its stat is refreshed and the manifest rewritten (best effort; read-write
+  /// only). Never throws. `stats` (optional) says what it did and, on a miss, why.
+  [[nodiscard]] std::optional<Hash128> lookup(const Hash128& request_key, std::string_view request_canonical,
+                                              LookupStats* stats = nullptr);
+
+  /// Records that the request, with these dependencies, compiled to `result_key`: merged into the
+  /// request's manifest (the new result first; the same result key replaces its older record; beyond
+  /// ManifestConfig::max_results the oldest are dropped; header infos are shared by path + digest). A header
+  /// is stored trusted only when the set says so and its stat lies outside the trust window now. Refuses
+  /// (warns once) a set whose paths are not absolute or exceed the limits, or a request key that is not
+  /// the hash of its canonical key. Never throws; a failed write warns once per instance.
+  void record(const Hash128& request_key, std::string_view request_canonical, const DependencySet& dependencies,
+              const Hash128& result_key) noexcept;
+
+  /// Every result of the request's manifest checked against the file system now, each with its first
+  /// mismatch. Reads, never writes or deletes. Never throws but std::bad_alloc.
+  [[nodiscard]] ManifestExplanation explain(const Hash128& request_key, std::string_view request_canonical) const;
+
+  /// Removes the request's manifest; true if a file was removed. Never throws.
+  bool remove(const Hash128& request_key) noexcept;
+  /// Removes every manifest and temp file under manifests/ (read-write only). Returns how many manifests
+  /// were removed. Never throws.
+  std::size_t clear() noexcept;
+  /// Every manifest file, parsed and checked (not against any request): `kiln cache ls/verify`. Deletes
+  /// nothing. Unreadable directories are skipped. Never throws but std::bad_alloc.
+  [[nodiscard]] std::vector<ScannedManifest> scan() const;
+  /// Reads and parses one manifest file without deleting anything (CLI show). An I/O error is reported as
+  /// a ContentError whose reason starts with "cannot open", "cannot stat" or "I/O error".
+  [[nodiscard]] std::variant<Manifest, ContentError> read_file(const std::filesystem::path& path) const;
+
+  /// <root>/manifests; empty when memory-only.
+  [[nodiscard]] std::filesystem::path directory() const;
+  /// The path the manifest of `request_key` lives at (empty when memory-only).
+  [[nodiscard]] std::filesystem::path manifest_path(const Hash128& request_key) const;
+
+ private:
+  struct State;
+  ManifestConfig m_config;
+  std::unique_ptr<State> m_state;
+};
+
+}  // namespace kiln::cache

@@ -1,0 +1,1498 @@
+#include "kiln/cache/dep_manifest.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "atomic_file.hpp"
+#include "kiln/cache/log.hpp"
+#include "xxh3.hpp"
+
+namespace kiln::cache {
+namespace {
+
+// Offsets of the fixed part (the grammar in dep_manifest.hpp).
+namespace field {
+constexpr std::size_t magic = 0;
+constexpr std::size_t format_version = 8;
+constexpr std::size_t reserved32 = 12;
+constexpr std::size_t request_key = 16;
+constexpr std::size_t canonical_len = 32;
+constexpr std::size_t path_count = 36;
+constexpr std::size_t file_count = 40;
+constexpr std::size_t absent_count = 44;
+constexpr std::size_t result_count = 48;
+constexpr std::size_t index_count = 52;
+constexpr std::size_t total_len = 56;
+}  // namespace field
+static_assert(field::total_len + 8 == kManifestFixedBytes, "the fixed part is 64 bytes: update the grammar");
+static_assert(field::request_key + 16 == field::canonical_len);
+
+static_assert(4 + 4 + 5 * 8 + 16 == kManifestFileInfoBytes, "a header info is 64 bytes: update the grammar");
+
+constexpr std::size_t kChecksumBytes = 16;
+constexpr std::size_t kResultFixedBytes = 24;  // result_key, file_refs, absent_refs
+constexpr std::size_t kMinPathBytes = 5;       // length + at least "/"
+constexpr std::uint32_t kTrustedFlag = 1;
+constexpr std::string_view kManifestDirectory = "manifests";
+constexpr std::string_view kManifestSuffix = ".kman";
+constexpr std::size_t kReadChunk = 64 * 1024;  // headers are hashed in pieces of this size
+
+// ---- little-endian fields ----------------------------------------------------------------------------
+
+std::uint64_t load_le(const std::byte* p, std::size_t width) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < width; ++i) value |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return value;
+}
+std::uint32_t load_u32(const std::byte* p) noexcept { return static_cast<std::uint32_t>(load_le(p, 4)); }
+std::uint64_t load_u64(const std::byte* p) noexcept { return load_le(p, 8); }
+Hash128 load_hash(const std::byte* p) noexcept { return Hash128{load_u64(p), load_u64(p + 8)}; }
+
+void store_le(std::byte* p, std::uint64_t value, std::size_t width) noexcept {
+  for (std::size_t i = 0; i < width; ++i) p[i] = static_cast<std::byte>((value >> (8 * i)) & 0xFF);
+}
+void store_hash(std::byte* p, const Hash128& h) noexcept {
+  store_le(p, h.high, 8);
+  store_le(p + 8, h.low, 8);
+}
+
+// ---- the manifest as parsed: views into the bytes it was read from ---------------------------------------
+
+struct FileInfo {
+  std::uint32_t path = 0;  ///< index into ManifestView::paths
+  FileStat stat;
+  bool trusted = false;
+  Hash128 digest;
+};
+
+struct ResultRefs {
+  Hash128 key;
+  std::uint32_t files_begin = 0;  ///< into ManifestView::indices
+  std::uint32_t files_count = 0;
+  std::uint32_t absent_begin = 0;
+  std::uint32_t absent_count = 0;
+};
+
+/// One parser and one serializer work on this form; Manifest (public) converts to and from it.
+struct ManifestView {
+  Hash128 request_key;
+  std::string_view canonical;
+  std::vector<std::string_view> paths;
+  std::vector<FileInfo> files;
+  std::vector<std::uint32_t> absent;  ///< path indices
+  std::vector<ResultRefs> results;    ///< newest first
+  std::vector<std::uint32_t> indices;
+
+  [[nodiscard]] std::span<const std::uint32_t> result_files(const ResultRefs& r) const {
+    return std::span(indices).subspan(r.files_begin, r.files_count);
+  }
+  [[nodiscard]] std::span<const std::uint32_t> result_absent(const ResultRefs& r) const {
+    return std::span(indices).subspan(r.absent_begin, r.absent_count);
+  }
+  /// The serialized size (saturating: a view that large is refused anyway).
+  [[nodiscard]] std::uint64_t byte_size() const noexcept {
+    std::uint64_t total = kManifestFixedBytes + canonical.size() + kChecksumBytes;
+    for (const std::string_view path : paths) total += 4 + path.size();
+    total += std::uint64_t{kManifestFileInfoBytes} * files.size() + 4 * absent.size() +
+             std::uint64_t{kResultFixedBytes} * results.size() + 4 * indices.size();
+    return total;
+  }
+};
+
+/// What the caller asked for: compared in place instead of re-hashing the stored canonical key.
+struct ExpectedRequest {
+  Hash128 key;
+  std::string_view canonical;
+};
+
+ContentError too_large(std::string_view what, std::uint64_t value, std::uint64_t limit) {
+  return ContentError{fmt::format("{} {} exceeds the limit {}", what, value, limit)};
+}
+
+/// A path as the grammar allows it: 1..max bytes, absolute, no NUL.
+std::optional<std::string> bad_path(std::string_view path, std::uint32_t max_bytes) {
+  if (path.empty()) return std::string("empty path");
+  if (path.size() > max_bytes) return fmt::format("path of {} bytes exceeds the limit {}", path.size(), max_bytes);
+  if (path.front() != '/') return std::string("relative path");
+  if (path.find('\0') != std::string_view::npos) return std::string("path holds a NUL byte");
+  return std::nullopt;
+}
+
+std::variant<ManifestView, ContentError> parse_view(std::span<const std::byte> bytes, const ManifestLimits& limits,
+                                                    const ExpectedRequest* expected) {
+  const std::uint64_t size = bytes.size();
+  // 1. Size, fixed part and counts: all before any allocation.
+  if (size == 0) return ContentError{"empty file (0 bytes)"};
+  if (size < kManifestFixedBytes + kChecksumBytes) {
+    return ContentError{
+        fmt::format("truncated: {} bytes, a manifest needs at least {}", size, kManifestFixedBytes + kChecksumBytes)};
+  }
+  if (size > limits.max_file_bytes) return too_large("file length", size, limits.max_file_bytes);
+  const std::byte* f = bytes.data();
+  if (std::memcmp(f + field::magic, kManifestMagic, sizeof(kManifestMagic)) != 0) {
+    return ContentError{"bad magic: not a kiln dependency manifest"};
+  }
+  if (const std::uint32_t version = load_u32(f + field::format_version); version != kManifestFormatVersion) {
+    return ContentError{fmt::format("format version {}, this build reads version {}", version, kManifestFormatVersion)};
+  }
+  if (load_u32(f + field::reserved32) != 0) return ContentError{"reserved header field is not zero"};
+  const std::uint32_t canonical_len = load_u32(f + field::canonical_len);
+  const std::uint32_t path_count = load_u32(f + field::path_count);
+  const std::uint32_t file_count = load_u32(f + field::file_count);
+  const std::uint32_t absent_count = load_u32(f + field::absent_count);
+  const std::uint32_t result_count = load_u32(f + field::result_count);
+  const std::uint32_t index_count = load_u32(f + field::index_count);
+  const std::uint64_t total_len = load_u64(f + field::total_len);
+  if (canonical_len > limits.max_canonical_bytes) {
+    return too_large("canonical key length", canonical_len, limits.max_canonical_bytes);
+  }
+  if (path_count > limits.max_paths) return too_large("path count", path_count, limits.max_paths);
+  if (file_count > limits.max_files) return too_large("file count", file_count, limits.max_files);
+  if (absent_count > limits.max_absent) return too_large("absent path count", absent_count, limits.max_absent);
+  if (result_count > limits.max_results) return too_large("result count", result_count, limits.max_results);
+  if (total_len != size) {
+    return ContentError{fmt::format("total_len says {} bytes but the file has {}", total_len, size)};
+  }
+  // Each count is below 2^32 and each record below 100 bytes: no overflow.
+  const std::uint64_t minimum =
+      kManifestFixedBytes + std::uint64_t{canonical_len} + kMinPathBytes * std::uint64_t{path_count} +
+      kManifestFileInfoBytes * std::uint64_t{file_count} + 4 * std::uint64_t{absent_count} +
+      kResultFixedBytes * std::uint64_t{result_count} + 4 * std::uint64_t{index_count} + kChecksumBytes;
+  if (minimum > size) {
+    return ContentError{fmt::format("truncated: {} bytes, the counts need at least {}", size, minimum)};
+  }
+  // 2. The checksum.
+  const std::size_t body = static_cast<std::size_t>(size) - kChecksumBytes;
+  if (load_hash(f + body) != detail::xxh3_128(f, body, kManifestChecksumSeed)) {
+    return ContentError{"checksum mismatch"};
+  }
+  // 3. The parts, each within the body.
+  ManifestView view;
+  view.request_key = load_hash(f + field::request_key);
+  std::size_t at = kManifestFixedBytes;
+  const auto remaining = [&] { return body - at; };
+  view.canonical = std::string_view(reinterpret_cast<const char*>(f + at), canonical_len);
+  at += canonical_len;
+  view.paths.reserve(path_count);
+  for (std::uint32_t i = 0; i < path_count; ++i) {
+    if (remaining() < 4) return ContentError{fmt::format("path {} of {} is cut off", i, path_count)};
+    const std::uint32_t length = load_u32(f + at);
+    if (length > remaining() - 4) return ContentError{fmt::format("path {} of {} is cut off", i, path_count)};
+    const std::string_view path(reinterpret_cast<const char*>(f + at + 4), length);
+    if (auto why = bad_path(path, limits.max_path_bytes)) {
+      return ContentError{fmt::format("path {} of {}: {}", i, path_count, *why)};
+    }
+    view.paths.push_back(path);
+    at += 4 + std::size_t{length};
+  }
+  if (remaining() < kManifestFileInfoBytes * std::uint64_t{file_count} + 4 * std::uint64_t{absent_count}) {
+    return ContentError{"header and absent tables are cut off"};
+  }
+  view.files.reserve(file_count);
+  for (std::uint32_t i = 0; i < file_count; ++i, at += kManifestFileInfoBytes) {
+    const std::byte* p = f + at;
+    FileInfo info;
+    info.path = load_u32(p);
+    const std::uint32_t flags = load_u32(p + 4);
+    if (info.path >= path_count) {
+      return ContentError{fmt::format("header {} names path {} of {}", i, info.path, path_count)};
+    }
+    if ((flags & ~kTrustedFlag) != 0) return ContentError{fmt::format("header {} has unknown flags {:#x}", i, flags)};
+    info.trusted = (flags & kTrustedFlag) != 0;
+    info.stat.size = load_u64(p + 8);
+    info.stat.mtime_ns = static_cast<std::int64_t>(load_u64(p + 16));
+    info.stat.ctime_ns = static_cast<std::int64_t>(load_u64(p + 24));
+    info.stat.inode = load_u64(p + 32);
+    info.stat.device = load_u64(p + 40);
+    info.digest = load_hash(p + 48);
+    view.files.push_back(info);
+  }
+  view.absent.reserve(absent_count);
+  for (std::uint32_t i = 0; i < absent_count; ++i, at += 4) {
+    const std::uint32_t path = load_u32(f + at);
+    if (path >= path_count) return ContentError{fmt::format("absent path {} names path {} of {}", i, path, path_count)};
+    view.absent.push_back(path);
+  }
+  view.results.reserve(result_count);
+  view.indices.reserve(index_count);
+  for (std::uint32_t i = 0; i < result_count; ++i) {
+    if (remaining() < kResultFixedBytes)
+      return ContentError{fmt::format("result {} of {} is cut off", i, result_count)};
+    ResultRefs result;
+    result.key = load_hash(f + at);
+    result.files_count = load_u32(f + at + 16);
+    result.absent_count = load_u32(f + at + 20);
+    at += kResultFixedBytes;
+    const std::uint64_t refs = std::uint64_t{result.files_count} + result.absent_count;
+    if (refs > index_count - view.indices.size() || 4 * refs > remaining()) {
+      return ContentError{fmt::format("result {} of {}: {} indices do not fit", i, result_count, refs)};
+    }
+    result.files_begin = static_cast<std::uint32_t>(view.indices.size());
+    for (std::uint32_t k = 0; k < result.files_count; ++k, at += 4) {
+      const std::uint32_t index = load_u32(f + at);
+      if (index >= file_count) {
+        return ContentError{fmt::format("result {} names header {} of {}", i, index, file_count)};
+      }
+      view.indices.push_back(index);
+    }
+    result.absent_begin = static_cast<std::uint32_t>(view.indices.size());
+    for (std::uint32_t k = 0; k < result.absent_count; ++k, at += 4) {
+      const std::uint32_t index = load_u32(f + at);
+      if (index >= absent_count) {
+        return ContentError{fmt::format("result {} names absent path {} of {}", i, index, absent_count)};
+      }
+      view.indices.push_back(index);
+    }
+    view.results.push_back(result);
+  }
+  if (view.indices.size() != index_count) {
+    return ContentError{fmt::format("results hold {} indices, the header says {}", view.indices.size(), index_count)};
+  }
+  if (at != body) return ContentError{fmt::format("{} unused bytes before the checksum", body - at)};
+  // 4. The request it belongs to.
+  if (expected != nullptr) {
+    if (view.request_key != expected->key || view.canonical != expected->canonical) {
+      return ContentError{fmt::format("key mismatch: the manifest belongs to request {}, the request is {}",
+                                      view.request_key.hex(), expected->key.hex())};
+    }
+  } else if (hash128(view.canonical, kKeySeed) != view.request_key) {
+    return ContentError{"request key does not match the stored canonical key"};
+  }
+  return view;
+}
+
+std::vector<std::byte> serialize_view(const ManifestView& view) {
+  constexpr std::uint64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
+  if (view.canonical.size() > kMaxU32 || view.paths.size() > kMaxU32 || view.files.size() > kMaxU32 ||
+      view.absent.size() > kMaxU32 || view.results.size() > kMaxU32 || view.indices.size() > kMaxU32) {
+    throw std::length_error("dependency manifest field longer than 4 GiB cannot be serialized");
+  }
+  for (const std::string_view path : view.paths) {
+    if (path.size() > kMaxU32) throw std::length_error("dependency manifest path longer than 4 GiB");
+  }
+  const std::uint64_t total = view.byte_size();
+  std::vector<std::byte> out(static_cast<std::size_t>(total));
+  std::byte* const begin = out.data();
+  std::byte* p = begin;
+  std::memcpy(p + field::magic, kManifestMagic, sizeof(kManifestMagic));
+  store_le(p + field::format_version, kManifestFormatVersion, 4);
+  store_hash(p + field::request_key, view.request_key);
+  store_le(p + field::canonical_len, view.canonical.size(), 4);
+  store_le(p + field::path_count, view.paths.size(), 4);
+  store_le(p + field::file_count, view.files.size(), 4);
+  store_le(p + field::absent_count, view.absent.size(), 4);
+  store_le(p + field::result_count, view.results.size(), 4);
+  store_le(p + field::index_count, view.indices.size(), 4);
+  store_le(p + field::total_len, total, 8);
+  p += kManifestFixedBytes;
+  const auto put_bytes = [&p](const void* data, std::size_t count) {
+    if (count != 0) std::memcpy(p, data, count);
+    p += count;
+  };
+  const auto put_u32 = [&p](std::uint64_t value) {
+    store_le(p, value, 4);
+    p += 4;
+  };
+  put_bytes(view.canonical.data(), view.canonical.size());
+  for (const std::string_view path : view.paths) {
+    put_u32(path.size());
+    put_bytes(path.data(), path.size());
+  }
+  for (const FileInfo& info : view.files) {
+    put_u32(info.path);
+    put_u32(info.trusted ? kTrustedFlag : 0);
+    store_le(p, info.stat.size, 8);
+    store_le(p + 8, static_cast<std::uint64_t>(info.stat.mtime_ns), 8);
+    store_le(p + 16, static_cast<std::uint64_t>(info.stat.ctime_ns), 8);
+    store_le(p + 24, info.stat.inode, 8);
+    store_le(p + 32, info.stat.device, 8);
+    store_hash(p + 40, info.digest);
+    p += kManifestFileInfoBytes - 8;
+  }
+  for (const std::uint32_t path : view.absent) put_u32(path);
+  for (const ResultRefs& result : view.results) {
+    store_hash(p, result.key);
+    p += 16;
+    put_u32(result.files_count);
+    put_u32(result.absent_count);
+    for (const std::uint32_t index : view.result_files(result)) put_u32(index);
+    for (const std::uint32_t index : view.result_absent(result)) put_u32(index);
+  }
+  const auto body = static_cast<std::size_t>(p - begin);
+  store_hash(p, detail::xxh3_128(begin, body, kManifestChecksumSeed));
+  return out;
+}
+
+/// Views into `manifest`; throws std::length_error for an index out of range.
+ManifestView to_view(const Manifest& manifest) {
+  ManifestView view;
+  view.request_key = manifest.request_key;
+  view.canonical = manifest.request_canonical;
+  std::unordered_map<std::string_view, std::uint32_t> path_index;
+  const auto intern = [&](std::string_view path) {
+    const auto [it, fresh] = path_index.try_emplace(path, static_cast<std::uint32_t>(view.paths.size()));
+    if (fresh) view.paths.push_back(path);
+    return it->second;
+  };
+  for (const HeaderRecord& header : manifest.files) {
+    view.files.push_back(FileInfo{intern(header.path), header.stat, header.trusted_stat, header.digest});
+  }
+  for (const std::string& path : manifest.absent) view.absent.push_back(intern(path));
+  for (const ManifestResult& result : manifest.results) {
+    ResultRefs refs;
+    refs.key = result.result_key;
+    refs.files_begin = static_cast<std::uint32_t>(view.indices.size());
+    refs.files_count = static_cast<std::uint32_t>(result.files.size());
+    for (const std::uint32_t index : result.files) {
+      if (index >= manifest.files.size()) throw std::length_error("manifest result names a header out of range");
+      view.indices.push_back(index);
+    }
+    refs.absent_begin = static_cast<std::uint32_t>(view.indices.size());
+    refs.absent_count = static_cast<std::uint32_t>(result.absent.size());
+    for (const std::uint32_t index : result.absent) {
+      if (index >= manifest.absent.size()) throw std::length_error("manifest result names an absent path out of range");
+      view.indices.push_back(index);
+    }
+    view.results.push_back(refs);
+  }
+  return view;
+}
+
+Manifest from_view(const ManifestView& view) {
+  Manifest manifest;
+  manifest.request_key = view.request_key;
+  manifest.request_canonical.assign(view.canonical);
+  manifest.files.reserve(view.files.size());
+  for (const FileInfo& info : view.files) {
+    manifest.files.push_back(HeaderRecord{std::string(view.paths[info.path]), info.stat, info.trusted, info.digest});
+  }
+  manifest.absent.reserve(view.absent.size());
+  for (const std::uint32_t path : view.absent) manifest.absent.emplace_back(view.paths[path]);
+  manifest.results.reserve(view.results.size());
+  for (const ResultRefs& refs : view.results) {
+    const auto files = view.result_files(refs);
+    const auto absent = view.result_absent(refs);
+    manifest.results.push_back(ManifestResult{refs.key, std::vector<std::uint32_t>(files.begin(), files.end()),
+                                              std::vector<std::uint32_t>(absent.begin(), absent.end())});
+  }
+  return manifest;
+}
+
+// ---- files ----------------------------------------------------------------------------------------------
+
+/// Closes a file descriptor on scope exit.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) noexcept : m_fd(fd) {}
+  ~UniqueFd() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  [[nodiscard]] int get() const noexcept { return m_fd; }
+  explicit operator bool() const noexcept { return m_fd >= 0; }
+
+ private:
+  int m_fd;
+};
+
+bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
+
+/// A stat error that means "there is nothing at this path" (a component that is not a directory: the
+/// compiler's probe cannot open anything there either).
+bool is_absence(int error) noexcept { return error == ENOENT || error == ENOTDIR; }
+
+/// mkdir with mode 0700; an existing directory is success. Returns 0 or the errno.
+int make_private_dir(const std::string& path) noexcept {
+  if (::mkdir(path.c_str(), 0700) == 0) return 0;
+  if (errno != EEXIST) return errno;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+/// mkdir -p with mode 0700 for the missing components. Returns 0 or the errno.
+int make_private_dirs(const std::string& path) {
+  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    const std::string partial = path.substr(0, slash);
+    struct stat st {};
+    if (::stat(partial.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;  // e.g. "/home": exists, not ours
+    if (const int error = make_private_dir(partial); error != 0) return error;
+  }
+  return make_private_dir(path);
+}
+
+/// Why a directory must not be trusted (another user could plant manifests in it); empty when it may be.
+std::string distrust_reason(std::string_view what, const std::string& path, const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{} {} is not a directory", what, path);
+  if (st.st_uid != ::geteuid()) {
+    return fmt::format("{} {} is owned by uid {}, not by the current user (uid {})", what, path, st.st_uid,
+                       ::geteuid());
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return fmt::format("{} {} is group- or world-writable (mode {:04o})", what, path, st.st_mode & 07777);
+  }
+  return {};
+}
+
+bool is_hex(std::string_view text) noexcept {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+/// The request key a manifest file name stands for ("<30 hex>.kman" in shard "<2 hex>"), else nullopt.
+std::optional<Hash128> manifest_file_hash(std::string_view shard, std::string_view name) noexcept {
+  if (shard.size() != 2 || name.size() != 30 + kManifestSuffix.size() || !name.ends_with(kManifestSuffix)) {
+    return std::nullopt;
+  }
+  const std::string_view stem = name.substr(0, 30);
+  if (!is_hex(shard) || !is_hex(stem)) return std::nullopt;
+  char hex[32];
+  std::memcpy(hex, shard.data(), 2);
+  std::memcpy(hex + 2, stem.data(), 30);
+  return Hash128::from_hex(std::string_view(hex, sizeof(hex)));
+}
+
+enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
+
+ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
+  while (count > 0) {
+    const ssize_t n = ::read(fd, out, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      return ReadStatus::io_error;
+    }
+    if (n == 0) return ReadStatus::short_read;
+    out += n;
+    count -= static_cast<std::size_t>(n);
+  }
+  return ReadStatus::ok;
+}
+
+/// A manifest file read whole (not parsed yet).
+struct RawManifest {
+  enum class Kind : std::uint8_t { ok, absent, content_error, io_error } kind = Kind::absent;
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t size = 0;
+  struct stat st {};     ///< of the file read (or of the link found, for a symbolic link)
+  bool have_st = false;  ///< st describes what is at the path (removal checks it is still the same file)
+  std::string error;     ///< content or I/O error
+  [[nodiscard]] std::span<const std::byte> span() const noexcept { return {bytes.get(), size}; }
+};
+
+/// Opens (O_NOFOLLOW, O_NONBLOCK) and reads a manifest. A symbolic link, a non-regular file, a file of
+/// another owner and one over the size limit are content errors; open/read failures are I/O errors.
+RawManifest read_raw(const std::string& path, const ManifestLimits& limits) {
+  RawManifest raw;
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    const int error = errno;
+    if (is_absence(error)) return raw;
+    if (error == ELOOP) {
+      raw.kind = RawManifest::Kind::content_error;
+      raw.error = "a symbolic link: refused";
+      raw.have_st = ::lstat(path.c_str(), &raw.st) == 0 && S_ISLNK(raw.st.st_mode);
+      return raw;
+    }
+    raw.kind = RawManifest::Kind::io_error;
+    raw.error = fmt::format("cannot open: {}", std::strerror(error));
+    return raw;
+  }
+  if (::fstat(fd.get(), &raw.st) != 0) {
+    raw.kind = RawManifest::Kind::io_error;
+    raw.error = fmt::format("cannot stat: {}", std::strerror(errno));
+    return raw;
+  }
+  raw.have_st = true;
+  raw.kind = RawManifest::Kind::content_error;
+  if (!S_ISREG(raw.st.st_mode)) {
+    raw.error = "not a regular file";
+    return raw;
+  }
+  if (raw.st.st_uid != ::geteuid()) {
+    raw.error = fmt::format("owned by uid {}, not by the current user", raw.st.st_uid);
+    return raw;
+  }
+  const auto size = static_cast<std::uint64_t>(raw.st.st_size);
+  if (size > limits.max_file_bytes) {
+    raw.error = fmt::format("file length {} exceeds the limit {}", size, limits.max_file_bytes);
+    return raw;
+  }
+  raw.size = static_cast<std::size_t>(size);
+  raw.bytes = std::make_unique_for_overwrite<std::byte[]>(std::max<std::size_t>(raw.size, 1));
+  int error = 0;
+  const ReadStatus status = read_exact(fd.get(), raw.bytes.get(), raw.size, error);
+  if (status == ReadStatus::io_error) {
+    raw.kind = RawManifest::Kind::io_error;
+    raw.error = fmt::format("I/O error: read failed: {}", std::strerror(error));
+    return raw;
+  }
+  if (status == ReadStatus::short_read) {
+    raw.error = fmt::format("truncated while reading: file shorter than its {} bytes", size);
+    return raw;
+  }
+  raw.kind = RawManifest::Kind::ok;
+  return raw;
+}
+
+// ---- checking dependencies against the file system --------------------------------------------------------
+
+/// What a lookup learned about one path (each path is stat'ed, and read, at most once per lookup).
+struct PathProbe {
+  enum class Stat : std::uint8_t { unknown, present, absent, failed } stat_state = Stat::unknown;
+  enum class Read : std::uint8_t { not_read, ok, failed } read_state = Read::not_read;
+  int error = 0;                                          ///< errno of the failed stat, or of the failed read
+  DependencyChange read_change = DependencyChange::none;  ///< why the read failed
+  const char* read_what = "";                             ///< static text for a failed read
+  FileStat stat;                                          ///< from stat(2)
+  FileStat read_stat;  ///< from fstat(2) of the file read (unchanged across the read)
+  Hash128 digest;      ///< of the bytes read
+};
+
+/// The first dependency of a result that does not match (change == none: the result matches).
+struct Mismatch {
+  DependencyChange change = DependencyChange::none;
+  std::uint32_t path = 0;  ///< index into the view's paths
+  int error = 0;
+  const char* what = "";
+  Hash128 recorded{};  ///< for a changed digest: the recorded one and the one found
+  Hash128 found{};
+
+  static Mismatch at(DependencyChange change, std::uint32_t path, int error = 0, const char* what = "") {
+    Mismatch m;
+    m.change = change;
+    m.path = path;
+    m.error = error;
+    m.what = what;
+    return m;
+  }
+};
+
+std::string describe(const Mismatch& m) {
+  switch (m.change) {
+    case DependencyChange::none:
+      return "matches";
+    case DependencyChange::changed:
+      if (m.recorded != m.found) return fmt::format("digest {} -> {}", m.recorded.hex(), m.found.hex());
+      return m.what;
+    case DependencyChange::vanished:
+      return "no longer exists";
+    case DependencyChange::appeared:
+      return "was absent and exists now (it would shadow a recorded header)";
+    case DependencyChange::unreadable:
+      return fmt::format("{}: {}", m.what, std::strerror(m.error));
+  }
+  return {};
+}
+
+class Checker {
+ public:
+  Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window)
+      : m_view(view), m_limits(limits), m_now_ns(now_ns), m_window(window), m_probes(view.paths.size()) {}
+
+  /// Checks one result: absent paths first, then every header's stat, then re-hashes the headers whose
+  /// stat differs or is not trusted (so a vanished header costs no read).
+  Mismatch check(const ResultRefs& result) {
+    for (const std::uint32_t absent : m_view.result_absent(result)) {
+      const std::uint32_t path = m_view.absent[absent];
+      const PathProbe& probe = stat_path(path);
+      if (probe.stat_state == PathProbe::Stat::present) return Mismatch::at(DependencyChange::appeared, path);
+      if (probe.stat_state == PathProbe::Stat::failed) {
+        return Mismatch::at(DependencyChange::unreadable, path, probe.error, "stat");
+      }
+    }
+    m_pending.clear();
+    for (const std::uint32_t file : m_view.result_files(result)) {
+      const FileInfo& info = m_view.files[file];
+      const PathProbe& probe = stat_path(info.path);
+      if (probe.stat_state == PathProbe::Stat::absent) return Mismatch::at(DependencyChange::vanished, info.path);
+      if (probe.stat_state == PathProbe::Stat::failed) {
+        return Mismatch::at(DependencyChange::unreadable, info.path, probe.error, "stat");
+      }
+      if (info.trusted && probe.stat == info.stat) continue;
+      m_pending.push_back(file);
+    }
+    for (const std::uint32_t file : m_pending) {
+      const FileInfo& info = m_view.files[file];
+      const PathProbe& probe = read_path(info.path);
+      if (probe.read_state == PathProbe::Read::failed) {
+        return Mismatch::at(probe.read_change, info.path, probe.error, probe.read_what);
+      }
+      if (probe.digest != info.digest) {
+        Mismatch m = Mismatch::at(DependencyChange::changed, info.path);
+        m.recorded = info.digest;
+        m.found = probe.digest;
+        return m;
+      }
+      // Same bytes: remember the stat they have now (trusted once it lies outside the window).
+      const bool trusted = stat_is_settled(probe.read_stat, m_now_ns, m_window);
+      if (probe.read_stat != info.stat || trusted != info.trusted)
+        refreshes.emplace_back(file, probe.read_stat, trusted);
+    }
+    return Mismatch{};
+  }
+
+  struct Refresh {
+    std::uint32_t file;
+    FileStat stat;
+    bool trusted;
+    Refresh(std::uint32_t f, const FileStat& s, bool t) : file(f), stat(s), trusted(t) {}
+  };
+  std::vector<Refresh> refreshes;  ///< header infos re-hashed with their recorded digest (may repeat)
+  std::uint32_t stats = 0;
+  std::uint32_t reads = 0;
+  std::uint64_t bytes_hashed = 0;
+
+ private:
+  const char* c_path(std::uint32_t path) {
+    m_path_buffer.assign(m_view.paths[path]);
+    return m_path_buffer.c_str();
+  }
+
+  const PathProbe& stat_path(std::uint32_t path) {
+    PathProbe& probe = m_probes[path];
+    if (probe.stat_state != PathProbe::Stat::unknown) return probe;
+    ++stats;
+    struct stat st {};
+    if (::stat(c_path(path), &st) == 0) {
+      probe.stat_state = PathProbe::Stat::present;
+      probe.stat = to_file_stat(st);
+    } else if (is_absence(errno)) {
+      probe.stat_state = PathProbe::Stat::absent;
+    } else {
+      probe.stat_state = PathProbe::Stat::failed;
+      probe.error = errno;
+    }
+    return probe;
+  }
+
+  const PathProbe& read_path(std::uint32_t path) {
+    PathProbe& probe = m_probes[path];
+    if (probe.read_state != PathProbe::Read::not_read) return probe;
+    ++reads;
+    probe.read_state = PathProbe::Read::failed;
+    const auto fail = [&probe](DependencyChange change, int error, const char* what) -> const PathProbe& {
+      probe.read_change = change;
+      probe.error = error;
+      probe.read_what = what;
+      return probe;
+    };
+    // O_NONBLOCK: a FIFO planted at a header path cannot block the lookup (it is not a regular file).
+    const UniqueFd fd(::open(c_path(path), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    if (!fd) {
+      const int error = errno;
+      if (is_absence(error)) return fail(DependencyChange::vanished, error, "open");
+      return fail(DependencyChange::unreadable, error, "open");
+    }
+    struct stat before {};
+    if (::fstat(fd.get(), &before) != 0) return fail(DependencyChange::unreadable, errno, "fstat");
+    if (!S_ISREG(before.st_mode)) return fail(DependencyChange::changed, 0, "no longer a regular file");
+    const auto size = static_cast<std::uint64_t>(before.st_size);
+    if (size > m_limits.max_header_bytes) return fail(DependencyChange::changed, 0, "larger than the re-hash limit");
+    if (!m_buffer) m_buffer = std::make_unique_for_overwrite<std::byte[]>(kReadChunk);
+    detail::Xxh3Stream stream(kKeySeed);
+    std::uint64_t total = 0;
+    bool whole_in_buffer = false;
+    for (;;) {
+      const ssize_t n = ::read(fd.get(), m_buffer.get(), kReadChunk);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return fail(DependencyChange::unreadable, errno, "read");
+      }
+      if (n == 0) break;
+      // A file that fits one chunk is hashed in one call below (the one-shot hash is faster).
+      if (total == 0 && static_cast<std::uint64_t>(n) == size && size < kReadChunk) {
+        whole_in_buffer = true;
+        total = size;
+        continue;  // the next read() sees the end of the file (or bytes appended meanwhile)
+      }
+      if (whole_in_buffer) {  // the file grew while it was read
+        return fail(DependencyChange::changed, 0, "changed while being read");
+      }
+      stream.update(m_buffer.get(), static_cast<std::size_t>(n));
+      total += static_cast<std::uint64_t>(n);
+      if (total > size) return fail(DependencyChange::changed, 0, "changed while being read");
+    }
+    struct stat after {};
+    if (::fstat(fd.get(), &after) != 0) return fail(DependencyChange::unreadable, errno, "fstat");
+    const FileStat read_stat = to_file_stat(before);
+    if (total != size || to_file_stat(after) != read_stat) {
+      return fail(DependencyChange::changed, 0, "changed while being read");
+    }
+    bytes_hashed += total;
+    probe.digest =
+        whole_in_buffer ? detail::xxh3_128(m_buffer.get(), static_cast<std::size_t>(total), kKeySeed) : stream.digest();
+    probe.read_stat = read_stat;
+    probe.read_state = PathProbe::Read::ok;
+    return probe;
+  }
+
+  const ManifestView& m_view;
+  const ManifestLimits& m_limits;
+  std::int64_t m_now_ns;
+  std::chrono::nanoseconds m_window;
+  std::vector<PathProbe> m_probes;
+  std::vector<std::uint32_t> m_pending;
+  std::string m_path_buffer;
+  std::unique_ptr<std::byte[]> m_buffer;
+};
+
+// ---- merging a new result into a manifest ------------------------------------------------------------------
+
+struct FileKey {
+  std::uint32_t path;
+  Hash128 digest;
+  friend bool operator==(const FileKey&, const FileKey&) = default;
+};
+struct FileKeyHasher {
+  std::size_t operator()(const FileKey& key) const noexcept {
+    return Hash128Hasher{}(key.digest) ^ (static_cast<std::size_t>(key.path) * 0x9E3779B97F4A7C15ULL);
+  }
+};
+
+/// Builds a manifest result by result (views into the caller's strings and the old manifest's bytes).
+class Merger {
+ public:
+  Merger(const Hash128& request_key, std::string_view canonical) {
+    m_view.request_key = request_key;
+    m_view.canonical = canonical;
+  }
+
+  struct Mark {
+    std::size_t paths, files, absent, results, indices;
+  };
+  [[nodiscard]] Mark mark() const {
+    return Mark{m_view.paths.size(), m_view.files.size(), m_view.absent.size(), m_view.results.size(),
+                m_view.indices.size()};
+  }
+  /// Drops everything added since `mark` (the maps keep stale entries: nothing may be added afterwards).
+  void roll_back(const Mark& mark) {
+    m_view.paths.resize(mark.paths);
+    m_view.files.resize(mark.files);
+    m_view.absent.resize(mark.absent);
+    m_view.results.resize(mark.results);
+    m_view.indices.resize(mark.indices);
+  }
+
+  /// Adds a result: `files` yields (path, stat, trusted, digest), `absent` yields paths. A header info
+  /// already present (same path and digest) is shared and keeps the stat it was first added with.
+  template <class Files, class Absent>
+  void add_result(const Hash128& key, const Files& files, const Absent& absent) {
+    ResultRefs refs;
+    refs.key = key;
+    refs.files_begin = static_cast<std::uint32_t>(m_view.indices.size());
+    for (const auto& [path, file_stat, trusted, digest] : files) {
+      const std::uint32_t path_index = intern(path);
+      const auto [it, fresh] =
+          m_files.try_emplace(FileKey{path_index, digest}, static_cast<std::uint32_t>(m_view.files.size()));
+      if (fresh) m_view.files.push_back(FileInfo{path_index, file_stat, trusted, digest});
+      m_view.indices.push_back(it->second);
+    }
+    refs.files_count = static_cast<std::uint32_t>(m_view.indices.size() - refs.files_begin);
+    refs.absent_begin = static_cast<std::uint32_t>(m_view.indices.size());
+    for (const std::string_view path : absent) {
+      const std::uint32_t path_index = intern(path);
+      const auto [it, fresh] = m_absent.try_emplace(path_index, static_cast<std::uint32_t>(m_view.absent.size()));
+      if (fresh) m_view.absent.push_back(path_index);
+      m_view.indices.push_back(it->second);
+    }
+    refs.absent_count = static_cast<std::uint32_t>(m_view.indices.size() - refs.absent_begin);
+    m_view.results.push_back(refs);
+  }
+
+  /// Why the manifest exceeds the limits; empty when it fits.
+  [[nodiscard]] std::string over_limits(const ManifestLimits& limits) const {
+    if (m_view.files.size() > limits.max_files)
+      return fmt::format("{} headers (limit {})", m_view.files.size(), limits.max_files);
+    if (m_view.absent.size() > limits.max_absent) {
+      return fmt::format("{} absent paths (limit {})", m_view.absent.size(), limits.max_absent);
+    }
+    if (m_view.paths.size() > limits.max_paths)
+      return fmt::format("{} paths (limit {})", m_view.paths.size(), limits.max_paths);
+    if (m_view.results.size() > limits.max_results) {
+      return fmt::format("{} results (limit {})", m_view.results.size(), limits.max_results);
+    }
+    if (const std::uint64_t bytes = m_view.byte_size(); bytes > limits.max_file_bytes) {
+      return fmt::format("{} bytes (limit {})", bytes, limits.max_file_bytes);
+    }
+    return {};
+  }
+
+  [[nodiscard]] const ManifestView& view() const noexcept { return m_view; }
+
+ private:
+  std::uint32_t intern(std::string_view path) {
+    const auto [it, fresh] = m_paths.try_emplace(path, static_cast<std::uint32_t>(m_view.paths.size()));
+    if (fresh) m_view.paths.push_back(path);
+    return it->second;
+  }
+
+  ManifestView m_view;
+  std::unordered_map<std::string_view, std::uint32_t> m_paths;
+  std::unordered_map<FileKey, std::uint32_t, FileKeyHasher> m_files;
+  std::unordered_map<std::uint32_t, std::uint32_t> m_absent;
+};
+
+/// A header of a DependencySet or of an old result, as Merger::add_result takes it.
+struct MergeFile {
+  std::string_view path;
+  FileStat stat;
+  bool trusted;
+  Hash128 digest;
+};
+
+}  // namespace
+
+// ---- public helpers ---------------------------------------------------------------------------------------
+
+FileStat to_file_stat(const struct ::stat& st) noexcept {
+  FileStat out;
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  out.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  out.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+  out.inode = static_cast<std::uint64_t>(st.st_ino);
+  out.device = static_cast<std::uint64_t>(st.st_dev);
+  return out;
+}
+
+bool stat_is_settled(const FileStat& stat, std::int64_t now_ns, std::chrono::nanoseconds window) noexcept {
+  // A time in the future (clock skew) is never settled.
+  const std::int64_t limit = now_ns - static_cast<std::int64_t>(window.count());
+  return stat.mtime_ns < limit && stat.ctime_ns < limit;
+}
+
+std::int64_t realtime_now_ns() noexcept {
+  struct timespec now {};
+  if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return 0;  // time 0: nothing counts as settled
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+std::vector<std::byte> serialize_manifest(const Manifest& manifest) { return serialize_view(to_view(manifest)); }
+
+std::variant<Manifest, ContentError> parse_manifest(std::span<const std::byte> bytes, const ManifestLimits& limits) {
+  auto parsed = parse_view(bytes, limits, nullptr);
+  if (auto* error = std::get_if<ContentError>(&parsed)) return std::move(*error);
+  return from_view(std::get<ManifestView>(parsed));
+}
+
+std::string render_manifest(const Manifest& manifest) {
+  std::string out = fmt::format("dependency manifest for request {}\n", manifest.request_key.hex());
+  out += fmt::format("request canonical key: {} bytes\n", manifest.request_canonical.size());
+  out += fmt::format("headers ({}):\n", manifest.files.size());
+  for (std::size_t i = 0; i < manifest.files.size(); ++i) {
+    const HeaderRecord& h = manifest.files[i];
+    out +=
+        fmt::format("  [{}] {} {}\n      size {} mtime {}.{:09} ctime {}.{:09} inode {} device {} {}\n", i,
+                    h.digest.hex(), h.path, h.stat.size, h.stat.mtime_ns / 1'000'000'000,
+                    h.stat.mtime_ns % 1'000'000'000, h.stat.ctime_ns / 1'000'000'000, h.stat.ctime_ns % 1'000'000'000,
+                    h.stat.inode, h.stat.device, h.trusted_stat ? "trusted" : "untrusted (re-hashed on every lookup)");
+  }
+  out += fmt::format("absent paths ({}):\n", manifest.absent.size());
+  for (std::size_t i = 0; i < manifest.absent.size(); ++i) out += fmt::format("  [{}] {}\n", i, manifest.absent[i]);
+  out += fmt::format("results ({}, newest first):\n", manifest.results.size());
+  for (std::size_t i = 0; i < manifest.results.size(); ++i) {
+    const ManifestResult& r = manifest.results[i];
+    out += fmt::format("  {}. result {}: {} headers, {} absent paths\n", i + 1, r.result_key.hex(), r.files.size(),
+                       r.absent.size());
+    for (const std::uint32_t f : r.files) {
+      if (f < manifest.files.size()) out += fmt::format("       header [{}] {}\n", f, manifest.files[f].path);
+    }
+    for (const std::uint32_t a : r.absent) {
+      if (a < manifest.absent.size()) out += fmt::format("       absent [{}] {}\n", a, manifest.absent[a]);
+    }
+  }
+  return out;
+}
+
+std::string_view to_string(ManifestOutcome outcome) noexcept {
+  switch (outcome) {
+    case ManifestOutcome::hit:
+      return "hit";
+    case ManifestOutcome::no_manifest:
+      return "no manifest";
+    case ManifestOutcome::no_match:
+      return "no result matches";
+    case ManifestOutcome::corrupt_removed:
+      return "damaged (removed)";
+    case ManifestOutcome::corrupt:
+      return "damaged";
+    case ManifestOutcome::io_error:
+      return "I/O error";
+    case ManifestOutcome::disabled:
+      return "disabled";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(DependencyChange change) noexcept {
+  switch (change) {
+    case DependencyChange::none:
+      return "matches";
+    case DependencyChange::changed:
+      return "changed";
+    case DependencyChange::vanished:
+      return "vanished";
+    case DependencyChange::appeared:
+      return "appeared";
+    case DependencyChange::unreadable:
+      return "unreadable";
+  }
+  return "unknown";
+}
+
+// ---- DependencyManifests ------------------------------------------------------------------------------------
+
+struct DependencyManifests::State {
+  std::string root;
+  std::string directory;  ///< <root>/manifests
+  std::atomic<StoreMode> mode{StoreMode::read_write};
+  mutable std::mutex reason_mutex;
+  std::string reason;
+  std::atomic<bool> write_failure_warned{false};
+  std::atomic<bool> refusal_warned{false};
+
+  /// Lowers the mode (never raises it) and records why; `warn`: says so at warning level.
+  void degrade(StoreMode to, const std::string& why, bool warn) {
+    StoreMode current = mode.load();
+    while (static_cast<int>(current) < static_cast<int>(to)) {
+      if (mode.compare_exchange_weak(current, to)) {
+        {
+          const std::lock_guard lock(reason_mutex);
+          reason = why;
+        }
+        if (warn) {
+          KILN_LOG(warn, "dependency manifests are {}: {}", to_string(to), why);
+        } else {
+          KILN_LOG(info, "dependency manifests are {}: {}", to_string(to), why);
+        }
+        return;
+      }
+    }
+  }
+
+  void warn_write_failure(const std::string& what) {
+    if (!write_failure_warned.exchange(true)) {
+      KILN_LOG(warn, "dependency manifest not written (kernels are still served; the request recompiles): {}", what);
+    } else {
+      KILN_LOG(debug, "dependency manifest not written: {}", what);
+    }
+  }
+
+  void warn_refusal(const std::string& what) {
+    if (!refusal_warned.exchange(true)) {
+      KILN_LOG(warn, "dependency manifest not recorded: {}", what);
+    } else {
+      KILN_LOG(debug, "dependency manifest not recorded: {}", what);
+    }
+  }
+
+  [[nodiscard]] std::string path_of(const Hash128& key) const {
+    const std::string hex = key.hex();
+    std::string path;
+    path.reserve(directory.size() + 4 + hex.size() + kManifestSuffix.size());
+    path.append(directory).append("/").append(hex, 0, 2).append("/").append(hex, 2, 30).append(kManifestSuffix);
+    return path;
+  }
+
+  /// Removes `path` if it is still the file `seen` describes (a writer may have renamed a fresh
+  /// manifest into place since it was read). True when it removed it.
+  static bool unlink_if_same(const std::string& path, const struct stat& seen) noexcept {
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) != 0 || now.st_ino != seen.st_ino || now.st_dev != seen.st_dev) return false;
+    return ::unlink(path.c_str()) == 0;
+  }
+
+  /// Creates manifests/<2 hex>/ (and the root and its missing parents, all 0700). Returns the errno, 0 on
+  /// success.
+  [[nodiscard]] int make_directories(const std::string& manifest_file) const {
+    const std::string shard = manifest_file.substr(0, manifest_file.rfind('/'));
+    int error = make_private_dir(shard);
+    if (error == ENOENT) {
+      error = make_private_dirs(root);
+      if (error == 0) error = make_private_dir(directory);
+      if (error == 0) error = make_private_dir(shard);
+    }
+    return error;
+  }
+
+  /// Publishes `bytes` at `path` atomically. False (after warning) on failure.
+  bool publish(const std::string& path, std::span<const std::byte> bytes) {
+    if (const int error = make_directories(path); error != 0) {
+      const std::string why = fmt::format("cannot create the directory of {}: {}", path, std::strerror(error));
+      if (is_permission_error(error)) {
+        degrade(StoreMode::read_only, why, true);
+      } else {
+        warn_write_failure(why);
+      }
+      return false;
+    }
+    detail::AtomicFile file(path);
+    if (file.write(bytes)) (void)file.commit();
+    if (file.error() != 0) {
+      if (is_permission_error(file.error())) {
+        degrade(StoreMode::read_only, file.error_text(), true);
+      } else {
+        warn_write_failure(file.error_text());
+      }
+      return false;
+    }
+    return true;
+  }
+};
+
+DependencyManifests::DependencyManifests(std::filesystem::path root, bool read_only)
+    : DependencyManifests([&] {
+        ManifestConfig config;
+        config.root = std::move(root);
+        config.read_only = read_only;
+        return config;
+      }()) {}
+
+DependencyManifests::DependencyManifests(ManifestConfig config)
+    : m_config(std::move(config)), m_state(std::make_unique<State>()) {
+  State& s = *m_state;
+  if (m_config.disabled) {
+    s.degrade(StoreMode::memory_only, "disabled (configuration)", false);
+    return;
+  }
+  if (m_config.root.empty()) {
+    s.degrade(StoreMode::memory_only, "no cache root", false);
+    return;
+  }
+  s.root = m_config.root.lexically_normal().string();
+  while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
+  s.directory = s.root + "/" + std::string(kManifestDirectory);
+  // A manifest names the binary a request gets: only trust a tree nobody else can write to.
+  const auto refuse = [&s](std::string_view what, const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return false;  // created by the first record
+      s.degrade(StoreMode::memory_only, fmt::format("cannot stat {} {}: {}", what, path, std::strerror(errno)), true);
+      return true;
+    }
+    if (std::string why = distrust_reason(what, path, st); !why.empty()) {
+      s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
+      return true;
+    }
+    return false;
+  };
+  if (refuse("cache root", s.root) || refuse("manifest directory", s.directory)) return;
+  if (m_config.read_only) {
+    s.degrade(StoreMode::read_only, "read-only by configuration", false);
+    return;
+  }
+  if (::access(s.root.c_str(), F_OK) == 0 && ::access(s.root.c_str(), W_OK | X_OK) != 0) {
+    s.degrade(StoreMode::read_only, fmt::format("cache root {} is not writable: {}", s.root, std::strerror(errno)),
+              false);
+  }
+}
+
+DependencyManifests::~DependencyManifests() = default;
+
+StoreMode DependencyManifests::mode() const noexcept { return m_state->mode.load(); }
+
+std::string DependencyManifests::mode_reason() const {
+  const std::lock_guard lock(m_state->reason_mutex);
+  return m_state->reason;
+}
+
+std::filesystem::path DependencyManifests::directory() const { return m_state->directory; }
+
+std::filesystem::path DependencyManifests::manifest_path(const Hash128& request_key) const {
+  if (m_state->directory.empty()) return {};
+  return m_state->path_of(request_key);
+}
+
+std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, std::string_view request_canonical,
+                                                   LookupStats* stats) {
+  State& s = *m_state;
+  LookupStats local;
+  LookupStats& out = stats != nullptr ? *stats : local;
+  out = LookupStats{};
+  const StoreMode mode = s.mode.load();
+  if (mode == StoreMode::memory_only) {
+    out.outcome = ManifestOutcome::disabled;
+    return std::nullopt;
+  }
+  try {
+    const std::int64_t now_ns = realtime_now_ns();  // before any header is read (see stat_is_settled)
+    const std::string path = s.path_of(request_key);
+    RawManifest raw = read_raw(path, m_config.limits);
+    if (raw.kind == RawManifest::Kind::absent) {
+      out.outcome = ManifestOutcome::no_manifest;
+      return std::nullopt;
+    }
+    if (raw.kind == RawManifest::Kind::io_error) {
+      // An I/O error must never delete a manifest: a transient EIO would destroy a valid one.
+      out.outcome = ManifestOutcome::io_error;
+      out.detail = fmt::format("{}: {}", path, raw.error);
+      return std::nullopt;
+    }
+    std::variant<ManifestView, ContentError> parsed = ContentError{raw.error};
+    if (raw.kind == RawManifest::Kind::ok) {
+      const ExpectedRequest expected{request_key, request_canonical};
+      parsed = parse_view(raw.span(), m_config.limits, &expected);
+    }
+    if (auto* error = std::get_if<ContentError>(&parsed)) {
+      out.detail = fmt::format("{}: {}", path, error->reason);
+      if (mode == StoreMode::read_write && raw.have_st && State::unlink_if_same(path, raw.st)) {
+        KILN_LOG(info, "removed a bad dependency manifest: {}", out.detail);
+        out.outcome = ManifestOutcome::corrupt_removed;
+      } else {
+        out.outcome = ManifestOutcome::corrupt;
+      }
+      return std::nullopt;
+    }
+    ManifestView& view = std::get<ManifestView>(parsed);
+    Checker checker(view, m_config.limits, now_ns, m_config.trust_window);
+    std::optional<Hash128> answer;
+    std::vector<std::pair<Hash128, Mismatch>> misses;
+    for (const ResultRefs& result : view.results) {
+      ++out.results_checked;
+      const Mismatch mismatch = checker.check(result);
+      if (mismatch.change == DependencyChange::none) {
+        answer = result.key;
+        break;
+      }
+      misses.emplace_back(result.key, mismatch);
+    }
+    out.stats = checker.stats;
+    out.reads = checker.reads;
+    out.bytes_hashed = checker.bytes_hashed;
+    // Refreshed stats are written back (hit or miss), so the next lookup trusts them without reading.
+    if (!checker.refreshes.empty()) {
+      for (const Checker::Refresh& refresh : checker.refreshes) {
+        FileInfo& info = view.files[refresh.file];
+        if (info.stat != refresh.stat || info.trusted != refresh.trusted) {
+          info.stat = refresh.stat;
+          info.trusted = refresh.trusted;
+          ++out.refreshed;
+        }
+      }
+      if (out.refreshed != 0 && mode == StoreMode::read_write) {
+        // Best effort, and only over the manifest this lookup read: a record renamed in since must win.
+        struct stat now {};
+        if (::lstat(path.c_str(), &now) == 0 && now.st_ino == raw.st.st_ino && now.st_dev == raw.st.st_dev &&
+            now.st_size == raw.st.st_size && now.st_mtim.tv_sec == raw.st.st_mtim.tv_sec &&
+            now.st_mtim.tv_nsec == raw.st.st_mtim.tv_nsec) {
+          out.rewritten = s.publish(path, serialize_view(view));
+        }
+      }
+    }
+    if (answer) {
+      out.outcome = ManifestOutcome::hit;
+      return answer;
+    }
+    out.outcome = ManifestOutcome::no_match;
+    out.detail = view.results.empty() ? "the manifest holds no result" : "";
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      const auto& [key, mismatch] = misses[i];
+      out.detail += fmt::format("{}result {} ({}): {} {} {}", i == 0 ? "" : "; ", i + 1, key.hex(),
+                                to_string(mismatch.change), view.paths[mismatch.path], describe(mismatch));
+    }
+    return std::nullopt;
+  } catch (const std::exception& error) {
+    out.outcome = ManifestOutcome::io_error;
+    try {
+      out.detail = error.what();
+    } catch (...) {
+    }
+    return std::nullopt;
+  }
+}
+
+void DependencyManifests::record(const Hash128& request_key, std::string_view request_canonical,
+                                 const DependencySet& dependencies, const Hash128& result_key) noexcept {
+  State& s = *m_state;
+  if (s.mode.load() != StoreMode::read_write) return;
+  try {
+    const ManifestLimits& limits = m_config.limits;
+    if (hash128(request_canonical, kKeySeed) != request_key) {
+      s.warn_refusal(fmt::format("request {}: the key is not the hash of its canonical key", request_key.hex()));
+      return;
+    }
+    if (request_canonical.size() > limits.max_canonical_bytes) {
+      s.warn_refusal(fmt::format("request {}: canonical key of {} bytes exceeds the limit {}", request_key.hex(),
+                                 request_canonical.size(), limits.max_canonical_bytes));
+      return;
+    }
+    for (const HeaderRecord& header : dependencies.headers) {
+      if (auto why = bad_path(header.path, limits.max_path_bytes)) {
+        s.warn_refusal(fmt::format("request {}: header \"{}\": {}", request_key.hex(), header.path, *why));
+        return;
+      }
+    }
+    for (const std::string& path : dependencies.absent) {
+      if (auto why = bad_path(path, limits.max_path_bytes)) {
+        s.warn_refusal(fmt::format("request {}: absent path \"{}\": {}", request_key.hex(), path, *why));
+        return;
+      }
+    }
+    const std::string path = s.path_of(request_key);
+    RawManifest raw = read_raw(path, limits);
+    if (raw.kind == RawManifest::Kind::io_error) {
+      // Overwriting a manifest that could not be read would drop its results for a transient error.
+      s.warn_write_failure(fmt::format("{}: {}", path, raw.error));
+      return;
+    }
+    std::optional<ManifestView> old;
+    if (raw.kind == RawManifest::Kind::ok) {
+      const ExpectedRequest expected{request_key, request_canonical};
+      auto parsed = parse_view(raw.span(), limits, &expected);
+      if (auto* view = std::get_if<ManifestView>(&parsed)) {
+        old = std::move(*view);
+      } else {
+        KILN_LOG(info, "replacing a bad dependency manifest {}: {}", path, std::get<ContentError>(parsed).reason);
+      }
+    }
+    // A header is trusted by stat only when the resolver trusted it (relative to when it read it) and its
+    // stat still lies outside the window now.
+    const std::int64_t now_ns = realtime_now_ns();
+    std::vector<MergeFile> files;
+    files.reserve(dependencies.headers.size());
+    for (const HeaderRecord& header : dependencies.headers) {
+      files.push_back(MergeFile{header.path, header.stat,
+                                header.trusted_stat && stat_is_settled(header.stat, now_ns, m_config.trust_window),
+                                header.digest});
+    }
+    std::vector<std::string_view> absent(dependencies.absent.begin(), dependencies.absent.end());
+    Merger merger(request_key, request_canonical);
+    merger.add_result(result_key, files, absent);
+    if (std::string why = merger.over_limits(limits); !why.empty()) {
+      s.warn_refusal(fmt::format("request {}: {}", request_key.hex(), why));
+      return;
+    }
+    const std::size_t max_results =
+        std::max<std::size_t>(1, std::min<std::size_t>(m_config.max_results, limits.max_results));
+    if (old) {
+      for (const ResultRefs& result : old->results) {
+        if (merger.view().results.size() >= max_results) break;
+        if (result.key == result_key) continue;  // replaced by the new record
+        files.clear();
+        for (const std::uint32_t index : old->result_files(result)) {
+          const FileInfo& info = old->files[index];
+          files.push_back(MergeFile{old->paths[info.path], info.stat, info.trusted, info.digest});
+        }
+        absent.clear();
+        for (const std::uint32_t index : old->result_absent(result)) absent.push_back(old->paths[old->absent[index]]);
+        const Merger::Mark mark = merger.mark();
+        merger.add_result(result.key, files, absent);
+        if (!merger.over_limits(limits).empty()) {  // drop this and every older result
+          merger.roll_back(mark);
+          break;
+        }
+      }
+    }
+    const std::vector<std::byte> bytes = serialize_view(merger.view());
+    (void)s.publish(path, bytes);
+  } catch (const std::exception& error) {
+    try {
+      s.warn_write_failure(fmt::format("request {}: {}", request_key.hex(), error.what()));
+    } catch (...) {
+    }
+  }
+}
+
+ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std::string_view request_canonical) const {
+  const State& s = *m_state;
+  ManifestExplanation out;
+  if (s.mode.load() == StoreMode::memory_only) {
+    out.outcome = ManifestOutcome::disabled;
+    return out;
+  }
+  try {
+    const std::int64_t now_ns = realtime_now_ns();
+    const std::string path = s.path_of(request_key);
+    RawManifest raw = read_raw(path, m_config.limits);
+    if (raw.kind == RawManifest::Kind::absent) {
+      out.outcome = ManifestOutcome::no_manifest;
+      return out;
+    }
+    if (raw.kind == RawManifest::Kind::io_error) {
+      out.outcome = ManifestOutcome::io_error;
+      out.detail = fmt::format("{}: {}", path, raw.error);
+      return out;
+    }
+    std::variant<ManifestView, ContentError> parsed = ContentError{raw.error};
+    if (raw.kind == RawManifest::Kind::ok) {
+      const ExpectedRequest expected{request_key, request_canonical};
+      parsed = parse_view(raw.span(), m_config.limits, &expected);
+    }
+    if (auto* error = std::get_if<ContentError>(&parsed)) {
+      out.outcome = ManifestOutcome::corrupt;
+      out.detail = fmt::format("{}: {}", path, error->reason);
+      return out;
+    }
+    const ManifestView& view = std::get<ManifestView>(parsed);
+    Checker checker(view, m_config.limits, now_ns, m_config.trust_window);
+    out.outcome = ManifestOutcome::no_match;
+    for (const ResultRefs& result : view.results) {
+      const Mismatch mismatch = checker.check(result);
+      ResultCheck check;
+      check.result_key = result.key;
+      check.change = mismatch.change;
+      if (mismatch.change == DependencyChange::none) {
+        out.outcome = ManifestOutcome::hit;
+      } else {
+        check.path.assign(view.paths[mismatch.path]);
+        check.detail = describe(mismatch);
+      }
+      out.results.push_back(std::move(check));
+    }
+    return out;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& error) {
+    out.outcome = ManifestOutcome::io_error;
+    out.detail = error.what();
+    return out;
+  }
+}
+
+bool DependencyManifests::remove(const Hash128& request_key) noexcept {
+  if (m_state->mode.load() != StoreMode::read_write) return false;
+  try {
+    return ::unlink(m_state->path_of(request_key).c_str()) == 0;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::size_t DependencyManifests::clear() noexcept {
+  State& s = *m_state;
+  if (s.mode.load() != StoreMode::read_write) return 0;
+  std::size_t removed = 0;
+  try {
+    const UniqueFd top_fd(::open(s.directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!top_fd) return 0;
+    DIR* top = ::fdopendir(::dup(top_fd.get()));
+    if (top == nullptr) return 0;
+    std::vector<std::string> shards;
+    while (const dirent* shard = ::readdir(top)) {
+      const std::string_view name(shard->d_name);
+      if (name.size() == 2 && is_hex(name)) shards.emplace_back(name);
+    }
+    ::closedir(top);
+    for (const std::string& shard : shards) {
+      const int shard_fd = ::openat(top_fd.get(), shard.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (shard_fd < 0) continue;
+      DIR* files = ::fdopendir(shard_fd);
+      if (files == nullptr) {
+        ::close(shard_fd);
+        continue;
+      }
+      std::vector<std::pair<std::string, bool>> doomed;  // name, is a manifest
+      while (const dirent* file = ::readdir(files)) {
+        const std::string_view name(file->d_name);
+        if (manifest_file_hash(shard, name)) {
+          doomed.emplace_back(name, true);
+        } else if (name.starts_with('.') && name.find(detail::kTempMarker) != std::string_view::npos) {
+          doomed.emplace_back(name, false);
+        }
+      }
+      for (const auto& [name, manifest] : doomed) {
+        if (::unlinkat(shard_fd, name.c_str(), 0) == 0 && manifest) ++removed;
+      }
+      ::closedir(files);
+      (void)::unlinkat(top_fd.get(), shard.c_str(), AT_REMOVEDIR);  // only when empty
+    }
+  } catch (...) {
+    // Out of memory: stop.
+  }
+  return removed;
+}
+
+std::vector<ScannedManifest> DependencyManifests::scan() const {
+  std::vector<ScannedManifest> out;
+  const State& s = *m_state;
+  if (s.mode.load() == StoreMode::memory_only) return out;
+  DIR* top = ::opendir(s.directory.c_str());
+  if (top == nullptr) return out;
+  std::vector<std::string> shards;
+  try {
+    while (const dirent* shard = ::readdir(top)) {
+      const std::string_view name(shard->d_name);
+      if (name.size() == 2 && is_hex(name)) shards.emplace_back(name);
+    }
+  } catch (...) {
+    ::closedir(top);
+    throw;
+  }
+  ::closedir(top);
+  std::sort(shards.begin(), shards.end());
+  for (const std::string& shard : shards) {
+    const std::string shard_path = s.directory + "/" + shard;
+    const int shard_fd = ::open(shard_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (shard_fd < 0) continue;
+    DIR* files = ::fdopendir(shard_fd);
+    if (files == nullptr) {
+      ::close(shard_fd);
+      continue;
+    }
+    std::vector<std::pair<std::string, Hash128>> names;
+    try {
+      while (const dirent* file = ::readdir(files)) {
+        const std::string_view name(file->d_name);
+        if (const auto hash = manifest_file_hash(shard, name)) names.emplace_back(name, *hash);
+      }
+    } catch (...) {
+      ::closedir(files);
+      throw;
+    }
+    ::closedir(files);
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [name, hash] : names) {
+      ScannedManifest scanned;
+      scanned.path = shard_path + "/" + name;
+      scanned.request_key = hash;
+      const RawManifest raw = read_raw(scanned.path.string(), m_config.limits);
+      if (raw.kind == RawManifest::Kind::absent) continue;  // removed meanwhile
+      if (raw.have_st) {
+        scanned.size = static_cast<std::uint64_t>(raw.st.st_size);
+        scanned.mtime =
+            std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                std::chrono::seconds(raw.st.st_mtim.tv_sec) + std::chrono::nanoseconds(raw.st.st_mtim.tv_nsec)));
+      }
+      if (raw.kind != RawManifest::Kind::ok) {
+        scanned.error = raw.error;
+      } else {
+        auto parsed = parse_view(raw.span(), m_config.limits, nullptr);
+        if (auto* error = std::get_if<ContentError>(&parsed)) {
+          scanned.error = std::move(error->reason);
+        } else {
+          const ManifestView& view = std::get<ManifestView>(parsed);
+          if (view.request_key != hash) {
+            scanned.error = fmt::format("holds request {}, not the one its name says", view.request_key.hex());
+          }
+          scanned.files = view.files.size();
+          scanned.absent = view.absent.size();
+          scanned.results = view.results.size();
+        }
+      }
+      out.push_back(std::move(scanned));
+    }
+  }
+  return out;
+}
+
+std::variant<Manifest, ContentError> DependencyManifests::read_file(const std::filesystem::path& path) const {
+  const RawManifest raw = read_raw(path.string(), m_config.limits);
+  if (raw.kind == RawManifest::Kind::absent) return ContentError{fmt::format("cannot open: {}", std::strerror(ENOENT))};
+  if (raw.kind != RawManifest::Kind::ok) return ContentError{raw.error};
+  return parse_manifest(raw.span(), m_config.limits);
+}
+
+}  // namespace kiln::cache
