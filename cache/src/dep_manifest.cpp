@@ -17,8 +17,8 @@
 #include <unordered_map>
 
 #include "atomic_file.hpp"
-#include "kiln/cache/log.hpp"
-#include "xxh3.hpp"
+#include "kiln/base/log.hpp"
+#include "kiln/base/xxh3.hpp"
 
 namespace kiln::cache {
 namespace {

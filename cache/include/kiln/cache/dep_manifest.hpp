@@ -70,7 +70,7 @@
 
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/store.hpp"
 
 struct stat;

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/cache/hash.hpp"
+#include "kiln/base/hash.hpp"
 
 namespace kiln::cache {
 
