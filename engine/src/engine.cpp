@@ -22,16 +22,9 @@
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
 #include "source_internal.hpp"
+#include "kiln/tooling/manifest.hpp"
 #include "kiln/tooling/targets.hpp"
 
-#if __has_include("manifest.hpp")
-#include "kiln/tooling/manifest.hpp"
-#define KILN_HAVE_MANIFEST 1
-#endif
-#if __has_include("elf.hpp")
-#include "elf.hpp"
-#define KILN_HAVE_ELF 1
-#endif
 
 namespace kiln {
 namespace detail {
@@ -151,9 +144,7 @@ EngineCore::EngineCore(EngineConfig config)
     // up once now (a probe file read, no compiler load; nothing when there is no usable probe).
     probe_compiler(m_runtime->vendor() == Vendor::cuda ? *m_cuda : *m_hip);
   }
-#ifdef KILN_HAVE_MANIFEST
   if (!m_config.record_path.empty()) m_recorder = std::make_unique<ManifestRecorder>(m_config.record_path);
-#endif
 }
 
 EngineCore::~EngineCore() {
@@ -569,7 +560,6 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
 
 KILN_HOT void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
                                  const std::string& target) {
-#ifdef KILN_HAVE_MANIFEST
   if (!m_recorder) return;
   ManifestRecord record;
   record.source_name = source.name();
@@ -584,9 +574,6 @@ KILN_HOT void EngineCore::record(const Source& source, const Options& options, c
   record.options = options.portable();
   record.target = target;
   m_recorder->record(record);
-#else
-  (void)source, (void)options, (void)names, (void)target;
-#endif
 }
 
 cache::Counters EngineCore::stats() const noexcept {

@@ -1,0 +1,264 @@
+// Connections to the remote tier's Redis server (redis_connection.hpp).
+#if KILN_HAVE_HIREDIS
+
+#include "redis_connection.hpp"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <span>
+
+namespace kiln::cache::detail {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+/// A connection keeps its reader buffer (as large as the largest reply it read); one that read more
+/// than this is closed instead of going back to the pool, so idle connections hold little memory.
+constexpr std::size_t kPooledReplyBytes = 4U << 20;
+
+timeval to_timeval(milliseconds ms) noexcept {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+/// hiredis writes with write(2): a peer that closed the socket raises SIGPIPE, which would kill the
+/// process. While a command runs, SIGPIPE is blocked in this thread and one raised by it is consumed.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() noexcept {
+    sigemptyset(&m_pipe);
+    sigaddset(&m_pipe, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    m_was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    m_blocked = pthread_sigmask(SIG_BLOCK, &m_pipe, &m_old) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!m_blocked) return;
+    if (!m_was_pending) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{};
+        while (sigtimedwait(&m_pipe, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &m_old, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t m_pipe{};
+  sigset_t m_old{};
+  bool m_was_pending = false;
+  bool m_blocked = false;
+};
+
+/// Runs one command. nullptr when the connection failed (the context's err says why).
+Reply command(redisContext* context, std::initializer_list<std::string_view> args) noexcept {
+  std::array<const char*, 8> argv{};
+  std::array<std::size_t, 8> lengths{};
+  std::size_t argc = 0;
+  for (const std::string_view arg : args) {
+    if (argc == argv.size()) return nullptr;
+    argv[argc] = arg.data();
+    lengths[argc] = arg.size();
+    ++argc;
+  }
+  const SigpipeGuard guard;
+  return Reply(
+      static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(argc), argv.data(), lengths.data())));
+}
+
+/// hiredis's own reply functions, except that a top-level string read while a ValueSink is armed is
+/// handed to the sink and answered with an empty string reply.
+const redisReplyObjectFunctions* g_default_functions = nullptr;
+redisReplyObjectFunctions g_capture_functions{};
+std::once_flag g_capture_once;
+
+void* create_string_or_capture(const redisReadTask* task, char* data, std::size_t size) {
+  auto* sink = static_cast<ValueSink*>(task->privdata);
+  if (sink != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING && !sink->captured) {
+    sink->capture(data, size);
+    return g_default_functions->createString(task, data, 0);
+  }
+  return g_default_functions->createString(task, data, size);
+}
+
+/// Installs the capturing reply functions on a new context's reader.
+void install_capture(redisContext* context) {
+  std::call_once(g_capture_once, [context] {
+    g_default_functions = context->reader->fn;
+    g_capture_functions = *g_default_functions;
+    g_capture_functions.createString = create_string_or_capture;
+  });
+  if (context->reader->fn == g_default_functions) context->reader->fn = &g_capture_functions;
+}
+
+/// A failed command's reason, from the context.
+std::string transport_error(const redisContext* context, milliseconds timeout) {
+  const std::string_view text(context->errstr);
+  if (context->err == REDIS_ERR_IO && (text.find("temporarily unavailable") != std::string_view::npos ||
+                                       text.find("timed out") != std::string_view::npos)) {
+    return fmt::format("no answer within {} ms", timeout.count());
+  }
+  if (context->err == REDIS_ERR_EOF) return "the server closed the connection";
+  return text.empty() ? fmt::format("hiredis error {}", context->err) : std::string(text);
+}
+
+bool is_auth_error(std::string_view text) noexcept {
+  return text.starts_with("NOAUTH") || text.starts_with("WRONGPASS") || text.starts_with("NOPERM") ||
+         (text.starts_with("ERR") && text.find("AUTH") != std::string_view::npos);
+}
+
+}  // namespace
+
+void ValueSink::capture(const char* data, std::size_t size) noexcept {
+  captured = true;
+  length = size;
+  try {
+    if (size > limits->max_file_bytes) {
+      parsed = ContentError{fmt::format("{} bytes exceed the entry size cap of {}", size, limits->max_file_bytes)};
+    } else {
+      parsed = parse(std::span(reinterpret_cast<const std::byte*>(data), size), *limits);
+    }
+  } catch (const std::exception& e) {  // std::bad_alloc
+    parsed = ContentError{fmt::format("cannot parse: {}", e.what())};
+  }
+}
+
+std::string_view text_of(const redisReply* reply) noexcept {
+  if (reply->str == nullptr) return {};
+  return {reply->str, reply->len};
+}
+
+std::string reply_error(std::string_view command_name, std::string_view text) {
+  if (text.starts_with("NOAUTH")) {
+    return fmt::format("authentication required: {} (put the password in KILN_REMOTE_CACHE)", text);
+  }
+  if (text.starts_with("NOPERM")) return fmt::format("permission denied for {}: {}", command_name, text);
+  return fmt::format("{} failed: {}", command_name, text);
+}
+
+Connection connect(const RemoteConfig& config) {
+  Context context(redisConnectWithTimeout(config.host.c_str(), config.port, to_timeval(config.connect_timeout)));
+  if (!context) return {nullptr, "cannot allocate a hiredis context"};
+  if (context->err != 0) {
+    const std::string_view text(context->errstr);
+    if (text.find("timed out") != std::string_view::npos) {
+      return {nullptr, fmt::format("no connection within {} ms", config.connect_timeout.count())};
+    }
+    return {nullptr, fmt::format("cannot connect: {}", text)};
+  }
+  if (redisSetTimeout(context.get(), to_timeval(config.operation_timeout)) != REDIS_OK) {
+    return {nullptr, fmt::format("cannot set the operation timeout: {}", context->errstr)};
+  }
+  // Keep the reader's buffer between replies: without this, every large GET frees and regrows it
+  // (and the allocator trims and refaults the pages). The pool drops a connection whose buffer grew
+  // past kPooledReplyBytes.
+  context->reader->maxbuf = 0;
+  install_capture(context.get());
+  if (!config.password.empty()) {
+    const Reply reply = config.user.empty() ? command(context.get(), {"AUTH", config.password})
+                                            : command(context.get(), {"AUTH", config.user, config.password});
+    if (!reply) return {nullptr, transport_error(context.get(), config.operation_timeout)};
+    if (reply->type == REDIS_REPLY_ERROR) {
+      return {nullptr, fmt::format("authentication failed: {}", text_of(reply.get()))};
+    }
+  }
+  if (config.db != 0) {
+    const std::string db = std::to_string(config.db);
+    const Reply reply = command(context.get(), {"SELECT", db});
+    if (!reply) return {nullptr, transport_error(context.get(), config.operation_timeout)};
+    if (reply->type == REDIS_REPLY_ERROR)
+      return {nullptr, reply_error(fmt::format("SELECT {}", db), text_of(reply.get()))};
+  }
+  return {std::move(context), {}};
+}
+
+bool ping_server(const RemoteConfig& config, std::string& detail) {
+  Connection connection = connect(config);
+  if (!connection.context) {
+    detail = std::move(connection.error);
+    return false;
+  }
+  redisContext* context = connection.context.get();
+  const auto start = std::chrono::steady_clock::now();
+  const Reply pong = command(context, {"PING"});
+  const auto elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!pong || pong->type == REDIS_REPLY_ERROR) {
+    detail = pong ? reply_error("PING", text_of(pong.get())) : transport_error(context, config.operation_timeout);
+    return false;
+  }
+  std::string version = "redis";
+  if (const Reply info = command(context, {"INFO", "server"}); info && info->type == REDIS_REPLY_STRING) {
+    const std::string_view text = text_of(info.get());
+    constexpr std::string_view kField = "redis_version:";
+    if (const std::size_t at = text.find(kField); at != std::string_view::npos) {
+      const std::size_t end = text.find_first_of("\r\n", at);
+      version = fmt::format("redis {}", text.substr(at + kField.size(), end - at - kField.size()));
+    }
+  }
+  detail = fmt::format("{}, {} in {:.2f} ms", version, text_of(pong.get()), elapsed);
+  return true;
+}
+
+CommandResult ConnectionPool::run(std::initializer_list<std::string_view> args, ValueSink* sink) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Context context;
+    {
+      const std::lock_guard lock(m_mutex);
+      if (!m_idle.empty()) {
+        context = std::move(m_idle.back());
+        m_idle.pop_back();
+      }
+    }
+    const bool reused = context != nullptr;
+    if (!reused) {
+      Connection connection = connect(m_config);
+      if (!connection.context) {
+        m_breaker.fail(connection.error);
+        return {nullptr, std::move(connection.error)};
+      }
+      context = std::move(connection.context);
+    }
+    if (sink != nullptr) *sink = ValueSink{sink->limits};
+    context->reader->privdata = sink;
+    Reply reply = command(context.get(), args);
+    context->reader->privdata = nullptr;
+    if (!reply) {
+      const bool timed_out = context->err == REDIS_ERR_IO &&
+                             std::string_view(context->errstr).find("temporarily") != std::string_view::npos;
+      std::string why = transport_error(context.get(), m_config.operation_timeout);
+      if (reused && !timed_out && attempt == 0) continue;  // stale pooled connection: try a fresh one
+      m_breaker.fail(why);
+      return {nullptr, std::move(why)};
+    }
+    if (reply->type == REDIS_REPLY_ERROR && is_auth_error(text_of(reply.get()))) {
+      std::string why = reply_error(*args.begin(), text_of(reply.get()));
+      m_breaker.fail(why);
+      return {nullptr, std::move(why)};
+    }
+    const std::size_t reply_bytes = sink != nullptr && sink->captured ? sink->length : reply->len;
+    if (reply_bytes <= kPooledReplyBytes) {
+      const std::lock_guard lock(m_mutex);
+      if (m_idle.size() < m_config.max_idle_connections) m_idle.push_back(std::move(context));
+    }
+    return {std::move(reply), {}};
+  }
+  return {nullptr, "unreachable"};
+}
+
+}  // namespace kiln::cache::detail
+
+#endif  // KILN_HAVE_HIREDIS

@@ -1,0 +1,173 @@
+// Writing entries to the remote tier, and its background thread (remote_publish.hpp).
+#if KILN_HAVE_HIREDIS
+
+#include "remote_publish.hpp"
+
+#include <fmt/format.h>
+
+#include "kiln/base/log.hpp"
+
+namespace kiln::cache::detail {
+
+Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases)
+    : m_config(config),
+      m_pool(pool),
+      m_breaker(breaker),
+      m_leases(leases),
+      m_display(config.display()),
+      m_thread([this] { run(); }) {}
+
+Publisher::~Publisher() {
+  {
+    const std::lock_guard lock(m_mutex);
+    m_stop = true;
+    m_close_deadline = Clock::now() + m_config.close_flush;
+  }
+  m_wake.notify_all();
+  m_thread.join();
+}
+
+bool Publisher::has_room(std::size_t bytes) const {
+  return !m_stop && m_queue.size() < m_config.publish_queue_entries &&
+         m_queued_bytes + bytes <= m_config.publish_queue_bytes;
+}
+
+void Publisher::enqueue(const Entry& entry) noexcept {
+  try {
+    if (m_breaker.is_open()) {
+      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      release_lease_soon(entry.key_hash);
+      return;
+    }
+    bool room = false;
+    {
+      const std::lock_guard lock(m_mutex);
+      room = has_room(0);
+    }
+    if (room) {  // asked first so that a full queue costs the caller no serialized copy
+      std::vector<std::byte> bytes = serialize(entry);
+      const std::lock_guard lock(m_mutex);
+      if (has_room(bytes.size())) {
+        m_queued_bytes += bytes.size();
+        m_queue.push_back(Job{entry.key_hash, std::move(bytes)});
+        m_wake.notify_all();
+        return;
+      }
+    }
+    drop(entry.key_hash, "the publish queue is full");
+  } catch (...) {
+    m_dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Publisher::drop(const Hash128& key, std::string_view why) noexcept {
+  m_dropped.fetch_add(1, std::memory_order_relaxed);
+  try {
+    KILN_LOG(debug, "remote cache {}: entry {} not published: {}", m_display, key.hex(), why);
+  } catch (...) {
+  }
+  release_lease_soon(key);
+}
+
+bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std::string* why) {
+  const std::string name = m_config.entry_key(key);
+  const std::string_view value(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string ttl = std::to_string(m_config.ttl.count());
+  const CommandResult result =
+      m_config.ttl.count() > 0 ? m_pool.run({"SET", name, value, "EX", ttl}) : m_pool.run({"SET", name, value});
+  if (!result.reply) {
+    if (why) *why = result.error;
+    m_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (result.reply->type == REDIS_REPLY_ERROR) {
+    std::string error = reply_error("SET", text_of(result.reply.get()));
+    m_breaker.fail(error);
+    if (why) *why = std::move(error);
+    m_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  m_breaker.succeed();
+  m_published.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Publisher::release_lease_soon(const Hash128& key) noexcept {
+  if (m_leases.mark_for_release(key)) wake();
+}
+
+// Under the mutex: the thread checks for marked leases under it before it sleeps, so a mark made
+// between that check and the sleep still wakes it.
+void Publisher::wake() noexcept {
+  try {
+    const std::lock_guard lock(m_mutex);
+    m_wake.notify_all();
+  } catch (...) {  // std::system_error from the mutex: the lease is released at the next renewal
+  }
+}
+
+bool Publisher::wait_idle(std::chrono::milliseconds max_wait) noexcept {
+  try {
+    std::unique_lock lock(m_mutex);
+    return m_idle.wait_for(lock, max_wait, [this] { return m_queue.empty() && !m_writing; });
+  } catch (...) {
+    return false;
+  }
+}
+
+void Publisher::run() noexcept {
+  const std::chrono::milliseconds renew_every = m_leases.renew_interval();
+  auto next_renew = Clock::now() + renew_every;
+  std::unique_lock lock(m_mutex);
+  for (;;) {
+    const bool release_pending = m_leases.release_pending();
+    if (!m_queue.empty() && !(m_stop && Clock::now() >= m_close_deadline)) {
+      Job job = std::move(m_queue.front());
+      m_queue.pop_front();
+      m_queued_bytes -= job.bytes.size();
+      m_writing = true;
+      lock.unlock();
+      try {
+        if (m_breaker.admit()) {
+          (void)write(job.key, job.bytes, nullptr);
+        } else {
+          m_dropped.fetch_add(1, std::memory_order_relaxed);
+        }
+        m_leases.release(job.key);
+      } catch (...) {
+        m_dropped.fetch_add(1, std::memory_order_relaxed);
+      }
+      lock.lock();
+      m_writing = false;
+      if (m_queue.empty()) m_idle.notify_all();
+      continue;
+    }
+    if (m_stop) break;
+    if (release_pending || Clock::now() >= next_renew) {
+      lock.unlock();
+      try {
+        m_leases.maintain();
+      } catch (...) {
+      }
+      lock.lock();
+      next_renew = Clock::now() + renew_every;
+      continue;
+    }
+    m_wake.wait_until(lock, next_renew);
+  }
+  // Closing: drop what could not be written in time, then free every lease still held.
+  m_dropped.fetch_add(m_queue.size(), std::memory_order_relaxed);
+  m_queue.clear();
+  m_queued_bytes = 0;
+  m_idle.notify_all();
+  lock.unlock();
+  try {
+    m_leases.mark_all_for_release();
+    m_leases.maintain();
+  } catch (...) {
+  }
+}
+
+}  // namespace kiln::cache::detail
+
+#endif  // KILN_HAVE_HIREDIS

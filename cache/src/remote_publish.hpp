@@ -1,0 +1,85 @@
+#pragma once
+// Private to cache/, built with hiredis only: writing entries to the remote tier. publish() must not
+// delay the compile that produced the entry, so it only queues a serialized copy; one background
+// thread writes the queue in order. The queue is bounded (entries and bytes): when the server is slower
+// than the compiles, entries are dropped rather than held. The same thread keeps this node's compile
+// leases (renews them while compiles run, releases those marked), because it is the one thread that
+// is always there to talk to the server in the background.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "circuit_breaker.hpp"
+#include "kiln/cache/remote.hpp"
+#include "redis_connection.hpp"
+#include "remote_lease.hpp"
+
+namespace kiln::cache::detail {
+
+class Publisher {
+ public:
+  /// All four are borrowed and must outlive the publisher. Starts the background thread.
+  Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases);
+  /// Writes what is queued for at most close_flush, drops the rest, releases every lease still held.
+  ~Publisher();
+  Publisher(const Publisher&) = delete;
+  Publisher& operator=(const Publisher&) = delete;
+
+  /// Queues `entry` for the background thread. Dropped (and its lease marked for release) while the
+  /// breaker is open or when the queue is full. Never throws.
+  void enqueue(const Entry& entry) noexcept;
+  /// Writes one serialized entry now (SET, with EX ttl when configured). False with `why` (if given)
+  /// when the server failed, which the breaker is told.
+  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why);
+  /// Marks the lease for `key` for release by the background thread (the caller does not wait for the
+  /// server). Never throws.
+  void release_lease_soon(const Hash128& key) noexcept;
+  /// Waits until the queue is empty and nothing is being written, at most `max_wait`. Never throws.
+  bool wait_idle(std::chrono::milliseconds max_wait) noexcept;
+
+  [[nodiscard]] std::uint64_t published() const noexcept { return m_published.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t dropped() const noexcept { return m_dropped.load(std::memory_order_relaxed); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Job {
+    Hash128 key;
+    std::vector<std::byte> bytes;
+  };
+
+  [[nodiscard]] bool has_room(std::size_t bytes) const;  // caller holds m_mutex
+  void drop(const Hash128& key, std::string_view why) noexcept;
+  void wake() noexcept;
+  void run() noexcept;
+
+  const RemoteConfig& m_config;
+  ConnectionPool& m_pool;
+  CircuitBreaker& m_breaker;
+  CompileLeases& m_leases;
+  const std::string m_display;
+
+  mutable std::mutex m_mutex;  ///< guards the queue and the thread's state
+  std::condition_variable m_wake;
+  std::condition_variable m_idle;
+  std::deque<Job> m_queue;
+  std::uint64_t m_queued_bytes = 0;
+  bool m_writing = false;
+  bool m_stop = false;
+  Clock::time_point m_close_deadline{};
+
+  std::atomic<std::uint64_t> m_published{0};
+  std::atomic<std::uint64_t> m_dropped{0};
+
+  std::thread m_thread;  ///< last: starts after every member above exists
+};
+
+}  // namespace kiln::cache::detail

@@ -1,0 +1,275 @@
+// The Redis remote tier (remote.hpp): RemoteTier composed of a circuit breaker, a connection pool,
+// the fleet's compile leases and a publisher. This file answers lookups (one GET, verified like a local
+// entry; anything else is deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0)
+// open_remote() throws an error that says so.
+#ifndef KILN_HAVE_HIREDIS
+#error "KILN_HAVE_HIREDIS must be 0 or 1 (set by cache/Optional.cmake)"
+#endif
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "kiln/cache/remote.hpp"
+
+#if KILN_HAVE_HIREDIS
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "circuit_breaker.hpp"
+#include "kiln/base/log.hpp"
+#include "redis_connection.hpp"
+#include "remote_lease.hpp"
+#include "remote_publish.hpp"
+#endif
+
+namespace kiln::cache {
+
+bool remote_supported() noexcept { return KILN_HAVE_HIREDIS != 0; }
+
+#if !KILN_HAVE_HIREDIS
+
+std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
+  throw std::runtime_error(
+      fmt::format("remote cache {}: this kiln was built without the Redis client (hiredis); install libhiredis-dev and "
+                  "reconfigure, or unset KILN_REMOTE_CACHE",
+                  config.display()));
+}
+
+#else  // KILN_HAVE_HIREDIS
+
+namespace {
+
+using detail::CircuitBreaker;
+using detail::CommandResult;
+using detail::CompileLeases;
+using detail::ConnectionPool;
+using detail::Fetched;
+using detail::ping_server;
+using detail::Publisher;
+using detail::reply_error;
+using detail::text_of;
+using detail::ValueSink;
+using Found = Fetched::Found;
+
+void add_max(std::atomic<std::uint64_t>& target, std::uint64_t value) noexcept {
+  std::uint64_t current = target.load(std::memory_order_relaxed);
+  while (value > current && !target.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
+  }
+}
+
+/// Sets an optional out-parameter; a failed allocation leaves it as it was.
+void set_detail(std::string* detail, std::string_view text) noexcept {
+  if (detail == nullptr) return;
+  try {
+    detail->assign(text);
+  } catch (...) {
+  }
+}
+
+class RedisTier final : public RemoteTier {
+ public:
+  explicit RedisTier(RemoteConfig config)
+      : m_config(std::move(config)),
+        m_display(m_config.display()),
+        m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
+        m_pool(m_config, m_breaker),
+        m_leases(m_config, m_pool, m_breaker),
+        m_publisher(m_config, m_pool, m_breaker, m_leases) {}
+
+  RedisTier(const RedisTier&) = delete;
+  RedisTier& operator=(const RedisTier&) = delete;
+
+  [[nodiscard]] std::string describe() const override {
+    // "redis user@host:port/db": the display URL without its scheme.
+    return fmt::format("redis {}", std::string_view(m_display).substr(m_display.find("://") + 3));
+  }
+
+  [[nodiscard]] const RemoteConfig& config() const noexcept override { return m_config; }
+
+  [[nodiscard]] Counters counters() const noexcept override {
+    Counters counters;
+    counters.remote_hits = m_hits.load(std::memory_order_relaxed);
+    counters.remote_misses = m_misses.load(std::memory_order_relaxed);
+    counters.remote_errors = m_errors.load(std::memory_order_relaxed);
+    return counters;
+  }
+
+  [[nodiscard]] RemoteStats remote_stats() const noexcept override {
+    RemoteStats s;
+    s.hits = m_hits.load();
+    s.misses = m_misses.load();
+    s.failures = m_breaker.failures();
+    s.skipped = m_breaker.skipped();
+    s.rejected = m_rejected.load();
+    s.published = m_publisher.published();
+    s.publish_dropped = m_publisher.dropped();
+    s.leases_taken = m_leases.taken();
+    s.lease_waits = m_leases.waits();
+    s.lease_wait_hits = m_leases.wait_hits();
+    s.get_nanoseconds = m_get_ns.load();
+    s.get_max_nanoseconds = m_get_max_ns.load();
+    return s;
+  }
+
+  [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
+    const auto start = std::chrono::steady_clock::now();
+    LookupResult result;
+    try {
+      result = lookup(key, canonical_key);
+    } catch (...) {  // std::bad_alloc: answer io_error, never fail the request
+      result.outcome = LookupOutcome::io_error;
+      result.entry.reset();
+      result.detail.clear();
+    }
+    switch (result.outcome) {
+      case LookupOutcome::hit:
+        m_hits.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case LookupOutcome::miss:
+        m_misses.fetch_add(1, std::memory_order_relaxed);
+        break;
+      default:
+        m_errors.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+    const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    m_get_ns.fetch_add(elapsed, std::memory_order_relaxed);
+    add_max(m_get_max_ns, elapsed);
+    return result;
+  }
+
+  void publish(const Entry& entry) noexcept override { m_publisher.enqueue(entry); }
+
+  bool ping(std::string* detail) noexcept override {
+    try {
+      std::string text;
+      const bool answered = ping_server(m_config, text);
+      if (answered) m_breaker.succeed();
+      if (detail) *detail = std::move(text);
+      return answered;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
+
+  bool put(const Entry& entry, std::string* detail) noexcept override {
+    try {
+      if (!m_breaker.admit()) {
+        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        return false;
+      }
+      const std::vector<std::byte> bytes = serialize(entry);
+      std::string why;
+      const bool ok = m_publisher.write(entry.key_hash, bytes, &why);
+      if (!ok) set_detail(detail, why);
+      m_leases.release(entry.key_hash);
+      return ok;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
+
+  bool flush(std::chrono::milliseconds max_wait) noexcept override { return m_publisher.wait_idle(max_wait); }
+
+  void abandon(const Hash128& key) noexcept override { m_publisher.release_lease_soon(key); }
+
+  bool remove(const Hash128& key) noexcept override {
+    try {
+      const std::string name = m_config.entry_key(key);
+      const CommandResult result = m_pool.run({"DEL", name});
+      return result.reply && result.reply->type == REDIS_REPLY_INTEGER;
+    } catch (...) {
+      return false;
+    }
+  }
+
+ private:
+  LookupResult lookup(const Hash128& key, std::string_view canonical_key) {
+    if (!m_breaker.admit()) {
+      return {LookupOutcome::io_error, std::nullopt,
+              fmt::format("remote cache {} not asked: it failed less than {} s ago", m_display,
+                          m_config.retry_after.count())};
+    }
+    const std::string name = m_config.entry_key(key);
+    Fetched fetched = fetch(key, name, canonical_key);
+    if (fetched.found != Found::absent || m_config.lease_wait.count() == 0) return std::move(fetched.result);
+    return m_leases.take_or_wait(key, [&] { return fetch(key, name, canonical_key); });
+  }
+
+  /// One GET, verified: parse() and a comparison of the key hash and canonical key with the request.
+  /// A value that fails is deleted from the server (answered corrupt_removed).
+  Fetched fetch(const Hash128& key, const std::string& name, std::string_view canonical_key) {
+    ValueSink sink{&m_config.limits};
+    CommandResult result = m_pool.run({"GET", name}, &sink);
+    if (!result.reply) {
+      return {Found::failed,
+              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, result.error)}};
+    }
+    const redisReply* reply = result.reply.get();
+    if (reply->type == REDIS_REPLY_NIL) {
+      m_breaker.succeed();
+      return {Found::absent, {LookupOutcome::miss, std::nullopt, {}}};
+    }
+    if (reply->type == REDIS_REPLY_ERROR && !text_of(reply).starts_with("WRONGTYPE")) {
+      const std::string why = reply_error("GET", text_of(reply));
+      m_breaker.fail(why);
+      return {Found::failed,
+              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+    }
+    m_breaker.succeed();
+    std::string why;
+    if (reply->type == REDIS_REPLY_STRING && !sink.captured) sink.capture(reply->str, reply->len);
+    if (reply->type != REDIS_REPLY_STRING) {
+      why = "the key does not hold a string value";
+    } else {
+      auto& parsed = sink.parsed;
+      if (auto* error = std::get_if<ContentError>(&parsed)) {
+        why = error->reason;
+      } else {
+        Entry& entry = std::get<Entry>(parsed);
+        if (entry.key_hash != key) {
+          why = fmt::format("foreign entry for key {}", entry.key_hash.hex());
+        } else if (entry.canonical_key != canonical_key) {
+          why = "foreign entry: its canonical key differs from the request's";
+        } else {
+          return {Found::entry, {LookupOutcome::hit, std::move(entry), {}}};
+        }
+      }
+    }
+    result.reply.reset();
+    const CommandResult deleted = m_pool.run({"DEL", name});
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    KILN_LOG(warn, "remote cache {}: rejected the value under {} ({}); {} it, compiling instead", m_display, name, why,
+             deleted.reply ? "deleted" : "could not delete");
+    return {Found::rejected,
+            {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+  }
+
+  // Construction order is the order of use: each piece borrows those above it, and the publisher's
+  // thread (last) stops before any of them is destroyed.
+  const RemoteConfig m_config;
+  const std::string m_display;
+  CircuitBreaker m_breaker;
+  ConnectionPool m_pool;
+  CompileLeases m_leases;
+  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_get_ns{0}, m_get_max_ns{0};
+  Publisher m_publisher;
+};
+
+}  // namespace
+
+std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
+  if (config.host.empty()) throw std::invalid_argument("remote cache: no host configured");
+  return std::make_unique<RedisTier>(config);
+}
+
+#endif  // KILN_HAVE_HIREDIS
+
+}  // namespace kiln::cache

@@ -1,0 +1,60 @@
+#pragma once
+// kiln prewarm's planner: the requests the command's flags name (built-ins, source files, recorded
+// manifests, option sets, targets) become jobs, deduplicated and validated before anything compiles;
+// then the plan of where each job runs.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/engine.hpp"
+#include "kiln/tooling/manifest.hpp"
+
+namespace kiln::cli::prewarm {
+
+/// What to prewarm: the command's request flags.
+struct Requests {
+  std::vector<std::string> targets;
+  bool all_builtin = false;
+  std::vector<std::string> builtins;
+  std::vector<std::string> sources;
+  std::vector<std::string> headers;
+  std::vector<std::string> kernels;
+  std::vector<std::string> options;
+  std::vector<std::string> option_sets;
+  std::vector<std::string> manifests;
+  bool one_program = false;
+};
+
+/// One request to compile. `request` holds what a worker needs to rebuild the source (a built-in's
+/// name, or a runtime source's text and user headers); `source` is that source, built once.
+struct Job {
+  detail::ManifestRecord request;
+  std::optional<Source> source;
+  Vendor vendor = Vendor::none;
+  std::vector<std::string> kernels;  ///< for messages: the kernels this request serves
+  [[nodiscard]] std::string label() const;
+};
+
+/// The source a request names: a built-in, or a runtime source's text with its user headers.
+[[nodiscard]] Source make_source(const detail::ManifestRecord& request);
+
+/// The jobs the flags ask for: every source x name set x option set x target, then every manifest
+/// record (for its recorded target, or for each --target), without repeats. Refuses with UsageError
+/// what every request would fail on (no requests, an unknown target, an option the target's compiler
+/// cannot spell). `quiet`: no note about a built-in that changed since its manifest was recorded.
+[[nodiscard]] std::vector<Job> build_jobs(const Requests& requests, Engine& engine, bool quiet);
+
+/// Where each job runs; the one policy for both vendors.
+struct Plan {
+  std::vector<std::size_t> in_process;  ///< on this process's engine
+  std::vector<std::size_t> in_workers;  ///< in worker processes, biggest source first
+  unsigned workers = 0;
+};
+
+/// With `use_processes` and `parallel` above 1, every job not already in the local store goes to
+/// worker processes, unless it is the only one (a lone compile gains nothing from a process of its
+/// own); the rest run in this process.
+[[nodiscard]] Plan plan_jobs(Engine& engine, const std::vector<Job>& jobs, unsigned parallel, bool use_processes);
+
+}  // namespace kiln::cli::prewarm

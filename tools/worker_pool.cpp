@@ -1,0 +1,343 @@
+// Running kiln prewarm's jobs: on this process's threads or in worker processes (worker_pool.hpp).
+// The pipe protocol: the parent writes "<index>\t<manifest line>\n" per job; the worker answers one
+// JSON object per line: {"i", "status", "key", "seconds", "bytes", "error", "log"}.
+#include "worker_pool.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+#include "kiln/base/log.hpp"
+#include "kiln/error.hpp"
+#include "kiln/tooling/manifest.hpp"
+
+namespace kiln::cli::prewarm {
+
+std::string_view to_string(Status status) {
+  switch (status) {
+    case Status::compiled:
+      return "compiled";
+    case Status::cached:
+      return "cached";
+    case Status::failed:
+      return "failed";
+    case Status::pending:
+      break;
+  }
+  return "pending";
+}
+
+namespace {
+
+json result_json(std::size_t index, const JobResult& result) {
+  return {{"i", index},
+          {"status", std::string(to_string(result.status))},
+          {"key", result.key},
+          {"seconds", result.seconds},
+          {"bytes", result.bytes},
+          {"error", result.error},
+          {"log", result.log}};
+}
+
+JobResult result_from_json(const json& object) {
+  JobResult result;
+  const std::string status = object.at("status").get<std::string>();
+  result.status = status == "compiled" ? Status::compiled : status == "cached" ? Status::cached : Status::failed;
+  result.key = object.at("key").get<std::string>();
+  result.seconds = object.at("seconds").get<double>();
+  result.bytes = object.at("bytes").get<std::uint64_t>();
+  result.error = object.at("error").get<std::string>();
+  result.log = object.at("log").get<std::string>();
+  return result;
+}
+
+/// A `kiln prewarm --worker` child: requests go to its stdin, results come back on its stdout.
+struct Worker {
+  pid_t pid = -1;
+  int to_child = -1;
+  int from_child = -1;
+  std::string buffer;
+  std::optional<std::size_t> job;
+};
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  return "stopped";
+}
+
+std::optional<Worker> spawn_worker(std::string& error) {
+  int to_child[2];
+  int from_child[2];
+  if (::pipe2(to_child, O_CLOEXEC) != 0) {
+    error = fmt::format("pipe failed: {}", std::strerror(errno));
+    return std::nullopt;
+  }
+  if (::pipe2(from_child, O_CLOEXEC) != 0) {
+    error = fmt::format("pipe failed: {}", std::strerror(errno));
+    ::close(to_child[0]);
+    ::close(to_child[1]);
+    return std::nullopt;
+  }
+  char arg0[] = "kiln";
+  char arg1[] = "prewarm";
+  char arg2[] = "--worker";
+  char* const argv[] = {arg0, arg1, arg2, nullptr};
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    error = fmt::format("fork failed: {}", std::strerror(errno));
+    for (const int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) ::close(fd);
+    return std::nullopt;
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    if (::dup2(to_child[0], STDIN_FILENO) < 0 || ::dup2(from_child[1], STDOUT_FILENO) < 0) ::_exit(127);
+    ::execv("/proc/self/exe", argv);
+    ::_exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  Worker worker;
+  worker.pid = pid;
+  worker.to_child = to_child[1];
+  worker.from_child = from_child[0];
+  return worker;
+}
+
+bool write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+JobResult execute(Engine& engine, const Job& job) {
+  JobResult result;
+  try {
+    const Source source = job.source ? *job.source : make_source(job.request);
+    const Options options(job.request.options);
+    const PrewarmResult prewarmed = engine.prewarm(source, options, job.request.name_expressions, job.request.target);
+    result.key = prewarmed.key.hex();
+    result.seconds = prewarmed.seconds;
+    result.bytes = prewarmed.binary_bytes;
+    if (prewarmed.origin == Origin::compiled && !prewarmed.stored) {
+      result.status = Status::failed;
+      const cache::Store& store = engine.store();
+      result.error =
+          fmt::format("compiled, but the cache did not store it (cache {} is {}{}{})", store.config().root.string(),
+                      cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason());
+    } else {
+      result.status = prewarmed.origin == Origin::compiled ? Status::compiled : Status::cached;
+    }
+  } catch (const CompileError& error) {
+    result.status = Status::failed;
+    result.error = one_line(error.what());
+    result.log = error.log();
+  } catch (const std::exception& error) {
+    result.status = Status::failed;
+    result.error = one_line(error.what());
+  }
+  return result;
+}
+
+void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vector<std::size_t>& indices,
+                    unsigned threads, std::vector<JobResult>& results, const JobDone& done) {
+  parallel_for(indices.size(), std::max(1U, threads), [&](std::size_t k) {
+    const std::size_t index = indices[k];
+    results[index] = execute(engine, jobs[index]);
+    done(index, results[index]);
+  });
+}
+
+void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
+                    std::vector<JobResult>& results, const JobDone& done) {
+  // A worker that dies must not take this process with it when we write to its pipe.
+  struct sigaction ignore {};
+  struct sigaction previous {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &previous);
+
+  std::deque<std::size_t> pending(indices.begin(), indices.end());
+  std::vector<Worker> workers;
+  std::size_t spawns_left = count + indices.size();  // a replacement per request at most
+  std::string spawn_error;
+  const auto finish_job = [&](std::size_t index, JobResult result) {
+    results[index] = std::move(result);
+    done(index, results[index]);
+  };
+  const auto fill = [&] {
+    const auto busy = static_cast<std::size_t>(
+        std::count_if(workers.begin(), workers.end(), [](const Worker& worker) { return worker.job.has_value(); }));
+    while (workers.size() < std::min<std::size_t>(count, pending.size() + busy) && spawns_left > 0) {
+      --spawns_left;
+      auto worker = spawn_worker(spawn_error);
+      if (!worker) break;
+      workers.push_back(std::move(*worker));
+    }
+  };
+  const auto reap = [&](Worker& worker) -> std::string {
+    if (worker.to_child >= 0) ::close(worker.to_child);
+    ::close(worker.from_child);
+    int status = 0;
+    while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return describe_exit(status);
+  };
+
+  std::size_t outstanding = indices.size();
+  fill();
+  while (outstanding > 0) {
+    if (workers.empty()) {
+      // No worker could be started: fail what is left with the reason.
+      while (!pending.empty()) {
+        finish_job(
+            pending.front(),
+            JobResult{Status::failed, {}, 0, 0, fmt::format("cannot start a worker process: {}", spawn_error), {}});
+        pending.pop_front();
+        --outstanding;
+      }
+      break;
+    }
+    for (Worker& worker : workers) {
+      if (worker.job || pending.empty()) continue;
+      const std::size_t index = pending.front();
+      pending.pop_front();
+      worker.job = index;
+      // A failed write means the worker died; its EOF below reports the request as failed.
+      (void)write_all(worker.to_child, fmt::format("{}\t{}\n", index, detail::manifest_line(jobs[index].request)));
+    }
+    std::vector<pollfd> fds;
+    for (const Worker& worker : workers) fds.push_back({worker.from_child, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
+    }
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      if (fds[w].revents == 0) continue;
+      Worker& worker = workers[w];
+      char chunk[65536];
+      const ssize_t n = ::read(worker.from_child, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        worker.buffer.append(chunk, static_cast<std::size_t>(n));
+        for (std::size_t newline; (newline = worker.buffer.find('\n')) != std::string::npos;) {
+          const std::string line = worker.buffer.substr(0, newline);
+          worker.buffer.erase(0, newline + 1);
+          try {
+            const json object = json::parse(line);
+            const auto index = object.at("i").get<std::size_t>();
+            if (!worker.job || *worker.job != index) throw std::runtime_error("answer for another request");
+            finish_job(index, result_from_json(object));
+          } catch (const std::exception& error) {
+            if (worker.job) {
+              finish_job(
+                  *worker.job,
+                  JobResult{
+                      Status::failed, {}, 0, 0, fmt::format("worker sent a malformed answer: {}", error.what()), {}});
+            }
+          }
+          worker.job.reset();
+          --outstanding;
+        }
+        continue;
+      }
+      // EOF or read error: the worker is gone.
+      const std::string how = reap(worker);
+      if (worker.job) {
+        finish_job(
+            *worker.job,
+            JobResult{Status::failed, {}, 0, 0, fmt::format("worker process died while compiling: {}", how), {}});
+        --outstanding;
+      }
+      worker.pid = -1;
+    }
+    std::erase_if(workers, [](const Worker& worker) { return worker.pid < 0; });
+    fill();
+  }
+  // Tell every worker at once that there is no more work (EOF on its stdin). Each then persists its
+  // statistics and closes its answer pipe before it exits; waiting for that EOF (not for the exit)
+  // means everything it did is on disk, while the kernel's teardown of its address space (see
+  // bench/RESULTS.md) does not delay this command. Workers that have exited by then
+  // are reaped; the rest are left to init.
+  for (Worker& worker : workers) {
+    ::close(worker.to_child);
+    worker.to_child = -1;
+  }
+  for (Worker& worker : workers) {
+    char chunk[4096];
+    for (ssize_t n; (n = ::read(worker.from_child, chunk, sizeof chunk)) != 0;) {
+      if (n < 0 && errno != EINTR) break;
+    }
+    ::close(worker.from_child);
+    int status = 0;
+    (void)::waitpid(worker.pid, &status, WNOHANG);
+  }
+  ::sigaction(SIGPIPE, &previous, nullptr);
+}
+
+void exit_without_teardown(Engine& engine, int code, std::FILE* close_file) {
+  if (engine.store().mode() == cache::StoreMode::read_write) {
+    cache::PersistentStats(engine.store().config().root).add(engine.stats());
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  if (close_file != nullptr) std::fclose(close_file);
+  ::_exit(code);
+}
+
+// Library output that would go to stdout is sent to stderr instead: stdout is the answer pipe.
+int run_worker() {
+  const int protocol_fd = ::dup(STDOUT_FILENO);
+  if (protocol_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitError;
+  FILE* protocol = ::fdopen(protocol_fd, "w");
+  if (protocol == nullptr) return kExitError;
+  EngineConfig config = EngineConfig::from_environment();
+  config.runtime = false;  // a worker only compiles named targets: no cuInit, no device query
+  Engine engine(config);
+  KILN_LOG(debug, "prewarm worker {}: ready", ::getpid());
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos) return kExitError;
+    const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tab)));
+    JobResult result;
+    try {
+      Job job;
+      job.request = detail::parse_manifest_line(std::string_view(line).substr(tab + 1));
+      result = execute(engine, job);
+    } catch (const std::exception& error) {
+      result.status = Status::failed;
+      result.error = one_line(error.what());
+    }
+    const std::string answer = result_json(index, result).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    if (std::fwrite(answer.data(), 1, answer.size(), protocol) != answer.size() || std::fflush(protocol) != 0) {
+      exit_without_teardown(engine, kExitError, protocol);
+    }
+  }
+  KILN_LOG(debug, "prewarm worker {}: no more work", ::getpid());
+  exit_without_teardown(engine, kExitOk, protocol);
+}
+
+}  // namespace kiln::cli::prewarm
