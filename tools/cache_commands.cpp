@@ -1,11 +1,16 @@
 // kiln cache ...: path, ls, show, stats, verify, prune, clear, why-miss, export, import.
 // Every entry is read with the engine's own parser (Store::scan_shard, Store::read_file, CanonicalKey::parse,
 // diff_keys); nothing here knows the entry's byte layout.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <system_error>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -65,7 +70,26 @@ struct LsRow {
 struct LsShard {
   std::string text;
   std::vector<LsRow> rows;
+  std::size_t problems = 0;     ///< rows for entries that are not ok, and for things at entry paths
+  std::size_t not_entries = 0;  ///< stray names (not shown as rows: they name no key)
 };
+
+/// The label of a row for an entry that is not ok ("DAMAGED", "UNREADABLE", "REFUSED"); lower case for JSON.
+std::string_view state_label(EntryState state, bool upper = true) {
+  switch (state) {
+    case EntryState::unreadable:
+      return upper ? "UNREADABLE" : "unreadable";
+    case EntryState::refused:
+      return upper ? "REFUSED" : "refused";
+    default:
+      return upper ? "DAMAGED" : "damaged";
+  }
+}
+
+/// What a stray at an entry path is reported as: a damaged entry (the engine removes it on lookup).
+std::string stray_problem(const cache::StrayFile& stray) {
+  return fmt::format("a {} at an entry path, not an entry file", stray.kind);
+}
 
 std::string names_text(const cache::EntryHeaderView& header) {
   if (header.names_count == 0) return "(extern C names)";
@@ -93,7 +117,7 @@ void append_entry_json(std::string& out, const cache::ScannedEntry& e, const std
   if (!problem.empty()) {
     out += ",\"error\":";
     append_json_string(out, problem);
-    out += '}';
+    fmt::format_to(std::back_inserter(out), ",\"state\":\"{}\"}}", state_label(entry_state(e), false));
     return;
   }
   const cache::EntryHeaderView& h = *e.header;
@@ -122,8 +146,8 @@ constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<24} {:<20} {
 void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std::string& problem) {
   const std::string key = e.file_hash.hex().substr(0, 16);
   if (!problem.empty()) {
-    fmt::format_to(std::back_inserter(out), "{:<16}  {:>10}  {:>8}  DAMAGED: {}\n", key, format_bytes(e.size),
-                   format_age(e.mtime), one_line(problem));
+    fmt::format_to(std::back_inserter(out), "{:<16}  {:>10}  {:>8}  {}: {}\n", key, format_bytes(e.size),
+                   format_age(e.mtime), state_label(entry_state(e)), one_line(problem));
     return;
   }
   const cache::EntryHeaderView& h = *e.header;
@@ -157,15 +181,13 @@ int run_ls(const LsArgs& args) {
   // Headers only (no payload, no checksum: `kiln cache verify` checks whole entries), one shard directory
   // per task; each entry's output is formatted on the scanning thread, into its shard's buffer.
   std::vector<LsShard> shards(cache::Store::kShardCount);
-  scan_store(*store, cache::ScanDepth::header, true, [&](unsigned index, const cache::ScannedEntry& e) {
-    const std::string problem = entry_problem(e);
-    if (!args.target.empty() && (!problem.empty() || !target_matches(e.header->target, args.target))) return;
+  const auto add_row = [&](unsigned index, const cache::ScannedEntry& e, const std::string& problem) {
     LsShard& shard = shards[index];
     LsRow row;
     row.key = e.file_hash;
     row.size = e.size;
     row.mtime = e.mtime;
-    row.created_unix = problem.empty() ? e.header->created_unix : 0;
+    row.created_unix = e.header != nullptr ? e.header->created_unix : 0;
     row.offset = shard.text.size();
     if (args.json) {
       append_entry_json(shard.text, e, problem);
@@ -174,7 +196,32 @@ int run_ls(const LsArgs& args) {
     }
     row.length = shard.text.size() - row.offset;
     shard.rows.push_back(row);
-  });
+    if (!problem.empty()) ++shard.problems;
+  };
+  scan_store(
+      *store, cache::ScanDepth::header, true,
+      [&](unsigned index, const cache::ScannedEntry& e) {
+        const std::string problem = entry_problem(e);
+        const bool readable = e.header != nullptr && entry_state(e) != EntryState::damaged;
+        if (!args.target.empty() && (!readable || !target_matches(e.header->target, args.target))) return;
+        // A refused entry's header is fine: it is listed as a problem row all the same.
+        add_row(index, e, problem);
+      },
+      [&](unsigned index, const cache::StrayFile& stray) {
+        if (!stray.file_hash) {
+          ++shards[index].not_entries;
+          return;
+        }
+        if (!args.target.empty()) return;
+        const std::string problem = stray_problem(stray);
+        cache::ScannedEntry e;
+        e.path = stray.path;
+        e.file_hash = *stray.file_hash;
+        e.size = stray.size;
+        e.mtime = stray.mtime;
+        e.error = problem;
+        add_row(index, e, problem);
+      });
 
   struct Ref {
     const LsRow* row;
@@ -203,6 +250,12 @@ int run_ls(const LsArgs& args) {
     sort_by([](const LsRow& a, const LsRow& b) { return a.mtime < b.mtime; });
   }
 
+  std::size_t problems = 0;
+  std::size_t not_entries = 0;
+  for (const LsShard& shard : shards) {
+    problems += shard.problems;
+    not_entries += shard.not_entries;
+  }
   Output out;
   std::uint64_t bytes = 0;
   if (args.json) {
@@ -215,8 +268,24 @@ int run_ls(const LsArgs& args) {
     out.append(std::string_view(order[i].shard->text).substr(order[i].row->offset, order[i].row->length));
     bytes += order[i].row->size;
   }
-  out.append(args.json ? std::string("]\n") : fmt::format("{} entries, {}\n", order.size(), format_bytes(bytes)));
-  return kExitOk;
+  if (args.json) {
+    out.append("]\n");
+  } else {
+    std::string summary = fmt::format("{} entries, {}", order.size(), format_bytes(bytes));
+    if (problems != 0) summary += fmt::format("; {} not usable (kiln cache verify says more)", problems);
+    if (not_entries != 0) {
+      summary += fmt::format("; {} other files in the entry directories (kiln cache verify lists them)", not_entries);
+    }
+    if (store->refused()) summary += fmt::format("; the engine uses none of them: {}", store->mode_reason());
+    out.append(summary + "\n");
+  }
+  out.flush();
+  if (args.json && not_entries != 0) {
+    std::cerr << fmt::format("kiln: {} other files in the entry directories (kiln cache verify lists them)\n",
+                             not_entries);
+  }
+  // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean listing.
+  return problems + not_entries != 0 || store->refused() ? kExitFound : kExitOk;
 }
 
 // ---- show -------------------------------------------------------------------------------------------------
@@ -269,8 +338,20 @@ int run_show(const ShowArgs& args) {
   const cache::EntryFile file = find_by_prefix(store->list(), args.prefix, store->config().root);
   auto parsed = store->read_file(file.path);
   if (auto* error = std::get_if<cache::ContentError>(&parsed)) {
-    throw std::runtime_error(
-        fmt::format("entry {} ({}) is damaged: {}", file.file_hash.hex(), file.path.string(), error->reason));
+    // A bad entry is something found (exit 1), not bad input.
+    const bool io = error->reason.starts_with("cannot open") || error->reason.starts_with("cannot stat") ||
+                    error->reason.starts_with("I/O error");
+    if (args.json) {
+      print_json({{"key", file.file_hash.hex()},
+                  {"path", file.path.string()},
+                  {"valid", false},
+                  {"state", io ? "unreadable" : "bad"},
+                  {"error", error->reason}});
+    } else {
+      std::cout << fmt::format("entry {} ({}) {}: {}\n", file.file_hash.hex(), file.path.string(),
+                               io ? "cannot be read" : "is damaged", one_line(error->reason));
+    }
+    return kExitFound;
   }
   const cache::Entry& entry = std::get<cache::Entry>(parsed);
   const auto parts = cache::CanonicalKey::parse(entry.canonical_key);
@@ -375,35 +456,49 @@ int run_stats(const StatsArgs& args) {
   struct Tally {
     std::size_t entries = 0;
     std::size_t damaged = 0;
+    std::size_t unreadable = 0;
+    std::size_t refused = 0;
+    std::size_t not_entries = 0;  // links, FIFOs, ... at entry paths and stray names
     std::uint64_t bytes = 0;
     std::vector<Group> groups;  // few: one per lane and target
   };
   std::vector<Tally> tallies(cache::Store::kShardCount);
-  scan_store(*store, cache::ScanDepth::lane, false, [&](unsigned index, const cache::ScannedEntry& e) {
-    Tally& tally = tallies[index];
-    ++tally.entries;
-    tally.bytes += e.size;
-    if (e.header == nullptr || e.header->key_hash != e.file_hash) {
-      ++tally.damaged;
-      return;
-    }
-    auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
-      return g.vendor == e.header->vendor && g.target == e.header->target;
-    });
-    if (group == tally.groups.end()) {
-      tally.groups.push_back({e.header->vendor, std::string(e.header->target), 0, 0});
-      group = std::prev(tally.groups.end());
-    }
-    ++group->entries;
-    group->bytes += e.size;
-  });
+  scan_store(
+      *store, cache::ScanDepth::lane, false,
+      [&](unsigned index, const cache::ScannedEntry& e) {
+        Tally& tally = tallies[index];
+        ++tally.entries;
+        tally.bytes += e.size;
+        const EntryState state = entry_state(e);
+        if (state == EntryState::damaged || state == EntryState::unreadable) {
+          ++(state == EntryState::damaged ? tally.damaged : tally.unreadable);
+          return;
+        }
+        if (state == EntryState::refused) ++tally.refused;
+        auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
+          return g.vendor == e.header->vendor && g.target == e.header->target;
+        });
+        if (group == tally.groups.end()) {
+          tally.groups.push_back({e.header->vendor, std::string(e.header->target), 0, 0});
+          group = std::prev(tally.groups.end());
+        }
+        ++group->entries;
+        group->bytes += e.size;
+      },
+      [&](unsigned index, const cache::StrayFile&) { ++tallies[index].not_entries; });
   std::map<std::pair<std::string, std::string>, Group> groups;
   std::size_t entries = 0;
   std::size_t damaged = 0;
+  std::size_t unreadable = 0;
+  std::size_t refused = 0;
+  std::size_t not_entries = 0;
   std::uint64_t bytes = 0;
   for (const Tally& tally : tallies) {
     entries += tally.entries;
     damaged += tally.damaged;
+    unreadable += tally.unreadable;
+    refused += tally.refused;
+    not_entries += tally.not_entries;
     bytes += tally.bytes;
     for (const Group& g : tally.groups) {
       Group& group = groups[{std::string(to_string(g.vendor)), g.target}];
@@ -413,6 +508,8 @@ int run_stats(const StatsArgs& args) {
   }
   const cache::Counters total = persistent.load_total();
   const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
+  // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
+  const int status = damaged + unreadable + refused + not_entries != 0 || store->refused() ? kExitFound : kExitOk;
 
   if (args.json) {
     json by_target = json::array();
@@ -426,6 +523,10 @@ int run_stats(const StatsArgs& args) {
                 {"bytes", bytes},
                 {"max_size", store->config().max_size},
                 {"damaged", damaged},
+                {"unreadable", unreadable},
+                {"refused", refused},
+                {"not_entries", not_entries},
+                {"refused_root", store->refused() ? store->mode_reason() : std::string()},
                 {"by_target", std::move(by_target)},
                 {"lifetime",
                  {{"memory_hits", total.memory_hits},
@@ -442,7 +543,7 @@ int run_stats(const StatsArgs& args) {
                   {"bytes_read", total.bytes_read},
                   {"remote_misses", total.remote_misses},
                   {"remote_errors", total.remote_errors}}}});
-    return kExitOk;
+    return status;
   }
 
   std::string text;
@@ -453,7 +554,17 @@ int run_stats(const StatsArgs& args) {
     text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", key.first, key.second, group.entries,
                         format_bytes(group.bytes));
   }
+  if (store->refused()) text += fmt::format("refused           the engine uses none of it: {}\n", store->mode_reason());
   if (damaged > 0) text += fmt::format("damaged           {} (kiln cache verify --fix removes them)\n", damaged);
+  if (unreadable > 0)
+    text += fmt::format("unreadable        {} (cannot be opened or read; kiln cache verify lists them)\n", unreadable);
+  if (refused > 0)
+    text += fmt::format("refused           {} (in a shard directory others may write; kiln cache verify lists them)\n",
+                        refused);
+  if (not_entries > 0) {
+    text += fmt::format("not entries       {} (links, FIFOs, stray files; kiln cache verify --fix removes them)\n",
+                        not_entries);
+  }
   text += "lifetime (every process, since the counters were last zeroed):\n";
   text +=
       fmt::format("  hit ratio       {:.1f}% ({} hits, {} misses)\n", 100.0 * total.hit_ratio(), hits, total.misses);
@@ -468,7 +579,7 @@ int run_stats(const StatsArgs& args) {
     text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
   }
   std::cout << text;
-  return kExitOk;
+  return status;
 }
 
 // ---- verify -----------------------------------------------------------------------------------------------
@@ -482,62 +593,110 @@ int run_verify(const VerifyArgs& args) {
   const auto store = open_store();
   if (args.fix) require_writable(*store, "cache verify --fix");
   // Whole entries, verified as Store::get verifies them (checksum and stored key), on io threads.
-  struct Bad {
-    cache::Hash128 key;
+  enum class Kind : std::uint8_t { damaged, unreadable, refused, not_entry };
+  struct Finding {
+    Kind kind = Kind::damaged;
+    std::optional<cache::Hash128> key;  // none for a stray name
     std::string path;
     std::string error;
+    bool directory = false;
   };
   struct Tally {
     std::size_t entries = 0;
-    std::vector<Bad> bad;
+    std::vector<Finding> findings;
   };
   std::vector<Tally> tallies(cache::Store::kShardCount);
-  scan_store(*store, cache::ScanDepth::entry, false, [&](unsigned index, const cache::ScannedEntry& e) {
-    Tally& tally = tallies[index];
-    ++tally.entries;
-    if (std::string problem = entry_problem(e); !problem.empty()) {
-      tally.bad.push_back({e.file_hash, std::string(e.path), std::move(problem)});
-    }
-  });
+  scan_store(
+      *store, cache::ScanDepth::entry, false,
+      [&](unsigned index, const cache::ScannedEntry& e) {
+        Tally& tally = tallies[index];
+        ++tally.entries;
+        const EntryState state = entry_state(e);
+        if (state == EntryState::ok) return;
+        const Kind kind = state == EntryState::damaged      ? Kind::damaged
+                          : state == EntryState::unreadable ? Kind::unreadable
+                                                            : Kind::refused;
+        tally.findings.push_back({kind, e.file_hash, std::string(e.path), entry_problem(e), false});
+      },
+      [&](unsigned index, const cache::StrayFile& stray) {
+        tallies[index].findings.push_back(
+            {Kind::not_entry, stray.file_hash, std::string(stray.path),
+             stray.file_hash ? stray_problem(stray) : fmt::format("a {} that is not a cache entry", stray.kind),
+             stray.is_directory()});
+      });
   std::size_t entries = 0;
-  std::vector<Bad> bad_entries;
+  std::vector<Finding> findings;
   for (Tally& tally : tallies) {
     entries += tally.entries;
-    std::sort(tally.bad.begin(), tally.bad.end(), [](const Bad& a, const Bad& b) { return key_order(a.key, b.key); });
-    std::move(tally.bad.begin(), tally.bad.end(), std::back_inserter(bad_entries));
+    std::sort(tally.findings.begin(), tally.findings.end(),
+              [](const Finding& a, const Finding& b) { return a.path < b.path; });
+    std::move(tally.findings.begin(), tally.findings.end(), std::back_inserter(findings));
   }
-  const std::size_t bad = bad_entries.size();
+  std::size_t count[4] = {0, 0, 0, 0};
   std::size_t removed = 0;
+  std::size_t left = 0;  // findings still there after this run
   json bad_json = json::array();
   std::string text;
-  for (const Bad& e : bad_entries) {
+  for (const Finding& f : findings) {
+    ++count[static_cast<int>(f.kind)];
+    // Only what is proven bad by its bytes, or is no entry at all, is removed. An entry that could not
+    // be read may be fine (a transient error, a permission), and a refused one is the owner's to fix.
+    const bool removable = f.kind == Kind::damaged || (f.kind == Kind::not_entry && !f.directory);
     bool gone = false;
-    std::string remove_error;
-    if (args.fix) {
-      std::error_code ec;
-      gone = fs::remove(e.path, ec);
-      if (ec) remove_error = ec.message();
-      if (gone) ++removed;
+    std::string note;
+    if (args.fix && removable) {
+      if (::unlink(f.path.c_str()) == 0 || errno == ENOENT) {
+        gone = true;
+        ++removed;
+      } else {
+        note = fmt::format(" (cannot remove: {})", std::error_code(errno, std::system_category()).message());
+      }
+    } else if (args.fix) {
+      note = f.kind == Kind::unreadable ? " (not removed: a read error does not prove the entry bad)"
+             : f.kind == Kind::refused  ? " (not removed: make it mode 0600 in a 0700 directory, or remove it)"
+                                        : " (not removed: a directory)";
     }
-    bad_json.push_back({{"key", e.key.hex()}, {"path", e.path}, {"error", e.error}, {"removed", gone}});
-    text += fmt::format("bad: {} {}: {}{}\n", e.key.hex(), e.path, one_line(e.error),
-                        gone                   ? " (removed)"
-                        : remove_error.empty() ? ""
-                                               : " (cannot remove: " + remove_error + ")");
+    if (gone) note = " (removed)";
+    if (!gone) ++left;
+    static constexpr const char* kLabel[] = {"bad", "unreadable", "refused", "not an entry"};
+    static constexpr const char* kState[] = {"damaged", "unreadable", "refused", "not_entry"};
+    const std::string key = f.key ? f.key->hex() : std::string();
+    bad_json.push_back({{"key", key},
+                        {"path", f.path},
+                        {"error", f.error},
+                        {"state", kState[static_cast<int>(f.kind)]},
+                        {"removed", gone}});
+    text += fmt::format("{}: {}{}{}: {}{}\n", kLabel[static_cast<int>(f.kind)], key, key.empty() ? "" : " ", f.path,
+                        one_line(f.error), note);
   }
+  if (removed != 0) (void)store->remeasure_size();  // the running size total, after removing files
+  const std::size_t bad = count[static_cast<int>(Kind::damaged)];
+  const std::size_t unreadable = count[static_cast<int>(Kind::unreadable)];
+  const std::size_t refused = count[static_cast<int>(Kind::refused)];
+  const std::size_t not_entries = count[static_cast<int>(Kind::not_entry)];
   if (args.json) {
     print_json({{"entries", entries},
-                {"ok", entries - bad},
+                {"ok", entries - bad - unreadable - refused},
                 {"bad", bad},
+                {"unreadable", unreadable},
+                {"refused", refused},
+                {"not_entries", not_entries},
                 {"removed", removed},
+                {"refused_root", store->refused() ? store->mode_reason() : std::string()},
                 {"bad_entries", std::move(bad_json)}});
   } else {
-    text += fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad, bad);
-    if (args.fix) text += fmt::format(", {} removed", removed);
-    if (bad > removed && !args.fix) text += " (kiln cache verify --fix removes them)";
+    text += fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad - unreadable - refused, bad);
+    if (unreadable != 0) text += fmt::format(", {} unreadable", unreadable);
+    if (refused != 0) text += fmt::format(", {} refused", refused);
+    if (not_entries != 0) text += fmt::format("; {} files that are not entries", not_entries);
+    if (args.fix) text += fmt::format("; {} removed", removed);
+    if (left != 0 && !args.fix && bad + not_entries != 0) text += " (kiln cache verify --fix removes what is bad)";
+    if (store->refused()) {
+      text += fmt::format("\nverify: the engine uses none of these entries: the cache is {}", store->mode_reason());
+    }
     std::cout << text << '\n';
   }
-  return bad > removed ? kExitFound : kExitOk;
+  return left != 0 || store->refused() ? kExitFound : kExitOk;
 }
 
 // ---- prune / clear -----------------------------------------------------------------------------------------
@@ -577,7 +736,11 @@ int run_prune(const PruneArgs& args) {
     // Each entry's target from its header (with its size and last use from the same open file).
     std::vector<std::vector<EntrySummary>> shards(cache::Store::kShardCount);
     scan_store(*store, cache::ScanDepth::lane, true, [&](unsigned index, const cache::ScannedEntry& e) {
-      if (!entry_problem(e).empty() || !target_matches(e.header->target, args.target)) return;
+      const EntryState state = entry_state(e);
+      if (state == EntryState::damaged || state == EntryState::unreadable ||
+          !target_matches(e.header->target, args.target)) {
+        return;
+      }
       shards[index].push_back(
           {cache::EntryFile{std::string(e.path), e.file_hash, e.size, e.mtime}, true, std::string(e.header->target)});
     });
@@ -607,6 +770,7 @@ int run_prune(const PruneArgs& args) {
     std::vector<const cache::EntryFile*> targets;
     for (const EntrySummary* e : chosen) targets.push_back(&e->file);
     gone = remove_files(targets, true);
+    (void)store->remeasure_size();  // the running size total, after removing files behind the store
   }
   std::size_t removed = 0;
   std::uint64_t freed = 0;
@@ -644,6 +808,7 @@ int run_clear() {
   std::vector<const cache::EntryFile*> targets;
   for (const cache::EntryFile& file : files) targets.push_back(&file);
   const std::vector<bool> gone = remove_files(targets, false);
+  (void)store->remeasure_size();  // the running size total, after removing files behind the store
   std::size_t removed = 0;
   std::uint64_t freed = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -864,7 +1029,7 @@ int run_export(const ExportArgs& args) {
   writer.commit();
   std::cout << fmt::format("export: {} entries ({}) to {}{}\n", count, format_bytes(bytes), args.file,
                            skipped > 0 ? fmt::format("; skipped {} damaged", skipped) : std::string());
-  return kExitOk;
+  return skipped == 0 ? kExitOk : kExitFound;  // a damaged entry is something found
 }
 
 struct ImportArgs {

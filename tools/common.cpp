@@ -1,5 +1,6 @@
 #include "common.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +11,8 @@
 #include <charconv>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <system_error>
 #include <unordered_map>
 
@@ -211,20 +210,41 @@ bool target_matches(std::string_view entry_target, std::string_view wanted) {
 }
 
 void scan_store(const cache::Store& store, cache::ScanDepth depth, bool with_mtime,
-                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn) {
+                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn,
+                const std::function<void(unsigned shard, const cache::StrayFile&)>& on_stray) {
   parallel_for(cache::Store::kShardCount, io_threads(), [&](std::size_t shard) {
     const auto index = static_cast<unsigned>(shard);
-    store.scan_shard(index, depth, with_mtime, [&](const cache::ScannedEntry& scanned) { fn(index, scanned); });
+    std::function<void(const cache::StrayFile&)> strays;
+    if (on_stray) strays = [&](const cache::StrayFile& stray) { on_stray(index, stray); };
+    store.scan_shard(
+        index, depth, with_mtime, [&](const cache::ScannedEntry& scanned) { fn(index, scanned); }, strays);
   });
+}
+
+namespace {
+
+cache::Hash128 held_key(const cache::ScannedEntry& scanned) {
+  return scanned.entry != nullptr    ? scanned.entry->key_hash
+         : scanned.header != nullptr ? scanned.header->key_hash
+                                     : scanned.file_hash;
+}
+
+}  // namespace
+
+EntryState entry_state(const cache::ScannedEntry& scanned) {
+  if (!scanned.error.empty()) return scanned.io_error ? EntryState::unreadable : EntryState::damaged;
+  if (held_key(scanned) != scanned.file_hash) return EntryState::damaged;
+  return scanned.refused.empty() ? EntryState::ok : EntryState::refused;
 }
 
 std::string entry_problem(const cache::ScannedEntry& scanned) {
   if (!scanned.error.empty()) return std::string(scanned.error);
-  const cache::Hash128 held = scanned.entry != nullptr    ? scanned.entry->key_hash
-                              : scanned.header != nullptr ? scanned.header->key_hash
-                                                          : scanned.file_hash;
-  if (held == scanned.file_hash) return {};
-  return fmt::format("file name says key {} but the entry holds key {}", scanned.file_hash.hex(), held.hex());
+  const cache::Hash128 held = held_key(scanned);
+  if (held != scanned.file_hash) {
+    return fmt::format("file name says key {} but the entry holds key {}", scanned.file_hash.hex(), held.hex());
+  }
+  if (!scanned.refused.empty()) return fmt::format("refused: {}", scanned.refused);
+  return {};
 }
 
 bool key_order(const cache::Hash128& a, const cache::Hash128& b) noexcept {
@@ -256,20 +276,48 @@ std::vector<std::vector<std::string>> name_sets(const std::vector<std::string>& 
   return sets;
 }
 
-std::string read_text_file(const std::filesystem::path& path, std::string_view what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw UsageError(fmt::format("{} {}: is a directory, not a file", what, path.string()));
+std::string read_text_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes) {
+  const auto system_text = [](int error) { return std::error_code(error, std::system_category()).message(); };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below, as is a device).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw UsageError(fmt::format("{} {}: cannot read: {}", what, path.string(), system_text(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw UsageError(fmt::format("{} {}: cannot read: {}", what, path.string(), system_text(errno)));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw UsageError(fmt::format("{} {}: cannot read: {}", what, path.string(),
-                                 std::error_code(errno, std::system_category()).message()));
+  if (S_ISDIR(st.st_mode)) throw UsageError(fmt::format("{} {}: is a directory, not a file", what, path.string()));
+  if (!S_ISREG(st.st_mode)) {
+    throw UsageError(
+        fmt::format("{} {}: not a regular file (a FIFO, socket or device is not read)", what, path.string()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UsageError(fmt::format("{} {}: read error", what, path.string()));
-  return std::move(text).str();
+  const auto too_large = [&](std::uint64_t size) {
+    return UsageError(fmt::format("{} {}: {} bytes, over the limit of {} bytes (what one cache entry's key may hold)",
+                                  what, path.string(), size, max_bytes));
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) throw too_large(static_cast<std::uint64_t>(st.st_size));
+  // Read to the end, but never past the limit (the file may grow while it is read).
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t length = 0;
+  for (;;) {
+    if (length == text.size()) {
+      if (text.size() > max_bytes) throw too_large(text.size());
+      text.resize(std::max<std::size_t>(text.size() * 2, 4096));
+    }
+    const ssize_t n = ::read(fd, text.data() + length, text.size() - length);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw UsageError(fmt::format("{} {}: read error: {}", what, path.string(), system_text(errno)));
+    }
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  if (length > max_bytes) throw too_large(length);
+  text.resize(length);
+  return text;
 }
 
 void append_json_string(std::string& out, std::string_view text) {

@@ -87,11 +87,23 @@ struct EntrySummary {
 /// Reads every entry file of the store with the engine's own parser (Store::scan_shard), one shard
 /// directory at a time on io_threads() threads, and calls fn(shard, entry) on the scanning thread (calls
 /// for one shard come from one thread, one after another). Never deletes anything.
+/// `on_stray`, when given, gets what the shard directories hold besides entry files (cache::StrayFile), on
+/// the same thread as that shard's entries.
 void scan_store(const cache::Store& store, cache::ScanDepth depth, bool with_mtime,
-                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn);
+                const std::function<void(unsigned shard, const cache::ScannedEntry&)>& fn,
+                const std::function<void(unsigned shard, const cache::StrayFile&)>& on_stray = {});
 
-/// Why a scanned entry is not valid: its error, or a header/entry naming another key than its file
-/// name. Empty when it is valid.
+/// How the engine sees a scanned entry file.
+enum class EntryState : std::uint8_t {
+  ok,
+  damaged,     ///< proven bad by its bytes (a content error, or it holds another key than its name)
+  unreadable,  ///< could not be opened or read (an I/O error): it may be fine, so nothing removes it for that
+  refused,     ///< not used whatever its bytes: its mode or owner, or its shard directory's, is not trusted
+};
+[[nodiscard]] EntryState entry_state(const cache::ScannedEntry& scanned);
+
+/// Why a scanned entry is not valid: its error, a header/entry naming another key than its file name,
+/// or "refused: why" (see EntryState). Empty when it is valid.
 [[nodiscard]] std::string entry_problem(const cache::ScannedEntry& scanned);
 
 /// Removes entry files on many threads (unlink is latency-bound on a busy disk, not CPU-bound). With
@@ -128,8 +140,12 @@ void parallel_for(std::size_t count, unsigned threads, const std::function<void(
 [[nodiscard]] std::vector<std::vector<std::string>> name_sets(const std::vector<std::string>& kernels,
                                                               bool one_program);
 
-/// Reads a whole file. Throws UsageError "<what> FILE: cannot read: why".
-[[nodiscard]] std::string read_text_file(const std::filesystem::path& path, std::string_view what);
+/// Reads a whole regular file of at most `max_bytes` (default: the cache's canonical key limit, which a
+/// source and its headers must fit in). Throws UsageError "<what> FILE: why" for anything else: a file
+/// that cannot be read, a directory, a FIFO or device (never waited on or read without end), a file
+/// over the limit.
+[[nodiscard]] std::string read_text_file(const std::filesystem::path& path, std::string_view what,
+                                         std::uint64_t max_bytes = cache::kMaxCanonicalKeyBytes);
 
 /// Appends `text` as a JSON string literal (quoted, escaped; invalid UTF-8 replaced by U+FFFD).
 /// The fast path for output of many small records, where building a json tree per record costs more

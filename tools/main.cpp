@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.set_version_flag("--version", fmt::format("kiln {}", KILN_CLI_VERSION));
   std::string cache_dir;
-  app.add_option("--cache-dir", cache_dir, "Use this cache root (overrides KILN_CACHE_DIR)");
+  CLI::Option* cache_dir_option =
+      app.add_option("--cache-dir", cache_dir, "Use this cache root (overrides KILN_CACHE_DIR)");
 
   kiln::cli::Commands commands;
   kiln::cli::add_devices_command(app, commands);
@@ -70,7 +71,14 @@ int main(int argc, char** argv) {
     return kiln::cli::kExitError;
   }
 
-  if (!cache_dir.empty()) ::setenv("KILN_CACHE_DIR", cache_dir.c_str(), 1);
+  if (cache_dir_option->count() > 0) {
+    // An empty value is almost always an unset shell variable: never fall back to the default cache.
+    if (cache_dir.empty()) {
+      print_error("--cache-dir is empty: give a directory, or leave the flag out to use KILN_CACHE_DIR or the default");
+      return kiln::cli::kExitError;
+    }
+    ::setenv("KILN_CACHE_DIR", cache_dir.c_str(), 1);
+  }
 
   // Run the most deeply nested parsed command (e.g. "cache ls" rather than "cache").
   const kiln::cli::Command* chosen = nullptr;

@@ -13,12 +13,7 @@ namespace {
 Level level_from_environment() noexcept {
   const char* value = std::getenv("KILN_LOG");
   if (value == nullptr) return Level::warn;
-  const std::string_view text(value);
-  if (text == "error") return Level::error;
-  if (text == "warn" || text == "warning") return Level::warn;
-  if (text == "info") return Level::info;
-  if (text == "debug") return Level::debug;
-  return Level::warn;
+  return parse_level(value).value_or(Level::warn);
 }
 
 std::atomic<int>& current() noexcept {
@@ -29,6 +24,14 @@ std::atomic<int>& current() noexcept {
 constexpr std::string_view kNames[] = {"error", "warning", "info", "debug"};
 
 }  // namespace
+
+std::optional<Level> parse_level(std::string_view text) noexcept {
+  if (text == "error") return Level::error;
+  if (text == "warn" || text == "warning") return Level::warn;
+  if (text == "info") return Level::info;
+  if (text == "debug") return Level::debug;
+  return std::nullopt;
+}
 
 Level level() noexcept { return static_cast<Level>(current().load(std::memory_order_relaxed)); }
 void set_level(Level l) noexcept { current().store(static_cast<int>(l), std::memory_order_relaxed); }

@@ -174,7 +174,7 @@ KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std:
     return too_long("compiler length", l.compiler_len, limits.max_text_bytes);
   }
   if (l.canonical_len > limits.max_canonical_bytes) {
-    return too_long("canonical key length", l.canonical_len, limits.max_canonical_bytes);
+    return ContentError{canonical_key_too_long(l.canonical_len, limits.max_canonical_bytes)};
   }
   if (l.names_count > limits.max_names) return too_long("names count", l.names_count, limits.max_names);
   if (std::uint64_t{l.names_count} * 8 > l.names_len) {
@@ -455,6 +455,8 @@ void EntryHeaderView::for_each_name(
 }
 
 std::vector<std::byte> serialize(const Entry& entry) {
+  // The readers' limit, checked by the writer too: an entry no reader accepts must never be written.
+  check_canonical_key(entry.canonical_key);
   constexpr std::uint64_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
   std::uint64_t names_len = 0;
   for (const LoweredName& name : entry.names) names_len += 8 + name.expression.size() + name.lowered.size();

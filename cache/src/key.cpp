@@ -82,6 +82,19 @@ std::string describe_change(std::string_view before, std::string_view after) {
 
 }  // namespace
 
+std::string canonical_key_too_long(std::uint64_t length, std::uint64_t limit) {
+  const std::string most =
+      limit % (1U << 20) == 0 ? fmt::format("{} MiB", limit >> 20) : fmt::format("{} bytes", limit);
+  return fmt::format(
+      "canonical key length {} exceeds the limit {} (the source, its headers and the options together may "
+      "hold at most {})",
+      length, limit, most);
+}
+
+void check_canonical_key(std::string_view canonical_key, std::uint64_t limit) {
+  if (canonical_key.size() > limit) throw std::length_error(canonical_key_too_long(canonical_key.size(), limit));
+}
+
 CanonicalKey::CanonicalKey() : m_bytes(kKeyMagic) {}
 
 KILN_HOT void CanonicalKey::add(std::string_view name, std::string_view value) {

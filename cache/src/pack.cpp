@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/base/log.hpp"
+
 namespace kiln::cache {
 namespace {
 
@@ -341,6 +343,8 @@ LookupResult PackReader::get(const Hash128& key, std::string_view canonical_key)
     if (auto* error = std::get_if<ContentError>(&read_result)) {
       result.outcome = LookupOutcome::io_error;
       result.detail = fmt::format("{}: {}", describe(), error->reason);
+      // A pack is read-only, so nothing removes the entry: say so, as local and remote damage are said.
+      KILN_LOG(warn, "{}: a damaged entry is not used, the kernel is compiled instead ({})", describe(), error->reason);
       return result;
     }
     Entry& entry = std::get<Entry>(read_result);

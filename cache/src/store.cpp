@@ -40,6 +40,8 @@ constexpr std::string_view kCacheDirTag =
     "# For information about cache directory tags see https://bford.info/cachedir/\n";
 constexpr std::string_view kEntrySuffix = ".kiln";
 constexpr auto kTrimTempAge = std::chrono::hours(1);
+/// A trim that removes entries whose mtime is this recent warns that the cap is too small.
+constexpr auto kRecentUse = std::chrono::hours(1);
 
 std::string errno_text(int error) { return std::strerror(error); }
 
@@ -223,7 +225,20 @@ std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {
 
 StoreConfig StoreConfig::from_environment() {
   StoreConfig config;
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+  // Checked here because every configuration (engine and CLI) reads the environment through this
+  // function; the logger itself cannot report a bad value.
+  if (const char* level = std::getenv("KILN_LOG"); level != nullptr && *level != '\0' && !log::parse_level(level)) {
+    throw std::invalid_argument(fmt::format("KILN_LOG='{}': expected error, warn, info or debug", level));
+  }
+  const char* dir = std::getenv("KILN_CACHE_DIR");
+  if (dir != nullptr && *dir == '\0') {
+    // Set but empty is almost always an unset shell variable ("$CACHE"): falling back to the default
+    // cache would let `kiln cache clear` empty the user's own cache.
+    throw std::invalid_argument(
+        "KILN_CACHE_DIR is set but empty: give a directory, or unset it to use $XDG_CACHE_HOME/kiln or "
+        "~/.cache/kiln");
+  }
+  if (dir != nullptr) {
     config.root = dir;
   } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
     config.root = std::filesystem::path(xdg) / "kiln";
@@ -246,6 +261,12 @@ StoreConfig StoreConfig::from_environment() {
       throw std::invalid_argument(fmt::format(
           "KILN_CACHE_MAXSIZE=\"{}\" is not a size: give bytes or a K/M/G/T suffix (binary), e.g. 512M or 2G", size));
     }
+    if (*bytes == 0) {
+      throw std::invalid_argument(
+          fmt::format("KILN_CACHE_MAXSIZE=\"{}\": the size cap must be above 0 (to keep nothing on disk, set "
+                      "KILN_CACHE_DISABLE=1)",
+                      size));
+    }
     config.max_size = *bytes;
   }
   return config;
@@ -260,6 +281,8 @@ struct Store::State {
   std::string lock_dir;
   std::string size_file;
   std::string trim_lock;
+  std::string measured_file;  ///< lock/measured: its mtime is when the running total was last measured
+  bool root_refused = false;  ///< set by the constructor only
 
   /// The user whose entries this store trusts (entries owned by anyone else are refused as "not ours").
   uid_t euid = ::geteuid();
@@ -304,6 +327,7 @@ struct Store::State {
       if (fresh < 0) return false;
       retired_v1_fds.push_back(fd);
       v1_fd.store(fresh, std::memory_order_release);
+      for (auto& trust : shard_trust) trust.store(kShardUnknown, std::memory_order_relaxed);  // new directories
     }
     fd = v1_fd.load();
     return true;
@@ -314,6 +338,67 @@ struct Store::State {
   std::string reason;
   std::atomic<bool> write_failure_warned{false};
   std::atomic<std::uint64_t> evictions{0};
+  mutable std::mutex put_error_mutex;
+  std::string put_error;  ///< Store::last_put_error()
+
+  /// Trust in each shard directory (v1/<2 hex>), looked at once per shard per store: a lookup pays one
+  /// fstatat() the first time it reads from a shard, never per read.
+  static constexpr std::uint8_t kShardUnknown = 0;
+  static constexpr std::uint8_t kShardTrusted = 1;
+  static constexpr std::uint8_t kShardRefused = 2;
+  std::array<std::atomic<std::uint8_t>, Store::kShardCount> shard_trust{};
+  std::atomic<bool> refusal_warned{false};
+  std::atomic<bool> trim_warned{false};
+
+  /// Says that a shard directory or an entry file was refused: a warning the first time for this store,
+  /// info level afterwards (a cache someone made group-writable would otherwise warn for every entry).
+  void note_refusal(const std::string& why) {
+    if (!refusal_warned.exchange(true)) {
+      KILN_LOG(warn, "disk cache refused {} (further refusals are logged at info level)", why);
+    } else {
+      KILN_LOG(info, "disk cache refused {}", why);
+    }
+  }
+
+  /// Whether the entries of shard directory `shard` may be used and written: it is ours and not group/
+  /// world-writable (as the root must be). `dir_fd` is v1/ (-1: use the path). A directory that cannot
+  /// be looked at is not judged (nothing in it can be read either) and is looked at again next time.
+  KILN_HOT bool shard_trusted(unsigned shard, int dir_fd) {
+    const std::uint8_t known = shard_trust[shard].load(std::memory_order_relaxed);
+    if (known != kShardUnknown) return known == kShardTrusted;
+    return judge_shard(shard, dir_fd);
+  }
+
+  bool judge_shard(unsigned shard, int dir_fd) {
+    const char name[3] = {kHexDigits[shard >> 4], kHexDigits[shard & 0xF], '\0'};
+    const std::string path = v1_dir + "/" + name;
+    struct stat st {};
+    if ((dir_fd >= 0 ? ::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) : ::lstat(path.c_str(), &st)) != 0)
+      return true;
+    const std::string why = distrust_reason("shard directory", path, st);
+    if (why.empty()) {
+      shard_trust[shard].store(kShardTrusted, std::memory_order_relaxed);
+      return true;
+    }
+    if (shard_trust[shard].exchange(kShardRefused) != kShardRefused) {
+      note_refusal(
+          fmt::format("{}: its entries are not used and nothing is written into it (make it mode 0700, "
+                      "or clear the cache)",
+                      why));
+    }
+    return false;
+  }
+
+  /// Records why a put failed (Store::last_put_error).
+  void record_put_error(const std::string& why) {
+    const std::lock_guard lock(put_error_mutex);
+    put_error = why;
+  }
+  /// Records why a put failed and warns once per store.
+  void fail_put(const std::string& why) {
+    record_put_error(why);
+    warn_write_failure(why);
+  }
 
   /// Lowers the mode (read_write -> read_only -> memory_only; never raises it) and records why.
   /// `warn`: say so once, at warning level (refused roots, write trouble); otherwise at info level.
@@ -375,27 +460,59 @@ struct Store::State {
     path.append(v1_dir).append("/").append(name.data());
   }
 
-  /// Adds `delta` to the running total in lock/size under a file lock and returns the new total.
-  /// Without a valid size file, measures the store (once) and writes that. nullopt on failure.
-  std::optional<std::uint64_t> adjust_size(std::int64_t delta, std::optional<std::uint64_t> set_to = {}) const {
+  /// How adjust_size() arrives at the new total.
+  enum class Measure : std::uint8_t {
+    if_unknown,  ///< add the delta to the stored total; measure only when there is no valid one
+    if_due,      ///< the same, but also measure when the last measurement is older than kRemeasureInterval
+    now,         ///< measure (the delta is then already on disk)
+  };
+
+  /// The bytes of every entry file on disk now (a stat-only walk of the store).
+  [[nodiscard]] std::uint64_t measure_entries() const {
+    std::uint64_t total = 0;
+    walk_store(
+        v1_dir, [&total](const EntryFile& file) { total += file.size; },
+        [](const std::string&, std::string_view, const struct stat&) {});
+    return total;
+  }
+
+  /// True when lock/measured is missing or older than kRemeasureInterval.
+  [[nodiscard]] bool measurement_due() const noexcept {
+    struct stat st {};
+    return ::stat(measured_file.c_str(), &st) != 0 ||
+           older_than(st.st_mtim, std::chrono::duration_cast<std::chrono::seconds>(Store::kRemeasureInterval));
+  }
+
+  /// Records that the total was measured now (lock/measured's mtime).
+  void mark_measured() const noexcept {
+    const UniqueFd fd(::open(measured_file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (fd) (void)::futimens(fd.get(), nullptr);
+  }
+
+  /// Adds `delta` to the running total in lock/size under a file lock and returns the new total, or
+  /// writes `set_to` (a total the caller measured). Measures the store instead as `how` says (see
+  /// Measure): entries copied in or deleted behind the store's back are counted within
+  /// kRemeasureInterval. nullopt on failure.
+  std::optional<std::uint64_t> adjust_size(std::int64_t delta, std::optional<std::uint64_t> set_to = {},
+                                           Measure how = Measure::if_unknown) const {
     const UniqueFd fd(::open(size_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return std::nullopt;
     std::uint64_t total = 0;
+    bool measured = true;
     if (set_to) {
       total = *set_to;
+    } else if (const auto stored = parse_total(read_small(fd.get(), 32));
+               stored && how != Measure::now && !(how == Measure::if_due && measurement_due())) {
+      total = delta < 0 ? *stored - std::min(*stored, static_cast<std::uint64_t>(-delta))
+                        : *stored + static_cast<std::uint64_t>(delta);
+      measured = false;
     } else {
-      if (const auto stored = parse_total(read_small(fd.get(), 32))) {
-        total = delta < 0 ? *stored - std::min(*stored, static_cast<std::uint64_t>(-delta))
-                          : *stored + static_cast<std::uint64_t>(delta);
-      } else {
-        walk_store(
-            v1_dir, [&total](const EntryFile& file) { total += file.size; },
-            [](const std::string&, std::string_view, const struct stat&) {});
-      }
+      total = measure_entries();
     }
     const std::string text = fmt::format("{}\n", total);
     if (::pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return std::nullopt;
     if (::ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0) return std::nullopt;
+    if (measured) mark_measured();
     return total;
   }
 
@@ -446,6 +563,8 @@ struct Store::State {
       TrimResult result;
       for (const EntryFile& file : files) result.bytes_before += file.size;
       std::uint64_t total = result.bytes_before;
+      const auto recent_since = Clock::now() - kRecentUse;
+      std::size_t recent = 0;  // removed entries written or used within kRecentUse
       if (total > target_bytes) {
         std::sort(files.begin(), files.end(), [](const EntryFile& a, const EntryFile& b) {
           return a.mtime != b.mtime ? a.mtime < b.mtime : a.path < b.path;
@@ -466,6 +585,7 @@ struct Store::State {
           if (::unlink(file.path.c_str()) != 0) continue;
           total -= file.size;
           ++result.removed;
+          if (file.mtime > recent_since) ++recent;
         }
       }
       result.bytes_after = total;
@@ -474,6 +594,19 @@ struct Store::State {
       if (result.removed != 0) {
         KILN_LOG(info, "disk cache trimmed: {} entries removed, {} -> {} bytes", result.removed, result.bytes_before,
                  result.bytes_after);
+      }
+      // A cap below the working set evicts what was just compiled: say so (once per store) rather than
+      // let every run recompile without a word. Only for the trims puts start; an explicit trim is asked for.
+      if (recent != 0 && keep != nullptr) {
+        const std::string what = fmt::format(
+            "disk cache size cap {} bytes (KILN_CACHE_MAXSIZE) is smaller than the kernels in use: a trim removed {} "
+            "of {} entries written or used within the last hour, which will be compiled again",
+            config.max_size, recent, result.removed);
+        if (!trim_warned.exchange(true)) {
+          KILN_LOG(warn, "{} (raise the cap)", what);
+        } else {
+          KILN_LOG(info, "{}", what);
+        }
       }
       return result;
     } catch (...) {
@@ -501,6 +634,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
   s.lock_dir = s.root + "/lock";
   s.size_file = s.lock_dir + "/size";
   s.trim_lock = s.lock_dir + "/trim";
+  s.measured_file = s.lock_dir + "/measured";
 
   if (!m_config.read_only) {
     if (const int error = make_private_dirs(s.root); error != 0 && !is_permission_error(error)) {
@@ -523,6 +657,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
   }
   // A cached binary is code that runs on the GPU: only trust a tree nobody else can write to.
   if (std::string why = distrust_reason("cache root", s.root, st); !why.empty()) {
+    s.root_refused = true;
     s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
     return;
   }
@@ -530,6 +665,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
     struct stat sub {};
     if (::lstat(dir.c_str(), &sub) != 0) continue;
     if (std::string why = distrust_reason("cache directory", dir, sub); !why.empty()) {
+      s.root_refused = true;
       s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
       return;
     }
@@ -569,6 +705,22 @@ std::string Store::mode_reason() const {
 
 std::uint64_t Store::evictions() const noexcept { return m_state->evictions.load(); }
 
+bool Store::refused() const noexcept { return m_state->root_refused; }
+
+std::string Store::last_put_error() const {
+  const std::lock_guard lock(m_state->put_error_mutex);
+  return m_state->put_error;
+}
+
+std::optional<std::uint64_t> Store::remeasure_size() noexcept {
+  try {
+    if (m_state->mode.load() != StoreMode::read_write) return std::nullopt;
+    return m_state->adjust_size(0, std::nullopt, State::Measure::now);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 std::optional<std::uint64_t> Store::size_estimate() const noexcept {
   try {
     const UniqueFd fd(::open(m_state->size_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -590,8 +742,8 @@ KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_
   try {
     // The name relative to v1/ is built on the stack, and the full path only for messages and
     // removal: a hit allocates nothing but the Entry it returns.
-    const State::RelativeName relative =
-        State::relative_name(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+    const Hash128 file_hash = m_config.file_name_hook ? m_config.file_name_hook(key) : key;
+    const State::RelativeName relative = State::relative_name(file_hash);
     const auto full_path = [&] { return s.v1_dir + "/" + relative.data(); };
     // O_NOFOLLOW: a symbolic link planted at an entry path is never followed. O_NONBLOCK: a FIFO
     // planted there cannot block us (it is rejected as not a regular file below). Opened relative to
@@ -609,9 +761,16 @@ KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_
       open_error = opened < 0 ? errno : 0;
     }
     const UniqueFd fd(opened);
+    if (!fd && (open_error == ENOENT || open_error == ENOTDIR))
+      return LookupResult{LookupOutcome::miss, std::nullopt, {}};
+    // Something is there: use (or remove) it only when its shard directory may be trusted.
+    if (!s.shard_trusted(static_cast<unsigned>(file_hash.high >> 56), dir_fd)) {
+      return LookupResult{
+          LookupOutcome::miss, std::nullopt,
+          fmt::format("{}: its shard directory is refused (not ours, or group/world-writable)", full_path())};
+    }
     if (!fd) {
       const int error = open_error;
-      if (error == ENOENT || error == ENOTDIR) return LookupResult{LookupOutcome::miss, std::nullopt, {}};
       const std::string path = full_path();
       if (error == ELOOP) {
         const std::string why = fmt::format("{} is a symbolic link: refused", path);
@@ -638,13 +797,21 @@ KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_
       content_error = "not a regular file";
     } else if (st.st_uid != s.euid) {
       content_error = fmt::format("owned by uid {}, not by the current user", st.st_uid);
+    } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      // Others could have written it: not used, not removed (the put after the compile replaces it).
+      const std::string why =
+          fmt::format("entry {}: it is {}-writable (mode {:04o}); it is not used, and a new compile replaces it",
+                      full_path(), (st.st_mode & S_IWOTH) != 0 ? "world" : "group", st.st_mode & 07777);
+      s.note_refusal(why);
+      return LookupResult{LookupOutcome::miss, std::nullopt, why};
     } else {
       const detail::ExpectedKey expected{key, canonical_key};
       detail::FileParseResult parsed =
           detail::parse_file(fd.get(), static_cast<std::uint64_t>(st.st_size), m_config.limits, &expected);
       if (auto* entry = std::get_if<Entry>(&parsed)) {
         // LRU age: touch at most once per kTouchInterval, so hits stay read-only on disk.
-        if (mode == StoreMode::read_write && older_than(st.st_mtim, kTouchInterval)) (void)::futimens(fd.get(), nullptr);
+        if (mode == StoreMode::read_write && older_than(st.st_mtim, kTouchInterval))
+          (void)::futimens(fd.get(), nullptr);
         return LookupResult{LookupOutcome::hit, std::move(*entry), {}};
       }
       if (auto* failure = std::get_if<detail::IoFailure>(&parsed)) {
@@ -667,21 +834,35 @@ KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_
 
 bool Store::put(const Entry& entry) {
   State& s = *m_state;
-  if (s.mode.load() != StoreMode::read_write) return false;
+  if (const StoreMode mode = s.mode.load(); mode != StoreMode::read_write) {
+    try {
+      s.record_put_error(fmt::format("the disk cache is {}: {}", to_string(mode), mode_reason()));
+    } catch (...) {
+      // Out of memory: the reason stays what it was.
+    }
+    return false;
+  }
   try {
     if (hash128(entry.canonical_key, kKeySeed) != entry.key_hash) {
-      s.warn_write_failure(
-          fmt::format("entry {} refused: key_hash is not the hash of its canonical key", entry.key_hash.hex()));
+      s.fail_put(fmt::format("entry {} refused: key_hash is not the hash of its canonical key", entry.key_hash.hex()));
+      return false;
+    }
+    // Nothing is written that this store's own readers would reject (it would be read back as damaged,
+    // removed and compiled again on every run): the key first, before it is copied.
+    if (entry.canonical_key.size() > m_config.limits.max_canonical_bytes) {
+      s.fail_put(fmt::format("entry {} refused: {}", entry.key_hash.hex(),
+                             canonical_key_too_long(entry.canonical_key.size(), m_config.limits.max_canonical_bytes)));
       return false;
     }
     const std::vector<std::byte> bytes = serialize(entry);
-    if (bytes.size() > m_config.limits.max_file_bytes) {
-      s.warn_write_failure(fmt::format("entry {} is {} bytes, over the {} byte limit", entry.key_hash.hex(),
-                                       bytes.size(), m_config.limits.max_file_bytes));
+    // Then every other length, with the reader's own checks (the header parser: sizes and limits).
+    if (auto checked = detail::parse_header(bytes, bytes.size(), detail::HeaderParts::texts, m_config.limits);
+        const auto* error = std::get_if<ContentError>(&checked)) {
+      s.fail_put(fmt::format("entry {} refused: {}", entry.key_hash.hex(), error->reason));
       return false;
     }
-    const std::string path =
-        s.entry_path(m_config.file_name_hook ? m_config.file_name_hook(entry.key_hash) : entry.key_hash);
+    const Hash128 file_hash = m_config.file_name_hook ? m_config.file_name_hook(entry.key_hash) : entry.key_hash;
+    const std::string path = s.entry_path(file_hash);
     const std::string shard_dir = path.substr(0, path.rfind('/'));
     int error = make_private_dir(shard_dir);
     if (error == ENOENT) {  // v1/ itself was removed (e.g. the cache was cleared): recreate it.
@@ -691,10 +872,18 @@ bool Store::put(const Entry& entry) {
     if (error != 0) {
       const std::string why = fmt::format("cannot create {}: {}", shard_dir, errno_text(error));
       if (is_permission_error(error)) {
+        s.record_put_error(why);
         s.degrade(StoreMode::read_only, why, true);
       } else {
-        s.warn_write_failure(why);
+        s.fail_put(why);
       }
+      return false;
+    }
+    if (!s.shard_trusted(static_cast<unsigned>(file_hash.high >> 56), s.v1_fd.load(std::memory_order_acquire))) {
+      s.fail_put(
+          fmt::format("entry {} not written: its shard directory {} is refused (not ours, or group/world-"
+                      "writable)",
+                      entry.key_hash.hex(), shard_dir));
       return false;
     }
     struct stat previous {};
@@ -709,19 +898,25 @@ bool Store::put(const Entry& entry) {
       }
       if (file.error() != 0) {
         if (is_permission_error(file.error())) {
+          s.record_put_error(file.error_text());
           s.degrade(StoreMode::read_only, file.error_text(), true);
         } else {
-          s.warn_write_failure(file.error_text());
+          s.fail_put(file.error_text());
         }
         return false;  // ~AtomicFile removes the temp file.
       }
     }
     const auto total =
-        s.adjust_size(static_cast<std::int64_t>(bytes.size()) - static_cast<std::int64_t>(replaced_bytes));
+        s.adjust_size(static_cast<std::int64_t>(bytes.size()) - static_cast<std::int64_t>(replaced_bytes), std::nullopt,
+                      State::Measure::if_due);
     if (total && *total > m_config.max_size) (void)s.trim(m_config, m_config.max_size / 10 * 9, &path);
     return true;
   } catch (const std::exception& error) {
-    s.warn_write_failure(fmt::format("entry {}: {}", entry.key_hash.hex(), error.what()));
+    try {
+      s.fail_put(fmt::format("entry {}: {}", entry.key_hash.hex(), error.what()));
+    } catch (...) {
+      // Out of memory while reporting: the put still fails cleanly.
+    }
     return false;
   }
 }
@@ -791,15 +986,39 @@ ssize_t pread_full(int fd, std::byte* out, std::size_t count, std::uint64_t offs
   return static_cast<ssize_t>(done);
 }
 
+/// What a thing in a shard directory is, for StrayFile::kind.
+std::string_view file_kind(mode_t mode) noexcept {
+  if (S_ISREG(mode)) return "regular file";
+  if (S_ISLNK(mode)) return "symbolic link";
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "device";
+  return "special file";
+}
+
+/// Why Store::get refuses an entry file whatever its bytes (not ours, or group/world-writable); empty
+/// when it does not.
+std::string entry_refusal(const struct stat& st, uid_t euid) {
+  if (st.st_uid != euid) return fmt::format("owned by uid {}, not by the current user", st.st_uid);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return fmt::format("{}-writable (mode {:04o})", (st.st_mode & S_IWOTH) != 0 ? "world" : "group",
+                       st.st_mode & 07777);
+  }
+  return {};
+}
+
 /// One entry file of a scan, opened relative to its shard directory. Calls fn unless the file is
 /// not one list() would list (gone since readdir, a link, not a regular file).
-void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, const Limits& limits,
+void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, const Limits& limits, uid_t euid,
                HeaderBuffer& header_buffer, ScannedEntry& scanned, const std::function<void(const ScannedEntry&)>& fn) {
   const UniqueFd fd(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   std::string error;
-  auto report = [&](std::string why) {
+  std::string refusal;
+  auto report = [&](std::string why, bool io = false) {
     error = std::move(why);
     scanned.error = error;
+    scanned.io_error = io;
     fn(scanned);
   };
   if (!fd) {
@@ -811,19 +1030,23 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
       scanned.size = static_cast<std::uint64_t>(st.st_size);
       scanned.mtime = to_time_point(st.st_mtim);
     }
-    return report(fmt::format("cannot open: {}", errno_text(open_error)));
+    return report(fmt::format("cannot open: {}", errno_text(open_error)), true);
   }
   bool size_known = false;
   auto stat_file = [&]() -> bool {  // false: skip (not regular) or reported
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) {
-      report(fmt::format("cannot stat: {}", errno_text(errno)));
+      report(fmt::format("cannot stat: {}", errno_text(errno)), true);
       return false;
     }
     if (!S_ISREG(st.st_mode)) return false;
     scanned.size = static_cast<std::uint64_t>(st.st_size);
     scanned.mtime = to_time_point(st.st_mtim);
     size_known = true;
+    if (!scanned.shard_refused) {
+      refusal = entry_refusal(st, euid);
+      scanned.refused = refusal;
+    }
     return true;
   };
   if ((with_mtime || depth == ScanDepth::entry) && !stat_file()) return;
@@ -836,7 +1059,8 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
       scanned.entry = nullptr;
       return;
     }
-    if (const auto* failure = std::get_if<detail::IoFailure>(&parsed)) return report("I/O error: " + failure->what);
+    if (const auto* failure = std::get_if<detail::IoFailure>(&parsed))
+      return report("I/O error: " + failure->what, true);
     return report(std::get<ContentError>(std::move(parsed)).reason);
   }
 
@@ -855,7 +1079,7 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
       got = ::read(fd.get(), buffer, want);
     } while (got < 0 && errno == EINTR);
   }
-  if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+  if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)), true);
   if (!size_known) {
     if (static_cast<std::size_t>(got) < want) {
       scanned.size = static_cast<std::uint64_t>(got);
@@ -879,7 +1103,7 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
       want = static_cast<std::size_t>(need->bytes);
       buffer = header_buffer.get(want);
       got = pread_full(fd.get(), buffer, want, 0);
-      if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+      if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)), true);
       if (static_cast<std::size_t>(got) < want) {
         return report(fmt::format("truncated while reading: file shorter than its {} bytes", scanned.size));
       }
@@ -893,7 +1117,7 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
       if (scanned.size != seen) {
         want = static_cast<std::size_t>(std::min<std::uint64_t>(scanned.size, kHeaderReadBytes));
         got = pread_full(fd.get(), buffer, want, 0);
-        if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)));
+        if (got < 0) return report(fmt::format("I/O error: read failed: {}", errno_text(errno)), true);
         length = static_cast<std::size_t>(got);
         continue;
       }
@@ -905,7 +1129,8 @@ void scan_file(int dir_fd, const char* name, ScanDepth depth, bool with_mtime, c
 }  // namespace
 
 void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
-                       const std::function<void(const ScannedEntry&)>& fn) const {
+                       const std::function<void(const ScannedEntry&)>& fn,
+                       const std::function<void(const StrayFile&)>& on_stray) const {
   const State& s = *m_state;
   if (s.v1_dir.empty() || shard >= kShardCount) return;
   const char shard_name[2] = {kHexDigits[shard >> 4], kHexDigits[shard & 0xF]};
@@ -924,24 +1149,44 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
     ~Closer() { ::closedir(dir); }
   } closer{dir};
   const std::size_t base = path.size();
+  // The directory itself, judged as Store::get judges it: its entries are refused with it.
+  std::string shard_refusal;
+  if (struct stat st{}; ::fstat(dir_fd, &st) == 0) {
+    shard_refusal = distrust_reason("shard directory", path.substr(0, base - 1), st);
+  }
+  const uid_t euid = ::geteuid();
   HeaderBuffer header_buffer;
   while (const dirent* file = ::readdir(dir)) {
     const std::string_view name(file->d_name);
+    if (name.empty() || name[0] == '.') continue;  // ".", "..", temp files (swept by trims), hidden files
     const auto hash = entry_file_hash(std::string_view(shard_name, 2), name);
-    if (!hash) continue;
-    if (file->d_type != DT_REG) {
-      struct stat st {};
-      if (file->d_type != DT_UNKNOWN || ::fstatat(dir_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-          !S_ISREG(st.st_mode)) {
-        continue;
-      }
+    struct stat st {};
+    bool regular = file->d_type == DT_REG;
+    bool stat_known = false;
+    if (file->d_type == DT_UNKNOWN) {
+      if (::fstatat(dir_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      regular = S_ISREG(st.st_mode);
+      stat_known = true;
+    }
+    if (!hash || !regular) {
+      // Not an entry file: a link, FIFO, device or directory at an entry path, or a stray name.
+      if (!on_stray || (!stat_known && ::fstatat(dir_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)) continue;
+      path.resize(base);
+      path.append(name);
+      on_stray(StrayFile{path, file_kind(st.st_mode), hash, static_cast<std::uint64_t>(st.st_size),
+                         to_time_point(st.st_mtim)});
+      continue;
     }
     path.resize(base);
     path.append(name);
     ScannedEntry scanned;
     scanned.path = path;
     scanned.file_hash = *hash;
-    scan_file(dir_fd, file->d_name, depth, with_mtime, m_config.limits, header_buffer, scanned, fn);
+    if (!shard_refusal.empty()) {
+      scanned.refused = shard_refusal;
+      scanned.shard_refused = true;
+    }
+    scan_file(dir_fd, file->d_name, depth, with_mtime, m_config.limits, euid, header_buffer, scanned, fn);
   }
 }
 

@@ -1,11 +1,12 @@
 #include "kiln/tooling/manifest.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -16,6 +17,8 @@
 #include "kiln/base/hash.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
+#include "kiln/options.hpp"
+#include "kiln/tooling/targets.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -188,6 +191,17 @@ ManifestRecord parse_line(std::string_view line) {
   record.options = require_strings(object, "options");
   record.target = require_string(object, "target");
   if (record.target.empty()) throw LineError("\"target\" is empty");
+  // Checked here, where the line number is known, rather than when the request is replayed.
+  try {
+    (void)parse_target(record.target);
+  } catch (const Error& error) {
+    throw LineError(fmt::format("\"target\": {}", error.what()));
+  }
+  try {
+    (void)Options(record.options);
+  } catch (const Error& error) {
+    throw LineError(fmt::format("\"options\": {}", error.what()));
+  }
   if (!record.builtin) {
     record.source_text = get_text(object, "runtime source");
     if (const auto it = object.find("headers"); it != object.end()) {
@@ -275,29 +289,63 @@ void ManifestRecorder::record(const ManifestRecord& record) noexcept {
 }
 
 std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw ConfigError(fmt::format("manifest {}: is a directory, not a file", path.string()));
+  const auto system_text = [](int error) { return std::error_code(error, std::system_category()).message(); };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read (a FIFO or a
+  // device such as /dev/zero could be read without end), up to kMaxManifestBytes.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("manifest {}: cannot open: {}", path.string(), system_text(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw ConfigError(fmt::format("manifest {}: cannot open: {}", path.string(), system_text(errno)));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError(fmt::format("manifest {}: cannot open: {}", path.string(),
-                                  std::error_code(errno, std::system_category()).message()));
+  if (S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("manifest {}: is a directory, not a file", path.string()));
+  if (!S_ISREG(st.st_mode)) {
+    throw ConfigError(
+        fmt::format("manifest {}: not a regular file (a FIFO, socket or device is not read)", path.string()));
   }
+  const auto too_large = [&](std::uint64_t size) {
+    return ConfigError(
+        fmt::format("manifest {}: {} bytes, over the limit of {} bytes", path.string(), size, kMaxManifestBytes));
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxManifestBytes) {
+    throw too_large(static_cast<std::uint64_t>(st.st_size));
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t length = 0;
+  for (;;) {
+    if (length == text.size()) {
+      if (text.size() > kMaxManifestBytes) throw too_large(text.size());
+      text.resize(std::max<std::size_t>(text.size() * 2, 4096));  // it grew since fstat
+    }
+    const ssize_t n = ::read(fd, text.data() + length, text.size() - length);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ConfigError(fmt::format("manifest {}: read error: {}", path.string(), system_text(errno)));
+    }
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  if (length > kMaxManifestBytes) throw too_large(length);
   std::vector<ManifestRecord> records;
-  std::string line;
+  std::string_view rest(text.data(), length);
   std::size_t line_number = 0;
-  while (std::getline(in, line)) {
+  while (!rest.empty()) {
+    const std::size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
     ++line_number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     try {
       records.push_back(parse_line(line));
     } catch (const LineError& error) {
       throw ConfigError(fmt::format("manifest {} line {}: {}", path.string(), line_number, error.what()));
     }
   }
-  if (in.bad()) throw ConfigError(fmt::format("manifest {}: read error", path.string()));
   return records;
 }
 

@@ -48,6 +48,8 @@ KILN_HOT Target parse_target(std::string_view text) {
     const std::string_view processor = text.substr(0, colon);
     if (!all_alnum_lower(processor.substr(3)) || processor.size() < 6) bad_target(text);
     std::string_view features = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
+    bool sramecc = false;
+    bool xnack = false;
     while (colon != std::string_view::npos) {
       const std::size_t next = features.find(':');
       const std::string_view feature = features.substr(0, next);
@@ -55,6 +57,14 @@ KILN_HOT Target parse_target(std::string_view text) {
         throw ConfigError(fmt::format("target '{}': unknown feature '{}' (known: sramecc+, sramecc-, xnack+, xnack-)",
                                       text, feature));
       }
+      // Each feature is on or off once: "xnack+:xnack-" names no target.
+      bool& seen = feature.starts_with("xnack") ? xnack : sramecc;
+      if (seen) {
+        throw ConfigError(
+            fmt::format("target '{}': feature '{}' is given twice (each of sramecc and xnack at most once)", text,
+                        feature.substr(0, feature.size() - 1)));
+      }
+      seen = true;
       if (next == std::string_view::npos) break;
       features.remove_prefix(next + 1);
     }

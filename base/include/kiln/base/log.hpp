@@ -1,11 +1,17 @@
 #pragma once
 // kiln's one logger: lines to stderr, "kiln: <level>: <message>", filtered by KILN_LOG
 // (error|warn|info|debug; default warn). Thread-safe; never throws.
+#include <optional>
 #include <string_view>
 
 namespace kiln::log {
 
 enum class Level : int { error = 0, warn = 1, info = 2, debug = 3 };
+
+/// "error", "warn" (or "warning"), "info", "debug"; nullopt for anything else. An unset or empty
+/// KILN_LOG means warn; any other value that names no level is a configuration error, reported by
+/// StoreConfig::from_environment (the logger itself never throws and then keeps warn).
+[[nodiscard]] std::optional<Level> parse_level(std::string_view text) noexcept;
 
 /// The active level (read from KILN_LOG once; set_level overrides).
 [[nodiscard]] Level level() noexcept;

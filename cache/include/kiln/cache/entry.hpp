@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kiln/base/hash.hpp"
+#include "kiln/cache/key.hpp"
 #include "kiln/cache/types.hpp"
 
 namespace kiln::cache {
@@ -99,10 +100,10 @@ struct EntryHeaderView {
 
 /// Caps applied before any allocation when parsing (hostile input must not make us allocate GiBs).
 struct Limits {
-  std::uint64_t max_file_bytes = 1ULL << 30;       // 1 GiB
-  std::uint64_t max_payload_bytes = 512ULL << 20;  // 512 MiB
-  std::uint32_t max_canonical_bytes = 64U << 20;   // 64 MiB (sources + headers)
-  std::uint32_t max_text_bytes = 4096;             // target, compiler
+  std::uint64_t max_file_bytes = 1ULL << 30;                  // 1 GiB
+  std::uint64_t max_payload_bytes = 512ULL << 20;             // 512 MiB
+  std::uint32_t max_canonical_bytes = kMaxCanonicalKeyBytes;  // 64 MiB (sources + headers); key.hpp
+  std::uint32_t max_text_bytes = 4096;                        // target, compiler
   std::uint32_t max_names = 65536;
   std::uint32_t max_name_bytes = 1U << 20;
 };
@@ -114,7 +115,9 @@ struct ContentError {
 };
 
 /// Serializes an entry. Writes key_hash as hash128(canonical_key) (whatever entry.key_hash holds) and
-/// computes the checksum. Throws only std::bad_alloc, or std::length_error for a field over 4 GiB.
+/// computes the checksum. Throws only std::bad_alloc, or std::length_error for a canonical key over
+/// kMaxCanonicalKeyBytes (with canonical_key_too_long's reason: no reader would accept it) or another
+/// field over 4 GiB.
 [[nodiscard]] std::vector<std::byte> serialize(const Entry& entry);
 
 /// Parses and verifies (magic, version, sizes, checksum, key_hash == hash(canonical_key)).

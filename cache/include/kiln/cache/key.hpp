@@ -12,6 +12,7 @@
 // embedded-headers: the digest of kiln's own headers when the source uses them unchanged, else they
 // are header:<name> parts too), sorted where order carries no meaning. The canonical string is stored inside every entry, so a hash collision
 // is detected as a key mismatch (a miss), never served as the other kernel's binary.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,21 @@
 #include "kiln/base/hash.hpp"
 
 namespace kiln::cache {
+
+/// The largest canonical key an entry may hold (the source, its headers, the options and the rest of the
+/// key together). One definition for the writer and the readers: Limits::max_canonical_bytes defaults
+/// to it, serialize() and Store::put refuse a longer key, and an engine checks a request's key against it
+/// before compiling, so nothing is compiled and written that every later lookup would reject as damaged.
+inline constexpr std::uint32_t kMaxCanonicalKeyBytes = 64U << 20;  // 64 MiB
+
+/// Why a canonical key of `length` bytes cannot be cached under `limit`: the reader's reason for such an
+/// entry ("canonical key length N exceeds the limit L ..."), so a refused write and a refused read say
+/// the same.
+[[nodiscard]] std::string canonical_key_too_long(std::uint64_t length, std::uint64_t limit);
+
+/// Throws std::length_error(canonical_key_too_long(...)) when `canonical_key` is longer than `limit`.
+/// Call it before compiling a request: a longer key can never be stored or read back.
+void check_canonical_key(std::string_view canonical_key, std::uint64_t limit = kMaxCanonicalKeyBytes);
 
 struct KeyPart {
   std::string name;

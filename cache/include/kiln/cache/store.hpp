@@ -9,11 +9,19 @@
 //  - put(): temp file beside the target (O_EXCL, 0600), write, fsync, rename. A failed put leaves no
 //    temp file and never throws; it returns false and warns once per store.
 //  - Security: directories 0700, files 0600. A root (or v1/, lock/) not owned by the current user, or
-//    group/world-writable, is refused: the store is memory-only and says why once (warning).
+//    group/world-writable, is refused: the store is memory-only and says why once (warning). A shard
+//    directory (v1/<2 hex>) the same: its entries are misses and nothing is written into it (checked once
+//    per shard per store); an entry file that is group/world-writable is a miss (a later put replaces
+//    it). The first such refusal of a store is a warning, later ones are logged at info level.
 //  - Read-only stores (configuration, KILN_CACHE_READONLY, no write permission) serve hits and write,
 //    touch and delete nothing.
 //  - Size: every put/remove/trim keeps a running total in lock/size (under a file lock, so a put never
-//    rescans the cache); when a put takes it past max_size, that process trims to 90% (try-lock).
+//    rescans the cache); when a put takes it past max_size, that process trims to 90% (try-lock). The
+//    total is measured again (a walk of the store) when a put finds the last measurement older than
+//    kRemeasureInterval (lock/measured's mtime), so entries added or removed behind the store's back
+//    (copied in, deleted by hand) are counted within that time; remeasure_size() does it at once.
+//    A trim that removes entries written or used within the last hour warns once per store: the cap
+//    is smaller than the kernels in use.
 //  - Cache trouble never fails a request that a compile can serve.
 #include <chrono>
 #include <cstdint>
@@ -67,6 +75,26 @@ struct ScannedEntry {
   /// Why it did not parse (header and entry are null): a content error, or one starting with "cannot open",
   /// "cannot stat" or "I/O error" (an I/O error: the entry may be fine). Empty otherwise.
   std::string_view error;
+  /// `error` is an I/O error (could not open, stat or read the file): the entry may be fine, and nothing
+  /// may delete it for that.
+  bool io_error = false;
+  /// Why Store::get refuses this file whatever its bytes: its shard directory is not ours or is group/
+  /// world-writable (shard_refused), or the file itself is not ours or is group/world-writable (known
+  /// only where the scan fstat()s the file: ScanDepth::entry, or with_mtime). Empty otherwise.
+  std::string_view refused;
+  bool shard_refused = false;
+};
+
+/// Something in a shard directory that is not an entry file scan_shard reads: a symbolic link, FIFO,
+/// socket, device or directory at an entry path, or a file whose name is not an entry's (a stray).
+/// Temp files (".<name>.tmp.*") and other names starting with '.' are not reported.
+struct StrayFile {
+  std::string_view path;
+  std::string_view kind;             ///< "symbolic link", "FIFO", "socket", "device", "directory", "regular file"
+  std::optional<Hash128> file_hash;  ///< set when the name is an entry's name (the thing sits at an entry path)
+  std::uint64_t size = 0;            ///< lstat size
+  std::chrono::system_clock::time_point mtime;  ///< lstat mtime
+  [[nodiscard]] bool is_directory() const noexcept { return kind == "directory"; }
 };
 
 struct StoreConfig {
@@ -82,7 +110,9 @@ struct StoreConfig {
   std::function<void(const std::vector<EntryFile>&)> trim_scan_hook;
 
   /// Root from KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; plus the variables above.
-  /// Throws std::invalid_argument with a clear message for a malformed KILN_CACHE_MAXSIZE.
+  /// Throws std::invalid_argument with a clear message for a malformed or zero KILN_CACHE_MAXSIZE, an
+  /// empty KILN_CACHE_DIR (set but empty: never silently the default cache) and a KILN_LOG that names
+  /// no level (every engine and CLI configuration reads its environment through here).
   static StoreConfig from_environment();
 };
 
@@ -109,8 +139,14 @@ class Store {
 
   /// Looks an entry up and verifies it against `canonical_key`. Never throws.
   [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key);
-  /// Publishes atomically. Returns false (and warns once per store) on failure. Never throws.
+  /// Publishes atomically. Returns false (and warns once per store) on failure. Never throws. Refuses
+  /// an entry its own readers would reject (a canonical key over Limits::max_canonical_bytes, any other
+  /// length over the limits), with the reader's reason.
   bool put(const Entry& entry);
+  /// Why the most recent failed put of this store failed, with the system's reason where there is one
+  /// (e.g. "write /c/v1/ab/.cd.kiln.tmp.1.2: No space left on device"); empty while none failed.
+  /// Callers print it beside their own message. Never throws (but std::bad_alloc).
+  [[nodiscard]] std::string last_put_error() const;
   /// Removes the entry for a key; true if a file was removed. Never throws.
   bool remove(const Hash128& key) noexcept;
 
@@ -128,10 +164,11 @@ class Store {
   /// directory (O_NOFOLLOW, O_NONBLOCK: links and non-regular files are skipped, as list() skips them),
   /// reading what `depth` needs and parsing it with the entry parser; calls fn once per entry file, in
   /// directory order. `with_mtime`: fstat every file for its mtime (otherwise the size comes from the
-  /// read where the read reached the end of the file). Deletes nothing. Throws only what fn throws and
-  /// std::bad_alloc. Safe to call for different shards on different threads.
-  void scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
-                  const std::function<void(const ScannedEntry&)>& fn) const;
+  /// read where the read reached the end of the file). `on_stray`, when given, is called for what the
+  /// directory holds besides entry files (see StrayFile), from the same directory read. Deletes nothing.
+  /// Throws only what fn throws and std::bad_alloc. Safe to call for different shards on different threads.
+  void scan_shard(unsigned shard, ScanDepth depth, bool with_mtime, const std::function<void(const ScannedEntry&)>& fn,
+                  const std::function<void(const StrayFile&)>& on_stray = {}) const;
   /// Reads and parses one entry file without deleting anything (CLI verify/show). An I/O error is
   /// reported as a ContentError whose reason starts with "cannot open", "cannot stat" or "I/O error".
   [[nodiscard]] std::variant<Entry, ContentError> read_file(const std::filesystem::path& path) const;
@@ -148,11 +185,20 @@ class Store {
   /// The running total of entry bytes kept in lock/size (updated under a file lock by every put,
   /// remove and trim; re-measured by each trim). nullopt when there is none yet. Never throws.
   [[nodiscard]] std::optional<std::uint64_t> size_estimate() const noexcept;
+  /// Measures the entry bytes on disk now and stores that as the running total (for commands that
+  /// remove files themselves: clear, prune, verify --fix). nullopt when the store is not read-write or
+  /// the total cannot be written. Never throws.
+  std::optional<std::uint64_t> remeasure_size() noexcept;
+  /// True when the cache root (or v1/, lock/) was refused as untrusted (not ours, or group/world-
+  /// writable): the engine serves nothing from it. mode_reason() says why.
+  [[nodiscard]] bool refused() const noexcept;
 
   /// A lease older than this is broken even when its owner looks alive (lease.hpp).
   static constexpr std::chrono::seconds kLeaseStaleAge = cache::kLeaseStaleAge;
   /// A hit touches an entry's mtime (its LRU age) when the mtime is older than this.
   static constexpr std::chrono::hours kTouchInterval{24};
+  /// A put measures the store again when the last measurement is older than this.
+  static constexpr std::chrono::minutes kRemeasureInterval{10};
 
   /// The path an entry for `key` lives at.
   [[nodiscard]] std::filesystem::path entry_path(const Hash128& key) const;

@@ -12,6 +12,7 @@
 // Built-in sources are found again by name; runtime sources carry their text and their user headers.
 // Text that is not valid UTF-8 is stored as base64 ("text_base64") so every byte survives.
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -24,6 +25,9 @@
 namespace kiln::detail {
 
 inline constexpr int kManifestVersion = 1;
+/// The largest manifest read_manifest() reads: lines carry runtime sources (each up to the cache's
+/// canonical key limit, base64 or escaped), so this is the cache's largest file (Limits::max_file_bytes).
+inline constexpr std::uint64_t kMaxManifestBytes = 1ULL << 30;
 
 /// One request as recorded.
 struct ManifestRecord {
@@ -74,7 +78,9 @@ class ManifestRecorder {
 [[nodiscard]] ManifestRecord parse_manifest_line(std::string_view line);
 
 /// Reads every record of a manifest, in file order. Throws kiln::ConfigError
-/// "manifest FILE line N: why" for an unreadable file or a malformed line.
+/// "manifest FILE line N: why" for a malformed line (a target or options the engine would refuse
+/// included), "manifest FILE: why" for a file that cannot be read, is not a regular file or is over
+/// kMaxManifestBytes.
 [[nodiscard]] std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path);
 
 }  // namespace kiln::detail

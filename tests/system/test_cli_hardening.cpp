@@ -1,0 +1,441 @@
+// The `kiln` CLI against a hostile newcomer's probe: an empty --cache-dir, unreadable entries under
+// verify --fix, links/FIFOs/stray files in the entry directories, the running size total after clear,
+// prune and verify --fix, exit codes of ls/stats/verify/show/export, FIFOs and devices as --source or
+// --manifest, manifest errors that name their line, bad KILN_LOG and target values. Entries are
+// synthetic (written with the library's Store); no compiler and no GPU are needed.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "harness.hpp"
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/key.hpp"
+#include "kiln/cache/store.hpp"
+
+namespace {
+
+using namespace kiln::system_test;
+using kiln::cache::Entry;
+
+struct Run {
+  int rc = -1;  ///< -1: did not finish in time (killed)
+  std::string out;
+  std::string err;
+  [[nodiscard]] json parsed() const { return json::parse(out); }
+  [[nodiscard]] std::string describe() const {
+    return "rc=" + std::to_string(rc) + "\n--- stdout:\n" + out + "\n--- stderr:\n" + err;
+  }
+};
+
+/// Runs kiln with `env` applied exactly (a value of "" sets the variable empty; nullopt removes it),
+/// optionally as `nobody` (when the test runs as root), for at most `timeout_s` seconds.
+Run run_kiln_exact(const std::vector<std::string>& args, const std::map<std::string, std::optional<std::string>>& env,
+                   const fs::path& scratch, bool unprivileged = false, double timeout_s = 60) {
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    if (env.count(entry.substr(0, entry.find('='))) == 0) environment.push_back(entry);
+  }
+  for (const auto& [name, value] : env) {
+    if (value) environment.push_back(name + "=" + *value);
+  }
+  std::vector<std::string> argv_storage{KILN_CLI_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (std::string& entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  const std::string out_path = (scratch / ".out").string();
+  const std::string err_path = (scratch / ".err").string();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int in = ::open("/dev/null", O_RDONLY);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || out < 0 || err < 0) ::_exit(125);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    if (unprivileged && ::geteuid() == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(126);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  REQUIRE(pid > 0);
+  Run run;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  run.out = read_all(out_path);
+  run.err = read_all(err_path);
+  return run;
+}
+
+/// A synthetic entry whose key reads like the engine's.
+Entry make_entry(const std::string& name, std::size_t payload_bytes) {
+  kiln::cache::CanonicalKey key;
+  key.add("format", "1");
+  key.add("vendor", "cuda");
+  key.add("compiler", "nvrtc 13.0");
+  key.add("target", "sm_90");
+  key.add("source", "extern \"C\" __global__ void " + name + "(float* x) { x[0] = 1; }\n");
+  Entry entry;
+  entry.vendor = kiln::Vendor::cuda;
+  entry.payload_kind = kiln::PayloadKind::cubin;
+  entry.target = "sm_90";
+  entry.compiler = "nvrtc 13.0";
+  entry.created_unix = 1732900000;
+  entry.key_hash = key.hash();
+  entry.canonical_key = key.bytes();
+  entry.names = {{name, name}};
+  entry.payload.assign(payload_bytes, std::byte{0x42});
+  return entry;
+}
+
+/// A cache at `root` holding `count` synthetic entries; returns their paths.
+std::vector<fs::path> fill_cache(const fs::path& root, int count, const std::string& prefix = "k") {
+  kiln::cache::StoreConfig config;
+  config.root = root;
+  kiln::cache::Store store(config);
+  REQUIRE(store.mode() == kiln::cache::StoreMode::read_write);
+  std::vector<fs::path> paths;
+  for (int i = 0; i < count; ++i) {
+    const Entry entry = make_entry(prefix + std::to_string(i), 2000 + 100 * static_cast<std::size_t>(i));
+    REQUIRE(store.put(entry));
+    paths.push_back(store.entry_path(entry.key_hash));
+  }
+  return paths;
+}
+
+std::uint64_t bytes_on_disk(const std::vector<fs::path>& paths) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const fs::path& path : paths) {
+    const auto size = fs::file_size(path, ec);
+    if (!ec) total += size;
+  }
+  return total;
+}
+
+std::string size_file(const fs::path& root) { return read_all(root / "lock" / "size"); }
+
+void flip_byte(const fs::path& path, std::uintmax_t at) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  file.read(&c, 1);
+  file.seekp(static_cast<std::streamoff>(at));
+  c = static_cast<char>(c ^ 0x5a);
+  file.write(&c, 1);
+}
+
+void chown_tree(const fs::path& root, uid_t uid, gid_t gid) {
+  REQUIRE(::lchown(root.c_str(), uid, gid) == 0);
+  for (const auto& item : fs::recursive_directory_iterator(root)) REQUIRE(::lchown(item.path().c_str(), uid, gid) == 0);
+}
+
+}  // namespace
+
+// R4: `kiln cache clear --cache-dir "$UNSET"` emptied the user's default cache.
+TEST_CASE("an empty --cache-dir or KILN_CACHE_DIR is an error, never the default cache") {
+  TempDir dir;
+  const fs::path home = dir / "home";
+  const fs::path default_root = home / ".cache" / "kiln";
+  const std::vector<fs::path> entries = fill_cache(default_root, 2);
+  const std::map<std::string, std::optional<std::string>> base{
+      {"HOME", home.string()}, {"XDG_CACHE_HOME", std::nullopt}, {"KILN_CACHE_PACKS", std::nullopt}};
+
+  auto with = [&](std::map<std::string, std::optional<std::string>> extra) {
+    for (const auto& [name, value] : base) extra.emplace(name, value);
+    return extra;
+  };
+  const Run flag =
+      run_kiln_exact({"cache", "clear", "--cache-dir", ""}, with({{"KILN_CACHE_DIR", std::nullopt}}), dir.path());
+  INFO(flag.describe());
+  CHECK(flag.rc == 2);
+  CHECK(count_lines(flag.err) == 1);
+  CHECK(flag.err.find("--cache-dir") != std::string::npos);
+  CHECK(flag.out.empty());
+  for (const fs::path& entry : entries) CHECK(fs::exists(entry));
+
+  const Run variable = run_kiln_exact({"cache", "clear"}, with({{"KILN_CACHE_DIR", ""}}), dir.path());
+  INFO(variable.describe());
+  CHECK(variable.rc == 2);
+  CHECK(count_lines(variable.err) == 1);
+  CHECK(variable.err.find("KILN_CACHE_DIR") != std::string::npos);
+  for (const fs::path& entry : entries) CHECK(fs::exists(entry));
+
+  // Unset, it is the default cache (as documented).
+  const Run path = run_kiln_exact({"cache", "path"}, with({{"KILN_CACHE_DIR", std::nullopt}}), dir.path());
+  CHECK(path.rc == 0);
+  CHECK(path.out == default_root.string() + "\n");
+}
+
+// D2: verify --fix removed a valid entry it could not open, and exited 0.
+TEST_CASE("verify --fix never removes an entry it cannot read; ls and verify report it") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::vector<fs::path> entries = fill_cache(root, 3);
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) {
+    // The cache belongs to nobody, who runs kiln: the entry at mode 000 is then unreadable to its owner.
+    ::chmod(dir.path().c_str(), 0755);
+    chown_tree(root, 65534, 65534);
+  }
+  REQUIRE(::chmod(entries[1].c_str(), 0) == 0);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path(), true);
+  INFO(fix.describe());
+  CHECK(fix.rc == 1);
+  CHECK(fs::exists(entries[1]));
+  CHECK(fix.out.find("unreadable") != std::string::npos);
+  CHECK(fix.out.find("(removed)") == std::string::npos);
+  CHECK(fix.out.find("0 removed") != std::string::npos);
+
+  const Run ls = run_kiln_exact({"cache", "ls"}, env, dir.path(), true);
+  INFO(ls.describe());
+  CHECK(ls.rc == 1);
+  CHECK(ls.out.find("UNREADABLE") != std::string::npos);
+
+  // Readable again: everything is fine, nothing was lost.
+  REQUIRE(::chmod(entries[1].c_str(), 0600) == 0);
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path(), true);
+  INFO(verify.describe());
+  CHECK(verify.rc == 0);
+  CHECK(verify.out.find("3 entries: 3 ok, 0 bad") != std::string::npos);
+}
+
+// R5: links, FIFOs and stray files were invisible to ls, stats and verify, and verify --fix left them.
+TEST_CASE("links, FIFOs and stray files in the entry directories are reported; verify --fix removes them") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::vector<fs::path> entries = fill_cache(root, 1);
+  const fs::path shard = entries[0].parent_path();
+  const std::string shard_hex = shard.filename().string();
+  const fs::path link = shard / "11111111111111111111111111111a.kiln";
+  const fs::path fifo = shard / "22222222222222222222222222222b.kiln";
+  const fs::path stray = shard / "notes.txt";
+  const fs::path subdir = shard / "33333333333333333333333333333c.kiln";
+  fs::create_symlink(entries[0], link);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::ofstream(stray) << "not an entry\n";
+  fs::create_directory(subdir);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+
+  const Run ls = run_kiln_exact({"cache", "ls"}, env, dir.path(), false, 30);
+  INFO(ls.describe());
+  CHECK(ls.rc == 1);
+  CHECK(ls.out.find(shard_hex + "11111111111111") != std::string::npos);
+  CHECK(ls.out.find("symbolic link at an entry path") != std::string::npos);
+  CHECK(ls.out.find("FIFO at an entry path") != std::string::npos);
+  CHECK(ls.out.find("1 other files") != std::string::npos);
+
+  const Run stats = run_kiln_exact({"cache", "stats", "--json"}, env, dir.path(), false, 30);
+  INFO(stats.describe());
+  CHECK(stats.rc == 1);
+  CHECK(stats.parsed().at("not_entries") == 4);
+  CHECK(stats.parsed().at("entries") == 1);
+
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path(), false, 30);
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  for (const fs::path& path : {link, fifo, stray, subdir}) CHECK(verify.out.find(path.string()) != std::string::npos);
+
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path(), false, 30);
+  INFO(fix.describe());
+  CHECK(fix.rc == 1);  // the directory is left for its owner
+  CHECK_FALSE(fs::exists(fs::symlink_status(link)));
+  CHECK_FALSE(fs::exists(fs::symlink_status(fifo)));
+  CHECK_FALSE(fs::exists(stray));
+  CHECK(fs::is_directory(subdir));
+  CHECK(fs::exists(entries[0]));
+  fs::remove(subdir);
+  const Run clean = run_kiln_exact({"cache", "verify"}, env, dir.path(), false, 30);
+  INFO(clean.describe());
+  CHECK(clean.rc == 0);
+}
+
+// R6: clear, prune and verify --fix left lock/size stale.
+TEST_CASE("clear, prune and verify --fix leave the running size total right") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  std::vector<fs::path> entries = fill_cache(root, 6);
+  REQUIRE(size_file(root) == std::to_string(bytes_on_disk(entries)) + "\n");
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+
+  flip_byte(entries[0], fs::file_size(entries[0]) / 2);
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path());
+  INFO(fix.describe());
+  CHECK(fix.rc == 0);
+  CHECK_FALSE(fs::exists(entries[0]));
+  CHECK(size_file(root) == std::to_string(bytes_on_disk(entries)) + "\n");
+
+  const Run prune = run_kiln_exact({"cache", "prune", "--max-size", "5K"}, env, dir.path());
+  INFO(prune.describe());
+  CHECK(prune.rc == 0);
+  CHECK(size_file(root) == std::to_string(bytes_on_disk(entries)) + "\n");
+
+  const Run clear = run_kiln_exact({"cache", "clear"}, env, dir.path());
+  INFO(clear.describe());
+  CHECK(clear.rc == 0);
+  CHECK(size_file(root) == "0\n");
+}
+
+// R8: the exit codes the README gives: 1 when a command finds something wrong.
+TEST_CASE("ls, stats, verify, show and export exit 1 when they find a bad entry or a refused cache") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::vector<fs::path> entries = fill_cache(root, 2);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  for (const char* command : {"ls", "stats", "verify"}) {
+    const Run clean = run_kiln_exact({"cache", command}, env, dir.path());
+    INFO(clean.describe());
+    CHECK(clean.rc == 0);
+  }
+  // A damaged header (ls and stats read headers; verify whole entries).
+  flip_byte(entries[0], 1);
+  const std::string key = fs::path(entries[0]).parent_path().filename().string() + entries[0].stem().string();
+  for (const char* command : {"ls", "stats", "verify"}) {
+    const Run found = run_kiln_exact({"cache", command}, env, dir.path());
+    INFO(found.describe());
+    CHECK(found.rc == 1);
+  }
+  const Run show = run_kiln_exact({"cache", "show", key.substr(0, 12)}, env, dir.path());
+  INFO(show.describe());
+  CHECK(show.rc == 1);
+  CHECK(show.out.find("damaged") != std::string::npos);
+  const Run exported = run_kiln_exact({"cache", "export", (dir / "out.kpack").string()}, env, dir.path());
+  INFO(exported.describe());
+  CHECK(exported.rc == 1);
+  CHECK(exported.out.find("skipped 1 damaged") != std::string::npos);
+
+  // A cache the engine refuses: verify does not call its entries ok.
+  fs::remove(entries[0]);
+  REQUIRE(::chmod(root.c_str(), 0777) == 0);
+  const Run refused = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(refused.describe());
+  CHECK(refused.rc == 1);
+  CHECK(refused.out.find("world-writable") != std::string::npos);
+  const Run refused_ls = run_kiln_exact({"cache", "ls"}, env, dir.path());
+  CHECK(refused_ls.rc == 1);
+  REQUIRE(::chmod(root.c_str(), 0700) == 0);
+}
+
+// R10: a FIFO as --source blocked forever; /dev/zero grew to 1 GB.
+TEST_CASE("--source, --header and --manifest read regular files only, up to the key limit") {
+  TempDir dir;
+  const fs::path fifo = dir / "source.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const fs::path huge = dir / "huge.cu";
+  {
+    std::ofstream out(huge);
+    out << "// kernel\n";
+  }
+  fs::resize_file(huge, std::uintmax_t{kiln::cache::Limits{}.max_canonical_bytes} + 1);  // sparse
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"prewarm", "--source", fifo.string(), "--kernel", "k", "--target", "sm_90"}, "not a regular file"},
+      {{"prewarm", "--source", "/dev/zero", "--kernel", "k", "--target", "sm_90"}, "not a regular file"},
+      {{"prewarm", "--source", huge.string(), "--kernel", "k", "--target", "sm_90"}, "over the limit"},
+      {{"prewarm", "--manifest", fifo.string()}, "not a regular file"},
+      {{"prewarm", "--manifest", "/dev/zero"}, "not a regular file"},
+      {{"cache", "why-miss", "--source", fifo.string(), "--kernel", "k", "--target", "sm_90"}, "not a regular file"},
+  };
+  for (const Case& c : cases) {
+    std::string command = "kiln";
+    for (const std::string& arg : c.args) command += " " + arg;
+    const auto start = std::chrono::steady_clock::now();
+    const Run run = run_kiln_exact(c.args, env, dir.path(), false, 20);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(command << "\n" << run.describe() << "\n(" << seconds << " s)");
+    CHECK(run.rc == 2);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find(c.says) != std::string::npos);
+    CHECK(seconds < 10);
+  }
+}
+
+// R11: KILN_LOG=bogus was ignored; manifest errors in options and targets named no line; a target with a
+// feature given twice exited 1 (a failed request) instead of 2 (bad input).
+TEST_CASE("bad KILN_LOG, manifest options and targets, and a doubled target feature are bad input") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  auto with = [&](std::map<std::string, std::optional<std::string>> extra) {
+    for (const auto& [name, value] : env) extra.emplace(name, value);
+    return extra;
+  };
+  const Run log = run_kiln_exact({"cache", "ls"}, with({{"KILN_LOG", "bogus"}}), dir.path());
+  INFO(log.describe());
+  CHECK(log.rc == 2);
+  CHECK(count_lines(log.err) == 1);
+  CHECK(log.err.find("KILN_LOG='bogus'") != std::string::npos);
+  const Run devices = run_kiln_exact({"devices"}, with({{"KILN_LOG", "bogus"}}), dir.path());
+  INFO(devices.describe());
+  CHECK(devices.rc == 2);
+  CHECK(devices.err.find("KILN_LOG") != std::string::npos);
+
+  const std::string good =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":[],"target":"sm_90"})";
+  const std::string bad_option =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":["--no-such-option"],"target":"sm_90"})";
+  const std::string bad_target =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":[],"target":"gfx90a:xnack+:xnack-"})";
+  const fs::path options_manifest = dir / "options.jsonl";
+  std::ofstream(options_manifest) << good << "\n" << bad_option << "\n";
+  const fs::path target_manifest = dir / "target.jsonl";
+  std::ofstream(target_manifest) << good << "\n\n" << bad_target << "\n";
+  const Run options = run_kiln_exact({"prewarm", "--manifest", options_manifest.string()}, env, dir.path());
+  INFO(options.describe());
+  CHECK(options.rc == 2);
+  CHECK(options.err.find("line 2") != std::string::npos);
+  CHECK(options.err.find("--no-such-option") != std::string::npos);
+  const Run target = run_kiln_exact({"prewarm", "--manifest", target_manifest.string()}, env, dir.path());
+  INFO(target.describe());
+  CHECK(target.rc == 2);
+  CHECK(target.err.find("line 3") != std::string::npos);
+  CHECK(target.err.find("xnack") != std::string::npos);
+
+  const Run doubled =
+      run_kiln_exact({"prewarm", "--all-builtin", "--target", "gfx90a:xnack+:xnack-"}, env, dir.path(), false, 120);
+  INFO(doubled.describe());
+  CHECK(doubled.rc == 2);
+  CHECK(count_lines(doubled.err) == 1);
+  CHECK(doubled.err.find("xnack") != std::string::npos);
+}
