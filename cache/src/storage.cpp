@@ -152,16 +152,15 @@ std::variant<Found, Reservation> Storage::get_or_reserve(const Hash128& key, std
       return Found{std::move(entry), slot.kind == TierKind::remote ? HitOrigin::remote : HitOrigin::pack, stored};
     }
   }
-  m_counters.add({.misses = 1});
-
   // One compile per key across processes: wait for another process's compile, then re-read.
   Reservation reservation(*this, key, m_local.acquire_lease(key, m_config.lease_wait));
   if (!reservation.lease_owned() && !refresh) {
     if (auto entry = get_local(key, canonical_key)) {
       reservation.abandon();  // another local process compiled it: the tiers' reservations are not needed
-      return Found{std::move(entry), HitOrigin::local, false};
+      return Found{std::move(entry), HitOrigin::local, false};  // a hit (counted there), not a miss
     }
   }
+  m_counters.add({.misses = 1});  // only what this process goes on to compile
   return reservation;
 }
 

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <ctime>
+#include <stdexcept>
 
 #include "compiler_probe.hpp"
 #include "engine_internal.hpp"
@@ -333,6 +334,11 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
     r.key.add("embedded-headers", embedded_headers_digest());
   } else {
     for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
+  }
+  try {
+    cache::check_canonical_key(r.key.bytes());  // the readers' limit: refuse before compiling what no one could read
+  } catch (const std::length_error& e) {
+    throw ConfigError(fmt::format("source '{}' for {}: {}", r.source.name(), r.target.full, e.what()));
   }
   r.hash = r.key.hash();
 }

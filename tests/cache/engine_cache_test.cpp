@@ -313,3 +313,24 @@ int main(int argc, char** argv) {
   }
   return Catch::Session().run(argc, argv);
 }
+
+TEST_CASE("engine cache: a source whose key passes the readers' limit is refused before compiling", "[cache]") {
+  TempDir dir;
+  kiln::Engine engine(config_for(dir.path()));
+  // A source just over the canonical key limit: a comment, so it would compile.
+  std::string text = "extern \"C\" __global__ void big() {}\n//";
+  text.append(static_cast<std::size_t>(kiln::cache::kMaxCanonicalKeyBytes), 'x');
+  text += '\n';
+  const kiln::Source source = kiln::Source::from_text("big.cu", std::move(text));
+  std::string message;
+  try {
+    (void)engine.prewarm(source, {}, {}, "sm_90");
+  } catch (const kiln::ConfigError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find("exceeds the limit") != std::string::npos);
+  CHECK(message.find("big.cu") != std::string::npos);
+  CHECK(engine.stats().compiles == 0);   // refused before the compiler ran
+  CHECK(engine.store().list().empty());  // and nothing written that no reader could read
+}
