@@ -130,6 +130,17 @@ void Options::parse_one(std::string_view option) {
     if (option.starts_with(prefix)) {
       const std::string_view flag = option.substr(prefix.size());
       if (flag.empty()) throw ConfigError(fmt::format("bad option '{}': nothing after '='", option));
+      // Include folders go through kiln's resolver, which knows what a compile read; a folder handed
+      // to the compiler directly would let it read headers the cache key does not name.
+      for (const std::string_view include_flag :
+           {"-I", "--include-path", "-isystem", "-idirafter", "-iquote", "-include", "--pre-include"}) {
+        if (flag.starts_with(include_flag)) {
+          throw ConfigError(fmt::format(
+              "bad option '{}': kiln resolves includes itself and hands the compiler the headers in memory; give "
+              "include folders to kiln as -I DIR (and #include a forced header in the source)",
+              option));
+        }
+      }
       m_raw.push_back({vendor, std::string(flag), true});
       return;
     }
@@ -141,11 +152,27 @@ void Options::parse_one(std::string_view option) {
           option));
     }
   }
+  if (option == "--toolkit-includes") { m_toolkit_includes = true; return; }
   if (option.starts_with("-I") || option.starts_with("--include-path")) {
-    throw ConfigError(fmt::format(
-        "option '{}': include paths are not accepted; pass headers in memory (Source::from_text(..., headers)) so "
-        "their bytes are part of the cache key",
-        option));
+    std::string_view dir;
+    if (option.starts_with("--include-path=")) {
+      dir = option.substr(15);
+    } else if (option.starts_with("-I")) {
+      // "-IDIR" or "-I DIR" (the CLI's two argv items joined): blanks between -I and DIR are not
+      // part of the folder name.
+      dir = option.substr(2);
+      dir.remove_prefix(std::min(dir.find_first_not_of(" \t"), dir.size()));
+    } else {
+      throw ConfigError(fmt::format("bad option '{}': expected --include-path=DIR", option));
+    }
+    if (dir.empty()) throw ConfigError(fmt::format("bad option '{}': the include folder is empty", option));
+    // One option per line in the canonical text: a line break inside a folder name could make two
+    // different option lists read the same.
+    if (dir.find_first_of(std::string_view("\n\r\0", 3)) != std::string_view::npos) {
+      throw ConfigError(fmt::format("bad option '{}': the include folder contains a line break or NUL", option));
+    }
+    m_include_dirs.emplace_back(dir);
+    return;
   }
   if (option == "-default-device" || option == "--device-as-default-execution-space") {
     throw ConfigError(fmt::format("option '{}' is added by kiln itself", option));
@@ -158,10 +185,11 @@ void Options::parse_one(std::string_view option) {
     m_raw.push_back({Vendor::hip, std::string(option), false});
     return;
   }
-  throw ConfigError(fmt::format(
-      "unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
-      "--max-registers=N, -std=, -D, -U) or pass a compiler's own flag with -Xcuda=FLAG / -Xhip=FLAG",
-      option));
+  throw ConfigError(
+      fmt::format("unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
+                  "--max-registers=N, -std=, -D, -U, -I, --toolkit-includes) or pass a compiler's own flag with "
+                  "-Xcuda=FLAG / -Xhip=FLAG",
+                  option));
 }
 
 std::vector<std::string> Options::portable() const {
@@ -181,6 +209,13 @@ std::vector<std::string> Options::portable() const {
     if (raw.explicit_prefix) out.push_back(fmt::format("-X{}={}", to_string(raw.vendor), raw.flag));
     else out.push_back(raw.flag);
   }
+  // Last, so option sets without include folders keep the canonical text they always had.
+  for (const std::string& dir : m_include_dirs) {
+    // "-I DIR" drops the blanks before DIR: a folder starting with one keeps the spelling that keeps them.
+    if (dir.front() == ' ' || dir.front() == '\t') out.push_back("--include-path=" + dir);
+    else out.push_back("-I" + dir);
+  }
+  if (m_toolkit_includes) out.emplace_back("--toolkit-includes");
   return out;
 }
 

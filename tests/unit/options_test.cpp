@@ -97,7 +97,13 @@ TEST_CASE("bad options are rejected with the option named", "[options]") {
   CHECK(message({"--frobnicate"}).find("unknown option '--frobnicate'") != std::string::npos);
   CHECK(message({"-arch=sm_90"}).find("names a target") != std::string::npos);
   CHECK(message({"--offload-arch=gfx90a"}).find("names a target") != std::string::npos);
-  CHECK(message({"-I/usr/include"}).find("include paths are not accepted") != std::string::npos);
+  CHECK(message({"-I"}).find("include folder is empty") != std::string::npos);
+  CHECK(message({"-I  "}).find("include folder is empty") != std::string::npos);
+  CHECK(message({"--include-path="}).find("include folder is empty") != std::string::npos);
+  CHECK(message({"--include-path"}).find("--include-path=DIR") != std::string::npos);
+  CHECK(message({"-I/a\n-I/b"}).find("line break") != std::string::npos);
+  CHECK(message({"-Xcuda=-I/usr/include"}).find("kiln resolves includes itself") != std::string::npos);
+  CHECK(message({"-Xhip=-isystem/usr/include"}).find("kiln resolves includes itself") != std::string::npos);
   CHECK(message({"-D"}).find("-DNAME") != std::string::npos);
   CHECK(message({"-D1X=2"}).find("-DNAME") != std::string::npos);
   CHECK(message({"-std=c++11"}).find("c++17") != std::string::npos);
@@ -105,4 +111,42 @@ TEST_CASE("bad options are rejected with the option named", "[options]") {
   CHECK(message({""}).find("empty") != std::string::npos);
   CHECK(message({"-Xcuda="}).find("nothing after") != std::string::npos);
   CHECK(message({"-default-device"}).find("added by kiln") != std::string::npos);
+}
+
+TEST_CASE("include folders: three spellings, kept in order, in the key, never passed to a compiler", "[options]") {
+  const Options o{"-I/opt/a", "-I /opt/b", "--include-path=/opt/c", "--fast-math", "-Irelative/d"};
+  CHECK(o.include_dirs() == std::vector<std::string>{"/opt/a", "/opt/b", "/opt/c", "relative/d"});
+  CHECK_FALSE(o.toolkit_includes());
+  for (const Vendor vendor : {Vendor::cuda, Vendor::hip}) {
+    for (const std::string& flag : o.vendor_flags(vendor)) {
+      CHECK_FALSE(flag.starts_with("-I"));
+      CHECK(flag.find("/opt/") == std::string::npos);
+    }
+  }
+  // Part of the canonical text (so of the key), in search order.
+  CHECK(o.canonical().find("-I/opt/a\n-I/opt/b\n-I/opt/c\n-Irelative/d\n") != std::string::npos);
+  CHECK(Options{"-I/a", "-I/b"}.canonical() != Options{"-I/b", "-I/a"}.canonical());
+  CHECK(Options{"-I/a"}.canonical() != Options{}.canonical());
+  CHECK(Options{"-I /a"}.canonical() == Options{"--include-path=/a"}.canonical());
+  // The portable spelling parses back to the same options, a folder starting with a blank included.
+  const Options blank{"--include-path= lead", "-I/x"};
+  CHECK(blank.include_dirs() == std::vector<std::string>{" lead", "/x"});
+  for (const Options* options : {&o, &blank}) {
+    const std::vector<std::string> portable = options->portable();
+    CHECK(Options(portable).canonical() == options->canonical());
+    CHECK(Options(portable).include_dirs() == options->include_dirs());
+  }
+  // Option sets without folders keep the canonical text they always had.
+  CHECK(Options{"--fast-math", "-DA=1"}.canonical() == "options/1\n--fast-math\n-DA=1\n");
+}
+
+TEST_CASE("--toolkit-includes is a flag in the key and adds no compiler flag", "[options]") {
+  const Options o{"--toolkit-includes", "-I/opt/a"};
+  CHECK(o.toolkit_includes());
+  CHECK(o.include_dirs() == std::vector<std::string>{"/opt/a"});
+  CHECK(o.canonical() != Options{"-I/opt/a"}.canonical());
+  CHECK(o.canonical().ends_with("-I/opt/a\n--toolkit-includes\n"));
+  CHECK(o.vendor_flags(Vendor::cuda) == Options{}.vendor_flags(Vendor::cuda));
+  CHECK(o.vendor_flags(Vendor::hip) == Options{}.vendor_flags(Vendor::hip));
+  CHECK(Options(o.portable()).toolkit_includes());
 }

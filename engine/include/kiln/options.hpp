@@ -9,13 +9,17 @@
 //   --no-fma                  NVRTC -fmad=false     ; HIPRTC -ffp-contract=off
 //   --max-registers=N         NVRTC -maxrregcount=N ; HIPRTC (rejected: no equivalent)
 //   -Xcuda=FLAG / -Xhip=FLAG  a raw flag for one compiler only; ignored by the other
+//   -I DIR / -IDIR / --include-path=DIR
+//                             an include folder, searched in the order given (both)
+//   --toolkit-includes        also search the include folders of the toolkit whose compiler kiln
+//                             loaded (CUDA: include/ and include/cccl; HIP: include/) (both)
+// Include folders are never passed to a compiler: kiln resolves every #include itself and hands the
+// compiler the headers it found in memory, so the bytes of each header a compile read are known
+// and can be part of the cache key. The folders themselves are part of the canonical text (a
+// different search order can find different headers).
 // A known flag of one compiler written without -X (e.g. --use_fast_math, -O3) is accepted for that
-// compiler, and is a ConfigError for the other one that names the portable spelling. Unknown options,
-// -I (headers are passed in memory, so their bytes are part of the key) and target options (-arch,
-// --offload-arch: the target is its own argument) are rejected.
-// A raw flag of one compiler given without -X to the other (e.g. --use_fast_math to HIPRTC, -O3 to
-// NVRTC) is a ConfigError that names the portable spelling. Targets are never options: pass them as
-// the target (an -arch/--offload-arch option is rejected).
+// compiler, and is a ConfigError for the other one that names the portable spelling. Unknown options
+// and target options (-arch, --offload-arch: the target is its own argument) are rejected.
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -55,8 +59,15 @@ class Options {
   /// The options as the caller spelled them (canonical order), for messages and manifests.
   [[nodiscard]] std::vector<std::string> portable() const;
   /// The flags for one vendor's compiler, without the target and the flags the engine adds itself.
+  /// Never an include folder (headers go to the compiler in memory).
   /// Throws ConfigError for an option with no equivalent on that vendor.
   [[nodiscard]] std::vector<std::string> vendor_flags(Vendor vendor) const;
+  /// The -I / --include-path folders as given, in order (not checked here: the include resolver
+  /// reports a folder that does not exist).
+  [[nodiscard]] const std::vector<std::string>& include_dirs() const noexcept { return m_include_dirs; }
+  /// True when --toolkit-includes was given: the engine adds the loaded toolkit's include folders
+  /// after include_dirs().
+  [[nodiscard]] bool toolkit_includes() const noexcept { return m_toolkit_includes; }
 
  private:
   void parse_one(std::string_view option);
@@ -74,6 +85,8 @@ class Options {
     bool explicit_prefix;  ///< -Xcuda=/-Xhip=: ignored by the other vendor; otherwise an error there
   };
   std::vector<RawFlag> m_raw;
+  std::vector<std::string> m_include_dirs;  ///< in the order given: the search order
+  bool m_toolkit_includes = false;
   std::string m_canonical = "options/1\n";  ///< kept current by every mutation (no lazy state: thread-safe reads)
   std::uint64_t m_canonical_hash = detail::fnv1a64("options/1\n");
 };

@@ -37,6 +37,11 @@ struct DependencySet {
   friend bool operator==(const DependencySet&, const DependencySet&) = default;
 };
 
+/// A file whose mtime or ctime lies within this many nanoseconds of the moment it was read (or after
+/// it) may still be being written: its stat is not trusted (HeaderRecord::trusted_stat = false), so
+/// it is re-hashed on every check instead of being judged by its stat.
+inline constexpr std::int64_t kStatTrustWindowNs = 2'000'000'000;
+
 /// The canonical-key field naming a dependency set: each header's path and digest (in order), then
 /// each absent path. Two sets give equal text exactly when they name the same files with the same
 /// bytes and the same absences. Stats are not part of it.

@@ -1,0 +1,257 @@
+// The include resolver on the toolkit's real header trees, and the proof that what it hands over
+// compiles: the rewritten source and the in-memory headers alone (no include folder is given to the
+// compiler) go through kiln's public API, Source::from_text + Engine::prewarm on a compile-only
+// engine: CUB and libcu++ kernels with NVRTC for sm_90, a small -I tree with NVRTC and HIPRTC
+// (gfx90a). Also the compilers' real wording for a missing header, and the retry of a computed include.
+// Needs NVRTC; skips with the reason when it is absent (the HIPRTC cases skip on their own).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "include_test_support.hpp"
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+
+using kiln::Engine;
+using kiln::Header;
+using kiln::Source;
+using kiln::Vendor;
+using kiln::detail::IncludeInput;
+using kiln::detail::missing_include_from_log;
+using kiln::detail::resolve_includes;
+using kiln::detail::ResolvedIncludes;
+using kiln::test::ms_since;
+using kiln::test::TempDir;
+using kiln::test::write_file;
+
+namespace {
+
+Engine& compile_engine() {
+  static TempDir cache("kiln-include-cache");
+  static const std::unique_ptr<Engine> engine = [] {
+    kiln::EngineConfig config;
+    config.runtime = false;
+    config.cache.root = cache.path();
+    return std::make_unique<Engine>(config);
+  }();
+  return *engine;
+}
+
+/// The path of the compiler library the engine loaded for a vendor ("" when it loaded none).
+std::string compiler_library(Vendor vendor) {
+  for (const kiln::LaneInfo& lane : compile_engine().lanes()) {
+    if (lane.vendor != vendor || !lane.compiler_loaded) continue;
+    for (const kiln::LibraryInfo& library : lane.libraries) {
+      if (library.role == "nvrtc" || library.role == "hiprtc") return library.path;
+    }
+  }
+  return {};
+}
+
+struct Timed {
+  ResolvedIncludes resolved;
+  double ms = 0;
+  std::size_t bytes = 0;  ///< of the headers handed to the compiler
+};
+
+Timed resolve_timed(const std::string& name, std::string_view text, std::vector<std::filesystem::path> folders,
+                    Vendor vendor, std::vector<std::string> retry_names = {}) {
+  IncludeInput input;
+  input.source_name = name;
+  input.source_text = text;
+  input.folders = std::move(folders);
+  input.vendor = vendor;
+  input.retry_names = std::move(retry_names);
+  Timed out;
+  const auto start = std::chrono::steady_clock::now();
+  out.resolved = resolve_includes(input);
+  out.ms = ms_since(start);
+  for (const Header& h : out.resolved.compiler_headers) out.bytes += h.text.size();
+  return out;
+}
+
+/// Compiles the resolved set through the public API; returns the compile time in ms.
+double compile(const std::string& name, const ResolvedIncludes& r, const std::vector<std::string>& kernels,
+               const std::string& target) {
+  const Source source = Source::from_text(name, r.compiler_source, r.compiler_headers);
+  const auto start = std::chrono::steady_clock::now();
+  const kiln::PrewarmResult result = compile_engine().prewarm(source, kiln::Options{}, kernels, target);
+  const double ms = ms_since(start);
+  CHECK(result.origin == kiln::Origin::compiled);
+  CHECK(result.binary_bytes > 0);
+  return ms;
+}
+
+void report(const char* what, const Timed& t, double compile_ms) {
+  std::printf(
+      "%s: %zu headers read, %zu absent probes, %zu unresolved, %zu bytes handed over; resolve %.1f ms, "
+      "compile %.0f ms\n",
+      what, t.resolved.dependencies.headers.size(), t.resolved.dependencies.absent.size(), t.resolved.unresolved.size(),
+      t.bytes, t.ms, compile_ms);
+  std::fflush(stdout);
+}
+
+std::vector<std::filesystem::path> cuda_toolkit_folders() {
+  const std::string library = compiler_library(Vendor::cuda);
+  REQUIRE_FALSE(library.empty());
+  return kiln::detail::toolkit_include_dirs(library);
+}
+
+/// A small tree in two folders: the same written name ("config.h") means a different file in each,
+/// a quoted include relative to its header, #include_next, __has_include.
+struct SmallTree {
+  TempDir dir{"kiln-include-tree"};
+  std::filesystem::path a = dir.path() / "a";
+  std::filesystem::path b = dir.path() / "b";
+  SmallTree() {
+    write_file(a, "lib/api.h",
+               "#pragma once\n#include \"config.h\"\n#include <lib2/other.h>\n#include <lib/wrap.h>\n"
+               "__device__ inline int api_value() { return CONFIG_A + other_value(); }\n");
+    write_file(a, "lib/config.h", "#define CONFIG_A 3\n");
+    write_file(a, "lib/wrap.h", "#pragma once\n#include_next <lib/wrap.h>\n#define WRAP_A 1\n");
+    write_file(b, "lib/wrap.h", "#pragma once\n#define WRAP_B 1\n");
+    write_file(b, "lib2/other.h",
+               "#pragma once\n#include \"config.h\"\n__device__ inline int other_value() { return CONFIG_B; }\n");
+    write_file(b, "lib2/config.h", "#define CONFIG_B 4\n");
+  }
+  static constexpr std::string_view kSource =
+      "#include <lib/api.h>\n"
+      "#if __has_include(<lib2/other.h>) && !__has_include(<lib2/none.h>)\n"
+      "#define HAS_OTHER 1\n"
+      "#endif\n"
+      "static_assert(HAS_OTHER == 1 && CONFIG_A == 3 && CONFIG_B == 4 && WRAP_A + WRAP_B == 2, \"wrong headers\");\n"
+      "extern \"C\" __global__ void api_kernel(int* out) { out[threadIdx.x] = api_value(); }\n";
+};
+
+}  // namespace
+
+TEST_CASE("the CUDA toolkit's include folders: include/ then include/cccl", "[include][rtc]") {
+  const std::vector<std::filesystem::path> folders = cuda_toolkit_folders();
+  INFO("NVRTC at " << compiler_library(Vendor::cuda));
+  REQUIRE_FALSE(folders.empty());
+  CHECK(std::filesystem::exists(folders[0] / "cuda_runtime.h"));
+  if (std::filesystem::exists("/usr/local/cuda/lib64/libnvrtc.so.13")) {
+    const std::vector<std::filesystem::path> expected = {"/usr/local/cuda/include", "/usr/local/cuda/include/cccl"};
+    CHECK(kiln::detail::toolkit_include_dirs("/usr/local/cuda/lib64/libnvrtc.so.13") == expected);
+  }
+  // HIP's: the folder holding hip/hip_runtime.h (Debian: /usr/include, for the multiarch library).
+  if (const std::string hip = compiler_library(Vendor::hip); !hip.empty()) {
+    INFO("HIPRTC at " << hip);
+    const std::vector<std::filesystem::path> hip_folders = kiln::detail::toolkit_include_dirs(hip);
+    REQUIRE(hip_folders.size() == 1);
+    CHECK(std::filesystem::exists(hip_folders[0] / "hip" / "hip_runtime.h"));
+    std::printf("toolkit include folders: NVRTC %s -> %s, %s; HIPRTC %s -> %s\n",
+                compiler_library(Vendor::cuda).c_str(), folders[0].c_str(),
+                folders.size() > 1 ? folders[1].c_str() : "-", hip.c_str(), hip_folders[0].c_str());
+  }
+}
+
+TEST_CASE("CUB's BlockReduce: the real CCCL tree resolves and the in-memory set compiles for sm_90",
+          "[include][rtc][cccl]") {
+  const std::string source =
+      "#include <cub/block/block_reduce.cuh>\n"
+      "extern \"C\" __global__ void block_sum(const float* in, float* out) {\n"
+      "  using Reduce = cub::BlockReduce<float, 128>;\n"
+      "  __shared__ typename Reduce::TempStorage storage;\n"
+      "  const float sum = Reduce(storage).Sum(in[blockIdx.x * 128 + threadIdx.x]);\n"
+      "  if (threadIdx.x == 0) out[blockIdx.x] = sum;\n"
+      "}\n";
+  const Timed t = resolve_timed("block_sum.cu", source, cuda_toolkit_folders(), Vendor::cuda);
+  CHECK(t.resolved.dependencies.headers.size() > 50);
+  CHECK(kiln::test::line_count(t.resolved.compiler_source) == kiln::test::line_count(source));
+  for (const auto& h : t.resolved.dependencies.headers) CHECK(h.trusted_stat);  // toolkit files are old
+  report("CUB BlockReduce (sm_90)", t, compile("block_sum.cu", t.resolved, {"block_sum"}, "sm_90"));
+}
+
+TEST_CASE("libcu++'s cuda::std::tuple: resolves and compiles for sm_90", "[include][rtc][cccl]") {
+  const std::string source =
+      "#include <cuda/std/tuple>\n"
+      "extern \"C\" __global__ void tuple_sum(int* out) {\n"
+      "  const cuda::std::tuple<int, float> t{static_cast<int>(threadIdx.x), 2.0f};\n"
+      "  out[threadIdx.x] = cuda::std::get<0>(t) + static_cast<int>(cuda::std::get<1>(t));\n"
+      "}\n";
+  const Timed t = resolve_timed("tuple_sum.cu", source, cuda_toolkit_folders(), Vendor::cuda);
+  CHECK(t.resolved.dependencies.headers.size() > 20);
+  report("libcu++ tuple (sm_90)", t, compile("tuple_sum.cu", t.resolved, {"tuple_sum"}, "sm_90"));
+}
+
+TEST_CASE("a small -I tree compiles from memory alone with NVRTC and HIPRTC", "[include][rtc]") {
+  SmallTree tree;
+  const Timed cuda = resolve_timed("api.cu", SmallTree::kSource, {tree.a, tree.b}, Vendor::cuda);
+  const Timed hip = resolve_timed("api.cu", SmallTree::kSource, {tree.a, tree.b}, Vendor::hip);
+  CHECK(cuda.resolved.dependencies == hip.resolved.dependencies);  // the names differ, the files do not
+  CHECK(cuda.resolved.dependencies.headers.size() == 6);
+  CHECK(cuda.resolved.unresolved == std::vector<std::string>{"lib2/none.h"});
+  // The compilers get only the memory copies: the files on disk are now broken, and that must not matter.
+  for (const auto& h : cuda.resolved.dependencies.headers) {
+    write_file("/", h.path.substr(1), "#error the compiler read the file on disk\n");
+  }
+  report("small -I tree (sm_90)", cuda, compile("api.cu", cuda.resolved, {"api_kernel"}, "sm_90"));
+  if (compiler_library(Vendor::hip).empty()) {
+    WARN("HIPRTC is not available here: the gfx90a half is skipped");
+    return;
+  }
+  report("small -I tree (gfx90a)", hip, compile("api.cu", hip.resolved, {"api_kernel"}, "gfx90a"));
+}
+
+TEST_CASE("computed includes: guessed from a #define, or retried with the name the compiler's log gives",
+          "[include][rtc]") {
+  SmallTree tree;
+  // A function-like macro: the scan does not expand it, the compiler's log names the header.
+  const std::string source =
+      "#define HEADER(name) <lib2/name.h>\n#include HEADER(config)\nstatic_assert(CONFIG_B == 4, \"\");\n"
+      "extern \"C\" __global__ void k(int* out) { *out = CONFIG_B; }\n";
+  // An object-like one: the scan expands it, and the first compile succeeds. other.h (#pragma once
+  // only, defines a function) is included both ways: it must be one header to the compiler.
+  const std::string guessed =
+      "#define OTHER <lib2/other.h>\n#include OTHER\n#include <lib2/other.h>\nstatic_assert(CONFIG_B == 4, \"\");\n"
+      "extern \"C\" __global__ void k(int* out) { *out = other_value(); }\n";
+  std::vector<std::string> targets = {"sm_90"};
+  if (!compiler_library(Vendor::hip).empty()) targets.emplace_back("gfx90a");
+  for (const std::string& target : targets) {
+    INFO(target);
+    const Vendor vendor = target.starts_with("sm_") ? Vendor::cuda : Vendor::hip;
+    const Timed first = resolve_timed("computed.cu", source, {tree.a, tree.b}, vendor);
+    CHECK(first.resolved.computed == std::vector<std::string>{"HEADER(config)"});
+    std::optional<std::string> missing;
+    try {
+      (void)compile("computed.cu", first.resolved, {"k"}, target);
+      FAIL("the computed include should not be found on the first compile");
+    } catch (const kiln::CompileError& e) {
+      std::printf("%s log for a computed include:\n%s\n", target.c_str(), e.log().c_str());
+      missing = missing_include_from_log(e.log());
+    }
+    REQUIRE(missing == std::optional<std::string>("lib2/config.h"));
+    const Timed retry = resolve_timed("computed.cu", source, {tree.a, tree.b}, vendor, {*missing});
+    CHECK(retry.resolved.dependencies.headers.size() == 1);
+    report(("computed include, retried (" + target + ")").c_str(), retry,
+           compile("computed.cu", retry.resolved, {"k"}, target));
+
+    const Timed guess = resolve_timed("guessed.cu", guessed, {tree.a, tree.b}, vendor);
+    CHECK(guess.resolved.dependencies.headers.size() == 2);
+    report(("computed include, guessed (" + target + ")").c_str(), guess,
+           compile("guessed.cu", guess.resolved, {"k"}, target));
+
+    // A quoted include that exists nowhere: the wording of a plain missing header.
+    const std::string plain = "#include \"kiln_no_such_header.h\"\nextern \"C\" __global__ void k(int* out) {}\n";
+    const Timed none = resolve_timed("plain.cu", plain, {tree.a}, vendor);
+    CHECK(none.resolved.unresolved == std::vector<std::string>{"kiln_no_such_header.h"});
+    try {
+      (void)compile("plain.cu", none.resolved, {"k"}, target);
+      FAIL("expected a CompileError");
+    } catch (const kiln::CompileError& e) {
+      CHECK(missing_include_from_log(e.log()) == std::optional<std::string>("kiln_no_such_header.h"));
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  try {
+    if (compiler_library(Vendor::cuda).empty()) kiln::test::skip("NVRTC is not available");
+  } catch (const kiln::Error& e) {
+    kiln::test::skip(std::string("no compile-only engine: ") + e.what());
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,510 @@
+// The include resolver on header trees written to a temporary folder: search order, shadow probes,
+// what is read (and what is not), the scan's lexing, the rewrite, and the errors. No compiler.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <ctime>
+
+#include "include_test_support.hpp"
+#include "kiln/base/hash.hpp"
+#include "kiln/error.hpp"
+
+using kiln::ConfigError;
+using kiln::Header;
+using kiln::detail::IncludeInput;
+using kiln::detail::resolve_includes;
+using kiln::detail::ResolvedIncludes;
+using kiln::test::compiler_header;
+using kiln::test::has;
+using kiln::test::read_paths;
+using kiln::test::TempDir;
+using kiln::test::write_file;
+
+namespace {
+
+ResolvedIncludes resolve(std::string_view source, std::vector<std::filesystem::path> folders,
+                         std::span<const Header> memory = {}, kiln::Vendor vendor = kiln::Vendor::cuda) {
+  IncludeInput input;
+  input.source_name = "main.cu";
+  input.source_text = source;
+  input.memory_headers = memory;
+  input.folders = std::move(folders);
+  input.vendor = vendor;
+  return resolve_includes(input);
+}
+
+/// A file of `bytes` bytes that holds no data (sparse): larger than a header may be, so reading it is
+/// an error. Where one lies in a folder, the resolution succeeding proves the resolver never opened it.
+void plant_unreadable(const std::filesystem::path& path) {
+  std::filesystem::create_directories(path.parent_path());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(kiln::detail::kMaxHeaderBytes + 1)) == 0);
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("a quoted include is found next to the header that includes it; '..' is folded", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string() + "/inc";
+  write_file(f, "lib/a.h", "#pragma once\n#include \"detail/b.h\"\n");
+  write_file(f, "lib/detail/b.h", "#pragma once\n#include \"../c.h\"\nint b;\n");
+  write_file(f, "lib/c.h", "int c;\n");
+  const ResolvedIncludes r = resolve("#include <lib/a.h>\n__global__ void k() {}\n", {f});
+  CHECK(read_paths(r) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/detail/b.h", f + "/lib/c.h"});
+  CHECK(r.dependencies.absent.empty());  // each found in the first place searched
+  CHECK(r.unresolved.empty());
+  CHECK(r.compiler_source == "#include \"" + f + "/lib/a.h\"\n__global__ void k() {}\n");
+  const Header* a = compiler_header(r, f + "/lib/a.h");
+  REQUIRE(a != nullptr);
+  CHECK(a->text == "#pragma once\n#include \"" + f + "/lib/detail/b.h\"\n");
+  const Header* b = compiler_header(r, f + "/lib/detail/b.h");
+  REQUIRE(b != nullptr);
+  CHECK(b->text == "#pragma once\n#include \"" + f + "/lib/c.h\"\nint b;\n");
+  REQUIRE(compiler_header(r, f + "/lib/c.h") != nullptr);
+  CHECK(r.compiler_headers.size() == 3);
+}
+
+TEST_CASE("\"x\" looks next to its includer first, <x> does not; memory headers come before folders", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "inc/h.h", "#include \"x.h\"\n#include <x.h>\n");
+  write_file(f, "inc/x.h", "// inc/x.h\n");
+  write_file(f, "x.h", "// top x.h\n");
+  SECTION("folders only") {
+    const ResolvedIncludes r = resolve("#include <inc/h.h>\n", {f});
+    CHECK(read_paths(r) == std::vector<std::string>{f + "/inc/h.h", f + "/inc/x.h", f + "/x.h"});
+    const Header* h = compiler_header(r, f + "/inc/h.h");
+    REQUIRE(h != nullptr);
+    CHECK(h->text == "#include \"" + f + "/inc/x.h\"\n#include \"" + f + "/x.h\"\n");
+    CHECK(r.dependencies.absent.empty());
+  }
+  SECTION("an in-memory x.h: <x.h> takes it, \"x.h\" still finds the file beside its includer") {
+    const std::vector<Header> memory = {{"x.h", "// memory x.h\n"}};
+    const ResolvedIncludes r = resolve("#include <inc/h.h>\n#include \"x.h\"\n", {f}, memory);
+    CHECK(read_paths(r) == std::vector<std::string>{f + "/inc/h.h", f + "/inc/x.h"});  // top x.h never read
+    const Header* h = compiler_header(r, f + "/inc/h.h");
+    REQUIRE(h != nullptr);
+    CHECK(h->text == "#include \"" + f + "/inc/x.h\"\n#include <x.h>\n");  // memory includes keep their name
+    // The source's "x.h" is the memory header (the source has no folder on disk).
+    CHECK(r.compiler_source == "#include \"" + f + "/inc/h.h\"\n#include \"x.h\"\n");
+    REQUIRE(compiler_header(r, "x.h") != nullptr);
+    CHECK(compiler_header(r, "x.h")->text == "// memory x.h\n");
+  }
+}
+
+TEST_CASE("two folders with the same header: the first wins and the second is never opened", "[include]") {
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  const std::string b = dir.path().string() + "/b";
+  write_file(a, "same.h", "int from_a;\n");
+  plant_unreadable(b + "/same.h");  // opening it would be an error
+  const ResolvedIncludes r = resolve("#include <same.h>\n", {a, b});
+  CHECK(read_paths(r) == std::vector<std::string>{a + "/same.h"});
+  CHECK(r.dependencies.absent.empty());  // found in the first folder: nothing searched before it
+  // The other order reads b's: an unreadable header is an error that names it.
+  try {
+    (void)resolve("#include <same.h>\n", {b, a});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(b + "/same.h"));
+  }
+}
+
+TEST_CASE("shadow probes: every place searched before the match is recorded absent", "[include]") {
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  const std::string b = dir.path().string() + "/b";
+  const std::string c = dir.path().string() + "/c";
+  std::filesystem::create_directories(a);
+  write_file(b, "sub/h.h", "#include \"y.h\"\n#include <z.h>\n");
+  write_file(c, "y.h", "int y;\n");
+  write_file(b, "z.h", "int z;\n");
+  const ResolvedIncludes r = resolve("#include <sub/h.h>\n", {a, b, c});
+  CHECK(read_paths(r) == std::vector<std::string>{b + "/sub/h.h", c + "/y.h", b + "/z.h"});
+  // <sub/h.h>: a; "y.h": next to h.h, then a, b; <z.h>: a. Sorted, unique.
+  const std::vector<std::string> expected = {a + "/sub/h.h", a + "/y.h", a + "/z.h", b + "/sub/y.h", b + "/y.h"};
+  CHECK(r.dependencies.absent == expected);
+  CHECK(std::is_sorted(r.dependencies.absent.begin(), r.dependencies.absent.end()));
+}
+
+TEST_CASE("an include that matches nothing is recorded, not an error; its probes are absent paths", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  const ResolvedIncludes r = resolve("#include <cstdint>\n#include \"nowhere.h\"\n#include <cstdint>\nint x;\n", {f});
+  CHECK(r.unresolved == std::vector<std::string>{"cstdint", "nowhere.h"});
+  CHECK(r.dependencies.headers.empty());
+  // A header appearing there later would be found and change the compile.
+  CHECK(r.dependencies.absent == std::vector<std::string>{f + "/cstdint", f + "/nowhere.h"});
+  CHECK(r.compiler_source == "#include <cstdint>\n#include \"nowhere.h\"\n#include <cstdint>\nint x;\n");
+}
+
+TEST_CASE("a cycle and repeated includes: each file is read once", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "a.h", "#ifndef A_H\n#define A_H\n#include \"b.h\"\n#include \"common.h\"\n#endif\n");
+  write_file(f, "b.h", "#pragma once\n#include \"a.h\"\n#include \"common.h\"\n#include <common.h>\n");
+  write_file(f, "common.h", "#pragma once\nint common;\n");
+  const ResolvedIncludes r = resolve("#include <a.h>\n#include <b.h>\n#include <a.h>\n#include \"common.h\"\n", {f});
+  CHECK(read_paths(r) == std::vector<std::string>{f + "/a.h", f + "/b.h", f + "/common.h"});
+  CHECK(r.compiler_headers.size() == 3);
+  CHECK(r.unresolved.empty());
+}
+
+TEST_CASE("the scan reads every branch but not comments, strings or raw strings", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  for (const char* name :
+       {"dead.h", "win.h", "spaced.h", "commented.h", "spliced.h", "after_string.h", "after_char.h", "after_number.h",
+        "after_raw.h", "c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h", "odd.h"}) {
+    write_file(f, name, std::string("// ") + name + "\n");
+  }
+  const std::string source =
+      "#if 0\n"
+      "#include <dead.h>\n"
+      "#endif\n"
+      "#ifdef _WIN32\n"
+      "#  include \"win.h\"\n"
+      "#endif\n"
+      "/* x */ #   /* y */ include <spaced.h>\n"
+      "#inc\\\n"
+      "lude <spl\\\n"
+      "iced.h>\n"
+      "// #include <c1.h>\n"
+      "/* #include <c2.h>\n"
+      "#include <c3.h> */\n"
+      "// a comment that goes on \\\n"
+      "#include <c4.h>\n"
+      "const char* s = \"/*\";\n"
+      "#include <after_string.h>\n"
+      "const char* t = \"#include <in_string.h>\";\n"
+      "char q = '\"';\n"
+      "#include <after_char.h>\n"
+      "int n = 1'000'000;\n"
+      "#include <after_number.h>\n"
+      "const char* raw = R\"kiln(\n"
+      "#include <in_raw.h>\n"
+      ")kiln\";\n"
+      "#include <after_raw.h>\n"
+      "#error don't stop here\n"
+      "#include <odd.h>\n";
+  const ResolvedIncludes r = resolve(source, {f});
+  const std::vector<std::string> read = read_paths(r);
+  for (const char* name : {"dead.h", "win.h", "spaced.h", "spliced.h", "after_string.h", "after_char.h",
+                           "after_number.h", "after_raw.h", "odd.h"}) {
+    INFO(name);
+    CHECK(has(read, f + "/" + name));
+  }
+  for (const char* name : {"c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h"}) {
+    INFO(name);
+    CHECK_FALSE(has(read, f + "/" + name));
+  }
+  CHECK(read.size() == 9);
+  // Every line stays where it was, the spliced include included.
+  CHECK(kiln::test::line_count(r.compiler_source) == kiln::test::line_count(source));
+  CHECK(r.compiler_source.find("#inc\\\nlude \"" + f + "/spliced.h\"\\\n\n") != std::string::npos);
+  CHECK(r.compiler_source.find("/* x */ #   /* y */ include \"" + f + "/spaced.h\"\n") != std::string::npos);
+}
+
+TEST_CASE("__has_include operands are includes too, and are rewritten", "[include]") {
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  const std::string b = dir.path().string() + "/b";
+  write_file(a, "opt.h", "#if __has_include_next(<opt.h>)\n#include_next <opt.h>\n#endif\n");
+  write_file(b, "opt.h", "int opt;\n");
+  write_file(a, "q.h", "int q;\n");
+  const std::string source =
+      "#if defined(__has_include)\n"
+      "#  if __has_include(<opt.h>) && __has_include ( \"q.h\" ) && !__has_include(<missing.h>)\n"
+      "#    include <opt.h>\n"
+      "#  endif\n"
+      "#endif\n";
+  const ResolvedIncludes r = resolve(source, {a, b});
+  CHECK(read_paths(r) == std::vector<std::string>{a + "/opt.h", a + "/q.h", b + "/opt.h"});
+  CHECK(r.unresolved == std::vector<std::string>{"missing.h"});
+  CHECK(r.compiler_source ==
+        "#if defined(__has_include)\n"
+        "#  if __has_include(\"" +
+            a + "/opt.h\") && __has_include ( \"" + a +
+            "/q.h\" ) && !__has_include(<missing.h>)\n"
+            "#    include \"" +
+            a +
+            "/opt.h\"\n"
+            "#  endif\n"
+            "#endif\n");
+  const Header* opt = compiler_header(r, a + "/opt.h");
+  REQUIRE(opt != nullptr);
+  CHECK(opt->text == "#if __has_include(\"" + b + "/opt.h\")\n#include \"" + b + "/opt.h\"\n#endif\n");
+}
+
+TEST_CASE("#include_next searches the folders after the includer's", "[include]") {
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  const std::string m = dir.path().string() + "/m";
+  const std::string b = dir.path().string() + "/b";
+  std::filesystem::create_directories(m);
+  write_file(a, "n.h", "#pragma once\n#include_next <n.h>\nint from_a;\n");
+  write_file(b, "n.h", "#pragma once\n#include_next \"n.h\"\nint from_b;\n");  // nothing after b
+  const ResolvedIncludes r = resolve("#include <n.h>\n", {a, m, b});
+  CHECK(read_paths(r) == std::vector<std::string>{a + "/n.h", b + "/n.h"});
+  // a's include_next searched m then b; b's searched nothing. a/n.h itself is not re-probed.
+  CHECK(r.dependencies.absent == std::vector<std::string>{m + "/n.h"});
+  CHECK(r.unresolved == std::vector<std::string>{"n.h"});  // b's include_next found nothing
+  const Header* na = compiler_header(r, a + "/n.h");
+  REQUIRE(na != nullptr);
+  CHECK(na->text == "#pragma once\n#include \"" + b + "/n.h\"\nint from_a;\n");
+  const Header* nb = compiler_header(r, b + "/n.h");
+  REQUIRE(nb != nullptr);
+  CHECK(nb->text == "#pragma once\n#include_next \"n.h\"\nint from_b;\n");  // unresolved: left as written
+}
+
+TEST_CASE("computed includes: object-like macros are expanded over every definition and handed by name", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  // Thrust's pattern: the system is picked by a macro defined in several branches, and the header
+  // name is built from it.
+  write_file(f, "sys/config.h",
+             "#if defined(USE_OMP)\n#define SYS omp\n#else\n#define SYS cuda /* default */\n#endif\n"
+             "#define SYS_ROOT sys/SYS\n");
+  write_file(f, "sys/tag.h",
+             "#include <sys/config.h>\n#define TAG_HEADER <SYS_ROOT/tag_impl.h>\n#include TAG_HEADER\n");
+  write_file(f, "sys/cuda/tag_impl.h", "#include \"detail.h\"\n");
+  write_file(f, "sys/cuda/detail.h", "int cuda_detail;\n");
+  write_file(f, "sys/omp/tag_impl.h", "int omp_tag;\n");
+  // The cuda variant is also included directly: it must reach the compiler under one name only.
+  const ResolvedIncludes r = resolve("#include <sys/tag.h>\n#include <sys/cuda/tag_impl.h>\n", {f});
+  CHECK(r.computed == std::vector<std::string>{"TAG_HEADER"});
+  CHECK(r.unresolved.empty());
+  CHECK(read_paths(r) == std::vector<std::string>{f + "/sys/tag.h", f + "/sys/cuda/tag_impl.h", f + "/sys/config.h",
+                                                  f + "/sys/cuda/detail.h", f + "/sys/omp/tag_impl.h"});
+  // The include cannot be rewritten, so each file it may name goes to the compiler under the name the
+  // compiler will ask for, and every rewritten include of that file uses the same name.
+  const Header* cuda = compiler_header(r, "sys/cuda/tag_impl.h");
+  REQUIRE(cuda != nullptr);
+  CHECK(cuda->text == "#include \"" + f + "/sys/cuda/detail.h\"\n");
+  CHECK(compiler_header(r, f + "/sys/cuda/tag_impl.h") == nullptr);
+  CHECK(r.compiler_source == "#include \"" + f + "/sys/tag.h\"\n#include \"sys/cuda/tag_impl.h\"\n");
+  CHECK(compiler_header(r, "sys/omp/tag_impl.h") != nullptr);
+  CHECK(compiler_header(r, f + "/sys/tag.h")->text ==
+        "#include \"" + f + "/sys/config.h\"\n#define TAG_HEADER <SYS_ROOT/tag_impl.h>\n#include TAG_HEADER\n");
+  CHECK(r.compiler_headers.size() == 5);
+}
+
+TEST_CASE(
+    "a computed include the scan cannot expand is left for the compiler; a retry name is handed under "
+    "that name",
+    "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "impl/config_a.h", "#include \"detail.h\"\n");
+  write_file(f, "impl/detail.h", "int detail;\n");
+  // A function-like macro is not followed.
+  const std::string source = "#define PICK(x) <impl/x.h>\n#include PICK(config_a) // picked by a macro\nint x;\n";
+  const ResolvedIncludes first = resolve(source, {f});
+  CHECK(first.dependencies.headers.empty());
+  CHECK(first.computed == std::vector<std::string>{"PICK(config_a)"});
+  CHECK(first.compiler_source == source);
+  // The engine learns the name from the failed compile's log and resolves again with it.
+  IncludeInput input;
+  input.source_name = "main.cu";
+  input.source_text = source;
+  input.folders = {f};
+  input.retry_names = {"impl/config_a.h", "impl/not_there.h"};
+  const ResolvedIncludes retry = resolve_includes(input);
+  CHECK(read_paths(retry) == std::vector<std::string>{f + "/impl/config_a.h", f + "/impl/detail.h"});
+  const Header* alias = compiler_header(retry, "impl/config_a.h");
+  REQUIRE(alias != nullptr);
+  CHECK(alias->text == "#include \"" + f + "/impl/detail.h\"\n");
+  CHECK(compiler_header(retry, f + "/impl/config_a.h") == nullptr);  // one file, one name
+  CHECK(retry.compiler_headers.size() == 2);
+  CHECK(retry.unresolved == std::vector<std::string>{"impl/not_there.h"});
+}
+
+TEST_CASE("missing_include_from_log reads NVRTC's and clang's wording", "[include]") {
+  using kiln::detail::missing_include_from_log;
+  CHECK(missing_include_from_log("main.cu(1): catastrophic error: cannot open source file \"cub/x.cuh\"\n"
+                                 "  #include \"cub/x.cuh\"\n") == std::optional<std::string>("cub/x.cuh"));
+  CHECK(missing_include_from_log("main.cu(1): catastrophic error: could not open source file \"dir/y.h\" (no "
+                                 "directories in search list)\n") == std::optional<std::string>("dir/y.h"));
+  CHECK(missing_include_from_log("/tmp/comgr-1/input/CompileSource:1:10: fatal error: 'a/b.h' file not found\n") ==
+        std::optional<std::string>("a/b.h"));
+  CHECK(missing_include_from_log("x:1:10: error: '/p/q.h' file not found, did you mean 'p/q.h'?\n") ==
+        std::optional<std::string>("/p/q.h"));
+  CHECK_FALSE(missing_include_from_log("main.cu(3): error: identifier \"x\" is undefined\n").has_value());
+  CHECK_FALSE(missing_include_from_log("").has_value());
+}
+
+TEST_CASE("describe_missing_include names the folders searched", "[include]") {
+  using kiln::detail::describe_missing_include;
+  const std::vector<std::filesystem::path> folders = {"/opt/a/include", "/opt/b/include"};
+  const std::string text = describe_missing_include("cub/cub.cuh", folders);
+  CHECK_THAT(text, Catch::Contains("cub/cub.cuh") && Catch::Contains("/opt/a/include, /opt/b/include"));
+  CHECK_THAT(describe_missing_include("x.h", {}), Catch::Contains("-I") && Catch::Contains("--toolkit-includes"));
+}
+
+TEST_CASE("a generated tree of 2,000 headers resolves fast and reads each file once", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  constexpr int kCount = 2000;
+  for (int i = 0; i < kCount; ++i) {
+    std::string text = fmt::format("#ifndef H{0}\n#define H{0}\n", i);
+    // Each header includes the next (so all are reached), one further away, and one folder up and back.
+    text += fmt::format("#include \"../d{}/h{}.h\"\n", (i + 1) % kCount / 100, (i + 1) % kCount);
+    text += fmt::format("#include <d{}/h{}.h>\n", (i * 7 + 3) % kCount / 100, (i * 7 + 3) % kCount);
+    text += "/* #include <never.h> */\n#endif\n";
+    write_file(f, fmt::format("d{}/h{}.h", i / 100, i), text);
+  }
+  // CPU time is what the check bounds: wall time on a loaded machine says little about the resolver.
+  const std::clock_t cpu_start = std::clock();
+  const auto start = std::chrono::steady_clock::now();
+  const ResolvedIncludes r = resolve("#include <d0/h0.h>\n", {f});
+  const double ms = kiln::test::ms_since(start);
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  std::size_t bytes = 0;
+  for (const Header& h : r.compiler_headers) bytes += h.text.size();
+  WARN("2,000 generated headers: " << r.dependencies.headers.size() << " read, " << bytes << " bytes, " << cpu_ms
+                                   << " ms CPU, " << ms << " ms wall");
+  CHECK(r.dependencies.headers.size() == kCount);
+  std::vector<std::string> paths = read_paths(r);
+  std::sort(paths.begin(), paths.end());
+  CHECK(std::adjacent_find(paths.begin(), paths.end()) == paths.end());  // each file once
+  CHECK(r.unresolved.empty());
+  CHECK(r.dependencies.absent.empty());
+  CHECK(cpu_ms < 1000.0);
+}
+
+TEST_CASE("an include folder that does not exist is a ConfigError naming it", "[include]") {
+  TempDir dir;
+  const std::string missing = dir.path().string() + "/no-such-folder";
+  try {
+    (void)resolve("int x;\n", {missing});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(missing) && Catch::Contains("does not exist"));
+  }
+  const std::string file = write_file(dir.path(), "plain", "").string();
+  CHECK_THROWS_WITH(resolve("int x;\n", {file}), Catch::Contains(file) && Catch::Contains("not a folder"));
+}
+
+TEST_CASE("header records: absolute normal path, fstat identity, digest, recent files not trusted", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  const std::string text = "#pragma once\nint fresh;\n";
+  write_file(f, "sub/fresh.h", text);
+  // A relative folder with ".." is made absolute and normal.
+  const std::filesystem::path relative =
+      std::filesystem::relative(dir.path() / "sub" / ".." / "sub", std::filesystem::current_path());
+  const ResolvedIncludes r = resolve("#include \"fresh.h\"\n", {relative});
+  REQUIRE(r.dependencies.headers.size() == 1);
+  const auto& record = r.dependencies.headers[0];
+  CHECK(record.path == f + "/sub/fresh.h");
+  CHECK(record.digest == kiln::cache::hash128(text));
+  struct stat st {};
+  REQUIRE(::stat(record.path.c_str(), &st) == 0);
+  CHECK(record.stat.size == text.size());
+  CHECK(record.stat.inode == static_cast<std::uint64_t>(st.st_ino));
+  CHECK(record.stat.device == static_cast<std::uint64_t>(st.st_dev));
+  CHECK(record.stat.mtime_ns == st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec);
+  CHECK_FALSE(record.trusted_stat);  // written just now: may still be being edited
+  // A file untouched for long is trusted by its stat (any system header will do).
+  if (std::filesystem::is_regular_file("/usr/include/stdio.h")) {
+    const ResolvedIncludes old = resolve("#include <stdio.h>\n", {"/usr/include"});
+    REQUIRE_FALSE(old.dependencies.headers.empty());
+    CHECK(old.dependencies.headers[0].path == "/usr/include/stdio.h");
+    CHECK(old.dependencies.headers[0].trusted_stat);
+  }
+}
+
+TEST_CASE("absolute include paths, symlinks kept as spelled, FIFOs and folders are not headers", "[include]") {
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  const std::string b = dir.path().string() + "/b";
+  write_file(a, "real/target.h", "int target;\n");
+  std::filesystem::create_symlink(a + "/real/target.h", a + "/link.h");
+  REQUIRE(::mkfifo((a + "/pipe.h").c_str(), 0644) == 0);
+  std::filesystem::create_directories(a + "/folder.h");
+  write_file(b, "pipe.h", "int pipe_b;\n");
+  write_file(b, "folder.h", "int folder_b;\n");
+  write_file(b, "abs.h", "int abs;\n");
+  const std::string source =
+      "#include <link.h>\n#include <pipe.h>\n#include <folder.h>\n#include \"" + b + "/./x/../abs.h\"\n";
+  const ResolvedIncludes r = resolve(source, {a, b});
+  CHECK(read_paths(r) == std::vector<std::string>{a + "/link.h", b + "/pipe.h", b + "/folder.h", b + "/abs.h"});
+  CHECK(r.dependencies.absent == std::vector<std::string>{a + "/folder.h", a + "/pipe.h"});
+  CHECK(r.compiler_source.find("#include \"" + b + "/abs.h\"\n") != std::string::npos);
+}
+
+TEST_CASE("memory headers: quoted includes relative to their name, their own disk includes rewritten", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "util.h", "int disk_util;\n");
+  write_file(f, "extra.h", "int extra;\n");
+  const std::vector<Header> memory = {{"kernels/util.h", "#include <extra.h>\nint memory_util;\n"}};
+  IncludeInput input;
+  input.source_name = "kernels/main.cu";
+  const std::string source = "#include \"util.h\"\n";
+  input.source_text = source;
+  input.memory_headers = memory;
+  input.folders = {f};
+  const ResolvedIncludes r = resolve_includes(input);
+  CHECK(read_paths(r) == std::vector<std::string>{f + "/extra.h"});  // util.h is the memory one
+  CHECK(r.compiler_source == source);
+  const Header* util = compiler_header(r, "kernels/util.h");
+  REQUIRE(util != nullptr);
+  CHECK(util->text == "#include \"" + f + "/extra.h\"\nint memory_util;\n");
+}
+
+TEST_CASE("HIPRTC names disk headers by their path without the leading '/'", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "h.h", "#include \"g.h\"\n");
+  write_file(f, "g.h", "int g;\n");
+  const ResolvedIncludes r = resolve("#include <h.h>\n", {f}, {}, kiln::Vendor::hip);
+  const std::string h = f.substr(1) + "/h.h";
+  CHECK(r.compiler_source == "#include \"" + h + "\"\n");
+  REQUIRE(compiler_header(r, h) != nullptr);
+  CHECK(compiler_header(r, h)->text == "#include \"" + f.substr(1) + "/g.h\"\n");
+  CHECK(read_paths(r) == std::vector<std::string>{f + "/h.h", f + "/g.h"});  // records keep the real path
+}
+
+TEST_CASE("a memory header named like a disk header's compiler name is a ConfigError", "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "h.h", "int h;\n");
+  const std::vector<Header> memory = {{f + "/h.h", "int clash;\n"}, {"other.h", "#include <h.h>\n"}};
+  // The absolute include finds the memory header first; the folder search finds the file, whose
+  // compiler name the memory header already has.
+  CHECK_THROWS_WITH(resolve("#include \"" + f + "/h.h\"\n#include <other.h>\n", {f}, memory),
+                    Catch::Contains("rename the in-memory header"));
+}
+
+TEST_CASE("toolkit include folders: CUDA lib64, lib, targets/<triple>/lib; HIP multiarch; clear errors", "[include]") {
+  using kiln::detail::toolkit_include_dirs;
+  TempDir dir;
+  const std::filesystem::path cuda = dir.path() / "cuda";
+  write_file(cuda, "include/cuda_runtime.h", "");
+  write_file(cuda, "include/cccl/cuda/std/tuple", "");
+  write_file(cuda, "lib64/libnvrtc.so.13", "");
+  write_file(cuda, "targets/x86_64-linux/lib/libnvrtc.so.13", "");
+  const std::vector<std::filesystem::path> expected = {cuda / "include", cuda / "include/cccl"};
+  CHECK(toolkit_include_dirs(cuda / "lib64/libnvrtc.so.13") == expected);
+  CHECK(toolkit_include_dirs(cuda / "targets/x86_64-linux/lib/libnvrtc.so.13") == expected);
+  const std::filesystem::path hip = dir.path() / "usr";
+  write_file(hip, "include/hip/hip_runtime.h", "");
+  write_file(hip, "lib/x86_64-linux-gnu/libamdhip64.so.5", "");
+  write_file(hip, "lib/libhiprtc.so.6", "");
+  CHECK(toolkit_include_dirs(hip / "lib/x86_64-linux-gnu/libamdhip64.so.5") ==
+        std::vector<std::filesystem::path>{hip / "include"});
+  CHECK(toolkit_include_dirs(hip / "lib/libhiprtc.so.6") == std::vector<std::filesystem::path>{hip / "include"});
+  // A toolkit folder without the toolkit's headers names the folder it looked in.
+  const std::filesystem::path bare = dir.path() / "bare";
+  write_file(bare, "lib64/libnvrtc.so.13", "");
+  CHECK_THROWS_WITH(toolkit_include_dirs(bare / "lib64/libnvrtc.so.13"),
+                    Catch::Contains((bare / "include").string()) && Catch::Contains("cuda_runtime.h"));
+  CHECK_THROWS_AS(toolkit_include_dirs(dir.path() / "libfoo.so"), ConfigError);
+}
