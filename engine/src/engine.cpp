@@ -22,6 +22,8 @@
 #include "kiln/cache/storage.hpp"
 #include "kiln/embedded.hpp"
 #include "kiln/error.hpp"
+#include "includes.hpp"
+#include "kiln/cache/dependencies.hpp"
 #include "source_internal.hpp"
 #include "kiln/tooling/manifest.hpp"
 #include "kiln/tooling/targets.hpp"
@@ -79,6 +81,9 @@ struct EngineCore::Request {
   std::vector<std::string> names;  // sorted, unique
   std::vector<std::string> flags;  // complete vendor flags
   std::string compiler;  // the identity the key was made with
+  /// With include folders: every file the compile can read, and what the compiler gets in memory.
+  std::shared_ptr<const ResolvedIncludes> includes;
+  std::vector<std::filesystem::path> include_folders;  ///< searched, in order (-I, then the toolkit's)
   cache::CanonicalKey key;
   cache::Hash128 hash;
 };
@@ -305,6 +310,23 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
     r.flags.push_back("--offload-arch=" + r.target.full);
   }
   r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
+  if (!options.include_dirs().empty() || options.toolkit_includes()) {
+    // kiln resolves the includes itself (includes.hpp): the key names every file the compile can read
+    // by path and digest, and every place probed and found empty before a match.
+    IncludeInput input;
+    input.source_name = source.name();
+    input.source_text = source.text();
+    input.memory_headers = source.headers();
+    input.vendor = r.target.vendor;
+    for (const std::string& folder : options.include_dirs()) input.folders.emplace_back(folder);
+    if (options.toolkit_includes()) {
+      for (std::filesystem::path& folder : toolkit_include_dirs(compiler_library(r.target.vendor))) {
+        input.folders.push_back(std::move(folder));
+      }
+    }
+    r.includes = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
+    r.include_folders = std::move(input.folders);
+  }
   make_key(r, facts->identity);
   return r;
 }
@@ -328,6 +350,7 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
   }
   r.key.add("names", join(r.names, '\n'));
   r.key.add("source", r.source.text());
+  if (r.includes) r.key.add("dependencies", cache::canonical_dependencies(r.includes->dependencies));
   if (r.source.embedded_headers_intact()) {
     // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.
     for (const Header& h : r.source.user_headers()) r.key.add("header:" + h.name, h.text);
@@ -343,12 +366,47 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
   r.hash = r.key.hash();
 }
 
+std::filesystem::path EngineCore::compiler_library(Vendor v) {
+  // The file the compiler is (or would be) loaded from: the first existing full path of its search
+  // list (a stat, no load), else the loaded library itself.
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  for (const std::string& candidate : l.search_list()) {
+    std::error_code ec;
+    if (candidate.find('/') != std::string::npos && std::filesystem::is_regular_file(candidate, ec)) {
+      return std::filesystem::weakly_canonical(candidate, ec);
+    }
+  }
+  Lane& loaded = loaded_lane(v);
+  if (loaded.compiler) {
+    for (const LibraryInfo& library : loaded.compiler->libraries()) {
+      if (library.role == "nvrtc" || library.role == "hiprtc") {
+        std::error_code ec;
+        return std::filesystem::weakly_canonical(library.path, ec);
+      }
+    }
+  }
+  throw ConfigError(fmt::format("--toolkit-includes: no {} compiler library was found to take the toolkit's headers from",
+                                to_string(v)));
+}
+
 std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler) {
   const auto start = std::chrono::steady_clock::now();
   vendor::CompileInput input{r.source.name(), r.source.text(), r.source.headers(), r.names, r.flags, r.target.full};
+  if (r.includes) {
+    input.source = r.includes->compiler_source;
+    input.headers = r.includes->compiler_headers;
+  }
   vendor::CompileOutput output;
   try {
     output = compiler.compile(input);
+  } catch (const CompileError& e) {
+    m_counters.add({.compile_failures = 1});
+    const std::optional<std::string> missing = r.includes ? missing_include_from_log(e.log()) : std::nullopt;
+    if (!missing) throw;
+    // A header kiln could not resolve (not in memory, not in any folder, or named by a computed
+    // include the scan could not follow): say where kiln looked.
+    throw CompileError(fmt::format("{}; {}", e.what(), describe_missing_include(*missing, r.include_folders)), e.log(),
+                       e.source_name(), e.options());
   } catch (...) {
     m_counters.add({.compile_failures = 1});
     throw;

@@ -2,6 +2,7 @@
 // The engine's internal state, shared by engine.cpp and the handles (Program, Kernel).
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -105,6 +106,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// "native" -> the default device's target and warp size; any other target as given.
   std::pair<std::string, std::optional<int>> resolve_target(std::string_view target);
   vendor::Compiler& compiler(Vendor vendor);
+  /// The compiler library's file, for --toolkit-includes (its toolkit's include folders).
+  std::filesystem::path compiler_library(Vendor vendor);
   Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
                        std::string_view target, std::optional<int> warp_size);
   Obtained obtain(const Request& request, bool bypass_cache);

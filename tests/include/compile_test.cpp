@@ -247,6 +247,86 @@ TEST_CASE("computed includes: guessed from a #define, or retried with the name t
   }
 }
 
+// ---- -I through the engine: the key names what the compile read -------------------------------------
+
+namespace {
+
+kiln::PrewarmResult prewarm_with(Engine& engine, const std::filesystem::path& first, const std::filesystem::path& second) {
+  const Source source = Source::from_text("uses_header.cu",
+                                          "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n");
+  return engine.prewarm(source, kiln::Options({"-I" + first.string(), "--include-path=" + second.string()}), {}, "sm_90");
+}
+
+}  // namespace
+
+TEST_CASE("engine -I: an edited header recompiles, an unchanged one hits, a shadowing one misses", "[include]") {
+  TempDir dir("kiln-engine-include");
+  const std::filesystem::path first = dir.path() / "first";
+  const std::filesystem::path second = dir.path() / "second";
+  std::filesystem::create_directories(first);
+  write_file(second, "lib/value.h", "#define VALUE 1\n");
+  kiln::EngineConfig config;
+  config.runtime = false;
+  config.cache.root = dir.path() / "cache";
+  Engine engine(config);
+
+  const kiln::PrewarmResult compiled = prewarm_with(engine, first, second);
+  CHECK(compiled.origin == kiln::Origin::compiled);
+  // Same bytes (rewritten in place): the same key, served from the cache with no compile.
+  write_file(second, "lib/value.h", "#define VALUE 1\n");
+  const kiln::PrewarmResult again = prewarm_with(engine, first, second);
+  CHECK(again.key == compiled.key);
+  CHECK(again.origin == kiln::Origin::disk);
+  CHECK(engine.stats().compiles == 1);
+  // Edited: another key, compiled.
+  write_file(second, "lib/value.h", "#define VALUE 2\n");
+  const kiln::PrewarmResult edited = prewarm_with(engine, first, second);
+  CHECK(edited.key != compiled.key);
+  CHECK(edited.origin == kiln::Origin::compiled);
+  // A header appearing in the earlier folder shadows the recorded one: another key.
+  write_file(first, "lib/value.h", "#define VALUE 2\n");
+  const kiln::PrewarmResult shadowed = prewarm_with(engine, first, second);
+  CHECK(shadowed.key != edited.key);
+  CHECK(shadowed.origin == kiln::Origin::compiled);
+  CHECK(engine.stats().compiles == 3);
+  // Deleted everywhere: a CompileError that names the header and the folders searched.
+  std::filesystem::remove(first / "lib/value.h");
+  std::filesystem::remove(second / "lib/value.h");
+  std::string message;
+  try {
+    (void)prewarm_with(engine, first, second);
+  } catch (const kiln::CompileError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find("lib/value.h") != std::string::npos);
+  CHECK(message.find(first.string()) != std::string::npos);
+  CHECK(message.find(second.string()) != std::string::npos);
+  // A folder that does not exist is a ConfigError naming it.
+  CHECK_THROWS_AS(prewarm_with(engine, dir.path() / "nowhere", second), kiln::ConfigError);
+}
+
+TEST_CASE("engine --toolkit-includes: a CUB and a libcu++ kernel compile for sm_90", "[include]") {
+  Engine& engine = compile_engine();
+  const Source cub = Source::from_text("cub_reduce.cu",
+                                       "#include <cub/block/block_reduce.cuh>\n"
+                                       "extern \"C\" __global__ void sum(const int* in, int* out) {\n"
+                                       "  using R = cub::BlockReduce<int, 128>;\n"
+                                       "  __shared__ typename R::TempStorage t;\n"
+                                       "  int v = R(t).Sum(in[threadIdx.x]);\n"
+                                       "  if (threadIdx.x == 0) *out = v;\n}\n");
+  const kiln::PrewarmResult first = engine.prewarm(cub, kiln::Options({"--toolkit-includes"}), {}, "sm_90");
+  CHECK(first.binary_bytes > 0);
+  const Source tuple = Source::from_text("tuple.cu",
+                                         "#include <cuda/std/tuple>\n"
+                                         "extern \"C\" __global__ void t(int* out) {\n"
+                                         "  cuda::std::tuple<int, int> p{1, 2};\n"
+                                         "  *out = cuda::std::get<0>(p) + cuda::std::get<1>(p);\n}\n");
+  CHECK(engine.prewarm(tuple, kiln::Options({"--toolkit-includes"}), {}, "sm_90").binary_bytes > 0);
+  // The second request of the same kernel is served from the cache.
+  CHECK(engine.prewarm(cub, kiln::Options({"--toolkit-includes"}), {}, "sm_90").origin != kiln::Origin::compiled);
+}
+
 int main(int argc, char** argv) {
   try {
     if (compiler_library(Vendor::cuda).empty()) kiln::test::skip("NVRTC is not available");
