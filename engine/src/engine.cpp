@@ -287,7 +287,7 @@ std::vector<LaneInfo> EngineCore::lanes() {
 KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
                                                       const std::vector<std::string>& names,
                                                       std::string_view target_text, std::optional<int> warp_size) {
-  Request r{source, parse_target(target_text), names, {}, {}, {}, {}};
+  Request r{source, parse_target(target_text), names, {}, {}, {}, {}, {}, {}};
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
   std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
   if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
