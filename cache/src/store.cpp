@@ -23,6 +23,7 @@
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
 #include "posix_util.hpp"
+#include "store_hooks.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -276,6 +277,7 @@ StoreConfig StoreConfig::from_environment() {
 // Store state
 
 struct Store::State {
+  detail::StoreHooks hooks;  ///< test-only (store_hooks.hpp); empty outside tests
   std::string root;
   std::string v1_dir;
   std::string lock_dir;
@@ -569,7 +571,7 @@ struct Store::State {
         std::sort(files.begin(), files.end(), [](const EntryFile& a, const EntryFile& b) {
           return a.mtime != b.mtime ? a.mtime < b.mtime : a.path < b.path;
         });
-        if (config.trim_scan_hook) config.trim_scan_hook(files);
+        if (hooks.trim_scan) hooks.trim_scan(files);
         for (const EntryFile& file : files) {
           if (total <= target_bytes) break;
           if (keep != nullptr && file.path == *keep) continue;
@@ -620,6 +622,7 @@ struct Store::State {
 
 Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::make_unique<State>()) {
   State& s = *m_state;
+  s.hooks = detail::current_store_hooks();
   if (m_config.disabled) {
     s.degrade(StoreMode::memory_only, "disabled (KILN_CACHE_DISABLE or configuration)", false);
     return;
@@ -732,7 +735,7 @@ std::optional<std::uint64_t> Store::size_estimate() const noexcept {
 }
 
 std::filesystem::path Store::entry_path(const Hash128& key) const {
-  return m_state->entry_path(m_config.file_name_hook ? m_config.file_name_hook(key) : key);
+  return m_state->entry_path(m_state->hooks.file_name ? m_state->hooks.file_name(key) : key);
 }
 
 KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_key) {
@@ -742,7 +745,7 @@ KILN_HOT LookupResult Store::get(const Hash128& key, std::string_view canonical_
   try {
     // The name relative to v1/ is built on the stack, and the full path only for messages and
     // removal: a hit allocates nothing but the Entry it returns.
-    const Hash128 file_hash = m_config.file_name_hook ? m_config.file_name_hook(key) : key;
+    const Hash128 file_hash = s.hooks.file_name ? s.hooks.file_name(key) : key;
     const State::RelativeName relative = State::relative_name(file_hash);
     const auto full_path = [&] { return s.v1_dir + "/" + relative.data(); };
     // O_NOFOLLOW: a symbolic link planted at an entry path is never followed. O_NONBLOCK: a FIFO
@@ -861,7 +864,7 @@ bool Store::put(const Entry& entry) {
       s.fail_put(fmt::format("entry {} refused: {}", entry.key_hash.hex(), error->reason));
       return false;
     }
-    const Hash128 file_hash = m_config.file_name_hook ? m_config.file_name_hook(entry.key_hash) : entry.key_hash;
+    const Hash128 file_hash = s.hooks.file_name ? s.hooks.file_name(entry.key_hash) : entry.key_hash;
     const std::string path = s.entry_path(file_hash);
     const std::string shard_dir = path.substr(0, path.rfind('/'));
     int error = make_private_dir(shard_dir);
@@ -1223,3 +1226,14 @@ CompileLease Store::acquire_lease(const Hash128& key, std::chrono::milliseconds 
 }
 
 }  // namespace kiln::cache
+
+namespace kiln::cache::detail {
+namespace {
+StoreHooks& hooks_in_effect() {
+  static StoreHooks hooks;
+  return hooks;
+}
+}  // namespace
+void set_store_hooks(StoreHooks hooks) { hooks_in_effect() = std::move(hooks); }
+StoreHooks current_store_hooks() { return hooks_in_effect(); }
+}  // namespace kiln::cache::detail

@@ -8,6 +8,7 @@
 #include "cache_test_support.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "store_hooks.hpp"
 
 using namespace kiln_test;
 using kiln::Origin;
@@ -99,7 +100,9 @@ TEST_CASE("engine cache: a damaged entry is recompiled, rewritten, then hit", "[
 TEST_CASE("engine cache: a forced file-name collision never serves the other kernel", "[cache]") {
   TempDir dir;
   kiln::EngineConfig config = config_for(dir.path());
-  config.cache.file_name_hook = [](const Hash128&) { return Hash128{0xabc, 0xdef}; };
+  const kiln::cache::detail::StoreHooksScope hooks(kiln::cache::detail::file_name_hook([](const Hash128&) {
+    return Hash128{0xabc, 0xdef};
+  }));
   kiln::Engine engine(config);
   const kiln::PrewarmResult a = request(engine, 1);
   REQUIRE(a.origin == Origin::compiled);

@@ -11,6 +11,7 @@
 #include "atomic_file.hpp"
 #include "cache_test_support.hpp"
 #include "kiln/cache/stats.hpp"
+#include "store_hooks.hpp"
 
 using namespace kiln_test;
 using namespace std::chrono_literals;
@@ -158,7 +159,8 @@ TEST_CASE("store: a forced file-name collision is a miss, never the other entry"
   TempDir dir;
   StoreConfig config = config_for(dir.path());
   const Hash128 shared{0x1234, 0x5678};
-  config.file_name_hook = [shared](const Hash128&) { return shared; };
+  const kiln::cache::detail::StoreHooksScope hooks(
+      kiln::cache::detail::file_name_hook([shared](const Hash128&) { return shared; }));
   Store store(config);
   const Entry a = make_entry("kernel_a", 2000);
   const Entry b = make_entry("kernel_b", 3000);
@@ -208,7 +210,9 @@ TEST_CASE("store: an sm_80 entry never serves sm_90; another compiler version mi
     CHECK(store.get(sm80.key_hash, sm80.canonical_key).outcome == LookupOutcome::hit);
   }
   // Even forced onto one file name, the stored canonical key keeps them apart.
-  config.file_name_hook = [](const Hash128&) { return Hash128{1, 2}; };
+  const kiln::cache::detail::StoreHooksScope hooks(kiln::cache::detail::file_name_hook([](const Hash128&) {
+    return Hash128{1, 2};
+  }));
   Store forced(config);
   REQUIRE(forced.put(sm80));
   CHECK_FALSE(forced.get(sm90.key_hash, sm90.canonical_key).entry);
@@ -414,9 +418,10 @@ TEST_CASE("store: eviction trims the oldest entries to the target", "[cache]") {
   StoreConfig config = config_for(dir.path());
   Store* self = nullptr;
   std::function<void(const std::vector<kiln::cache::EntryFile>&)> on_scan;
-  config.trim_scan_hook = [&on_scan](const std::vector<kiln::cache::EntryFile>& files) {
-    if (on_scan) on_scan(files);
-  };
+  const kiln::cache::detail::StoreHooksScope hooks(
+      kiln::cache::detail::trim_scan_hook([&on_scan](const std::vector<kiln::cache::EntryFile>& files) {
+        if (on_scan) on_scan(files);
+      }));
   Store store(config);
   self = &store;
   std::vector<Entry> entries;

@@ -103,11 +103,6 @@ struct StoreConfig {
   bool read_only = false;               ///< KILN_CACHE_READONLY=1
   std::uint64_t max_size = 1ULL << 30;  ///< KILN_CACHE_MAXSIZE (bytes; accepts K/M/G suffixes)
   Limits limits{};
-  /// Test hook: maps a key hash to the hash used for the file name (forces collisions in tests).
-  std::function<Hash128(const Hash128&)> file_name_hook;
-  /// Test hook: called by trim() after it has scanned and sorted the entries (oldest first), before it
-  /// deletes any (lets a test touch an entry between the scan and the delete).
-  std::function<void(const std::vector<EntryFile>&)> trim_scan_hook;
 
   /// Root from KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; plus the variables above.
   /// Throws std::invalid_argument with a clear message for a malformed or zero KILN_CACHE_MAXSIZE, an
