@@ -19,6 +19,7 @@
 #include "atomic_file.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/base/xxh3.hpp"
+#include "posix_util.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -393,36 +394,14 @@ Manifest from_view(const ManifestView& view) {
 
 // ---- files ----------------------------------------------------------------------------------------------
 
-/// Closes a file descriptor on scope exit.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) noexcept : m_fd(fd) {}
-  ~UniqueFd() {
-    if (m_fd >= 0) ::close(m_fd);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  [[nodiscard]] int get() const noexcept { return m_fd; }
-  explicit operator bool() const noexcept { return m_fd >= 0; }
-
- private:
-  int m_fd;
-};
+using detail::make_private_dir;
+using detail::UniqueFd;
 
 bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
 
 /// A stat error that means "there is nothing at this path" (a component that is not a directory: the
 /// compiler's probe cannot open anything there either).
 bool is_absence(int error) noexcept { return error == ENOENT || error == ENOTDIR; }
-
-/// mkdir with mode 0700; an existing directory is success. Returns 0 or the errno.
-int make_private_dir(const std::string& path) noexcept {
-  if (::mkdir(path.c_str(), 0700) == 0) return 0;
-  if (errno != EEXIST) return errno;
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return errno;
-  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
 
 /// mkdir -p with mode 0700 for the missing components. Returns 0 or the errno.
 int make_private_dirs(const std::string& path) {

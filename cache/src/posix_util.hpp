@@ -1,6 +1,6 @@
 #pragma once
-// Private to cache/: small POSIX helpers shared by the store (store.cpp) and the compile lease
-// (lease.cpp).
+// Private to cache/: small POSIX helpers shared by the store (store.cpp), the compile lease
+// (lease.cpp) and the dependency manifests (dep_manifest.cpp).
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
