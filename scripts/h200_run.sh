@@ -23,6 +23,21 @@ if [[ "${KILN_H200_ONLY:-}" == launch ]]; then
   for run in 1 2 3; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
   exit 0
 fi
+# KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
+include_benches() {
+  echo "== include_bench (CUB + libcu++ with --toolkit-includes)"
+  "$build/bench/include_bench/include_bench" --runs 5 --children 30 | tee "$out/include_bench.txt"
+  if python3 -c "import cupy" 2>/dev/null; then
+    echo "== CuPy disk hit vs kiln (CuPy-style kernel, CuPy's include folders)"
+    python3 "$root/bench/include_bench/cupy_disk_hit.py" "$build/bench/include_bench/include_bench" --children 30 \
+      | tee "$out/cupy_disk_hit.txt"
+  fi
+}
+if [[ "${KILN_H200_ONLY:-}" == include ]]; then
+  cmake --build "$build" -j"$(nproc)" --target include_bench kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  include_benches
+  exit 0
+fi
 # One `kiln prewarm -j 16` of the 64 cli_bench requests, each progress line time-stamped on arrival.
 timeline() {
   local variants=(); for v in 1 2 3 4 5 6 7 8; do variants+=("--option-set=-DKILN_BENCH_VARIANT=$v"); done
@@ -58,7 +73,7 @@ if [[ "${KILN_H200_ONLY:-}" == floor ]]; then
   timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | head -12
   exit 0
 fi
-targets=(kiln_cli hello expr_jit launch_bench compile_bench)
+targets=(kiln_cli hello expr_jit launch_bench compile_bench include_bench)
 for t in gpu_kernels gpu_threads gpu_disk_reuse gpu_errors gpu_multi_device capi_c cli_bench cache_bench read_floor hash_dispatch cache_entry_test \
          cache_store_test rtc_compiler_probe rtc_probe_child; do
   grep -q "^$t:" <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/') && targets+=("$t")
@@ -87,6 +102,7 @@ if [[ -x "$build/bench/cache_bench/cache_bench" ]]; then
   echo "== cache_bench (memory tier on a GPU)"; timeout 120 "$build/bench/cache_bench/cache_bench" --entries 2000 2>&1 | tee "$out/cache_bench.txt" | tail -25
 fi
 if [[ -x "$build/bench/read_floor/read_floor" ]]; then echo "== read_floor"; read_floor; fi
+if [[ -x "$build/bench/include_bench/include_bench" ]]; then include_benches; fi
 if [[ -x "$build/bench/hash_dispatch/hash_dispatch" ]]; then
   echo "== hash_dispatch"; "$build/bench/hash_dispatch/hash_dispatch" | tee "$out/hash_dispatch.txt"
 fi

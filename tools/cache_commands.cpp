@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 
 #include "common.hpp"
+#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
@@ -31,6 +33,14 @@ json names_json(const std::vector<cache::LoweredName>& names) {
   json out = json::array();
   for (const cache::LoweredName& name : names)
     out.push_back({{"expression", name.expression}, {"lowered", name.lowered}});
+  return out;
+}
+
+json headers_json(const std::optional<cache::DependencySet>& dependencies) {
+  json out = json::array();
+  if (dependencies) {
+    for (const cache::HeaderRecord& h : dependencies->headers) out.push_back({{"path", h.path}, {"digest", h.digest.hex()}});
+  }
   return out;
 }
 
@@ -371,6 +381,12 @@ int run_show(const ShowArgs& args) {
                              format_bytes(entry.payload.size()), args.dump);
   }
 
+  // A request with include folders: its key names every header it read (path and digest).
+  std::optional<cache::DependencySet> dependencies;
+  if (parts) {
+    if (const std::string* text = find_part(*parts, "dependencies")) dependencies = cache::parse_canonical_dependencies(*text);
+  }
+
   if (args.json) {
     json key_parts = json::array();
     if (parts) {
@@ -394,7 +410,9 @@ int run_show(const ShowArgs& args) {
                 {"source", parts ? describe_source(*parts) : "?"},
                 {"names", names_json(entry.names)},
                 {"canonical_key_bytes", entry.canonical_key.size()},
-                {"key_parts", std::move(key_parts)}});
+                {"key_parts", std::move(key_parts)},
+                {"headers", headers_json(dependencies)},
+                {"absent_paths", dependencies ? json(dependencies->absent) : json::array()}});
     return kExitOk;
   }
 
@@ -414,6 +432,13 @@ int run_show(const ShowArgs& args) {
   for (std::size_t i = 0; i < entry.names.size(); ++i) {
     text += fmt::format("{}{} -> {}\n", i == 0 ? "kernels   " : "          ", entry.names[i].expression,
                         entry.names[i].lowered);
+  }
+  if (dependencies) {
+    text += fmt::format("headers   {} read from include folders ({} paths probed and found absent):\n",
+                        dependencies->headers.size(), dependencies->absent.size());
+    for (const cache::HeaderRecord& header : dependencies->headers) {
+      text += fmt::format("          {}  {}\n", header.digest.hex(), header.path);
+    }
   }
   if (!parts) {
     text += "canonical key: does not follow the key grammar\n";
@@ -506,6 +531,16 @@ int run_stats(const StatsArgs& args) {
       group.bytes += g.bytes;
     }
   }
+  // Dependency manifests (requests with include folders): how many, and how many are damaged.
+  const cache::DependencyManifests manifests(store->refused() ? fs::path() : store->config().root, /*read_only=*/true);
+  std::size_t manifest_count = 0;
+  std::size_t manifest_damaged = 0;
+  std::uint64_t manifest_bytes = 0;
+  for (const cache::ScannedManifest& m : manifests.scan()) {
+    ++manifest_count;
+    manifest_bytes += m.size;
+    if (!m.error.empty()) ++manifest_damaged;
+  }
   const cache::Counters total = persistent.load_total();
   const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
   // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
@@ -527,6 +562,7 @@ int run_stats(const StatsArgs& args) {
                 {"refused", refused},
                 {"not_entries", not_entries},
                 {"refused_root", store->refused() ? store->mode_reason() : std::string()},
+                {"manifests", {{"count", manifest_count}, {"bytes", manifest_bytes}, {"damaged", manifest_damaged}}},
                 {"by_target", std::move(by_target)},
                 {"lifetime",
                  {{"memory_hits", total.memory_hits},
@@ -542,7 +578,9 @@ int run_stats(const StatsArgs& args) {
                   {"bytes_written", total.bytes_written},
                   {"bytes_read", total.bytes_read},
                   {"remote_misses", total.remote_misses},
-                  {"remote_errors", total.remote_errors}}}});
+                  {"remote_errors", total.remote_errors},
+                  {"manifest_hits", total.manifest_hits},
+                  {"include_resolves", total.include_resolves}}}});
     return status;
   }
 
@@ -565,6 +603,12 @@ int run_stats(const StatsArgs& args) {
     text += fmt::format("not entries       {} (links, FIFOs, stray files; kiln cache verify --fix removes them)\n",
                         not_entries);
   }
+  if (manifest_count > 0) {
+    text += fmt::format("manifests         {} ({}) for requests with include folders{}\n", manifest_count,
+                        format_bytes(manifest_bytes),
+                        manifest_damaged == 0 ? std::string()
+                                              : fmt::format(", {} damaged (the engine replaces them)", manifest_damaged));
+  }
   text += "lifetime (every process, since the counters were last zeroed):\n";
   text +=
       fmt::format("  hit ratio       {:.1f}% ({} hits, {} misses)\n", 100.0 * total.hit_ratio(), hits, total.misses);
@@ -575,6 +619,10 @@ int run_stats(const StatsArgs& args) {
   text += fmt::format("  corrupt removed {}\n", total.corrupt_removed);
   text += fmt::format("  evictions       {}\n", total.evictions);
   text += fmt::format("  written / read  {} / {}\n", format_bytes(total.bytes_written), format_bytes(total.bytes_read));
+  if (total.manifest_hits + total.include_resolves > 0) {
+    text += fmt::format("  include trees   {} settled by stat, {} resolved (headers read)\n", total.manifest_hits,
+                        total.include_resolves);
+  }
   if (total.remote_misses + total.remote_errors > 0) {
     text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
   }
@@ -816,7 +864,13 @@ int run_clear() {
     ++removed;
     freed += files[i].size;
   }
-  std::cout << fmt::format("clear: removed {} entries ({}) from {}\n", removed, format_bytes(freed),
+  // The dependency manifests name entries by key: without their entries they would only cost a lookup,
+  // but "clear" means nothing of this cache is left.
+  cache::DependencyManifests manifests(store->config().root, /*read_only=*/false);
+  const std::size_t manifests_removed = manifests.mode() == cache::StoreMode::read_write ? manifests.clear() : 0;
+  std::cout << fmt::format("clear: removed {} entries ({}){} from {}\n", removed, format_bytes(freed),
+                           manifests_removed == 0 ? std::string()
+                                                  : fmt::format(" and {} dependency manifests", manifests_removed),
                            store->config().root.string());
   return removed == files.size() ? kExitOk : kExitFound;
 }
@@ -829,6 +883,8 @@ struct WhyMissArgs {
   std::vector<std::string> headers;
   std::vector<std::string> kernels;
   std::vector<std::string> options;
+  std::vector<std::string> include_dirs;
+  bool toolkit_includes = false;
   std::string target;
   bool one_program = false;
   bool json = false;
@@ -841,6 +897,37 @@ struct Nearest {
   std::string source;
   std::vector<cache::KeyDifference> differences;
 };
+
+/// The dependency manifest's side of a miss: each result recorded for the request and what no longer
+/// matches it (the header that changed, appeared or vanished).
+std::string describe_explanation(const cache::ManifestExplanation& explanation) {
+  switch (explanation.outcome) {
+    case cache::ManifestOutcome::no_manifest:
+      return "dependency manifest: none (this request has not been compiled with these include folders here)\n";
+    case cache::ManifestOutcome::disabled:
+      return "dependency manifest: none (the cache is memory-only)\n";
+    case cache::ManifestOutcome::corrupt:
+    case cache::ManifestOutcome::corrupt_removed:
+      return fmt::format("dependency manifest: damaged ({}); the engine replaces it\n", one_line(explanation.detail));
+    case cache::ManifestOutcome::io_error:
+      return fmt::format("dependency manifest: cannot be read ({})\n", one_line(explanation.detail));
+    case cache::ManifestOutcome::hit:
+    case cache::ManifestOutcome::no_match:
+      break;
+  }
+  std::string text = fmt::format("dependency manifest: {} recorded result(s), newest first:\n", explanation.results.size());
+  for (std::size_t i = 0; i < explanation.results.size(); ++i) {
+    const cache::ResultCheck& r = explanation.results[i];
+    if (r.change == cache::DependencyChange::none) {
+      text += fmt::format("  {}. {}: every header still matches (its entry is gone from the cache)\n", i + 1,
+                          r.result_key.hex());
+    } else {
+      text += fmt::format("  {}. {}: {} {}{}\n", i + 1, r.result_key.hex(), to_string(r.change), r.path,
+                          r.detail.empty() ? std::string() : fmt::format(" ({})", one_line(r.detail)));
+    }
+  }
+  return text;
+}
 
 int run_why_miss(const WhyMissArgs& args) {
   if (args.source.empty() == args.builtin.empty())
@@ -863,7 +950,7 @@ int run_why_miss(const WhyMissArgs& args) {
   }
   Options options;
   try {
-    options = Options(args.options);
+    options = Options(with_include_options(args.options, args.include_dirs, args.toolkit_includes));
   } catch (const Error& error) {
     throw UsageError(fmt::format("--option: {}", error.what()));
   }
@@ -951,12 +1038,37 @@ int run_why_miss(const WhyMissArgs& args) {
     }
   });
 
+  // 4. With include folders: the request's dependency manifest, each recorded result against the files now.
+  std::optional<cache::ManifestExplanation> explanation;
+  if (find_part(*request_parts, "include-folders") != nullptr) {
+    cache::CanonicalKey request_key;  // every part but the dependencies: the first level of the key
+    for (const cache::KeyPart& part : *request_parts) {
+      if (part.name != "dependencies") request_key.add(part.name, part.value);
+    }
+    const cache::DependencyManifests manifests(store.mode() == cache::StoreMode::memory_only ? fs::path()
+                                                                                            : store.config().root,
+                                               /*read_only=*/true);
+    explanation = manifests.explain(request_key.hash(), request_key.bytes());
+  }
+
   if (args.json) {
     json out = {{"request", request_label},
                 {"key", hash.hex()},
                 {"hit", false},
                 {"damaged", damaged},
                 {"tier_errors", tier_errors}};
+    if (explanation) {
+      json results = json::array();
+      for (const cache::ResultCheck& r : explanation->results) {
+        results.push_back({{"key", r.result_key.hex()},
+                           {"change", std::string(to_string(r.change))},
+                           {"path", r.path},
+                           {"detail", r.detail}});
+      }
+      out["manifest"] = {{"outcome", std::string(to_string(explanation->outcome))},
+                         {"detail", explanation->detail},
+                         {"results", std::move(results)}};
+    }
     if (nearest) {
       json differences = json::array();
       for (const cache::KeyDifference& d : nearest->differences) {
@@ -976,6 +1088,7 @@ int run_why_miss(const WhyMissArgs& args) {
   text += config.packs.empty() ? "\n" : fmt::format(" nor in {} pack(s)\n", config.packs.size());
   if (!damaged.empty()) text += fmt::format("  {}\n", damaged);
   for (const std::string& error : tier_errors) text += fmt::format("  tier unusable: {}\n", one_line(error));
+  if (explanation) text += describe_explanation(*explanation);
   if (!nearest) {
     text += "the cache has no entries to compare with\n";
   } else {
@@ -1135,6 +1248,9 @@ void add_cache_commands(CLI::App& app, Commands& commands) {
   why_app->add_option("-k,--kernel", why->kernels, "The kernel name or name expression (repeatable with --one-program)")
       ->required();
   why_app->add_option("-o,--option", why->options, "A portable compile option (repeatable), e.g. --option=--fast-math");
+  why_app->add_option("-I,--include-path", why->include_dirs,
+                      "An include folder, searched in the order given after any given with --option (repeatable)");
+  why_app->add_flag("--toolkit-includes", why->toolkit_includes, "Search the toolkit's own headers after the -I folders");
   why_app->add_option("-t,--target", why->target, "The target, e.g. sm_90, gfx90a")->required();
   why_app->add_flag("--one-program", why->one_program, "The kernels were requested as one program");
   why_app->add_flag("--json", why->json, "Print JSON");

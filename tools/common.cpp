@@ -340,4 +340,11 @@ void print_json(const json& document) {
   std::cout << document.dump(pretty ? 2 : -1, ' ', false, json::error_handler_t::replace) << '\n';
 }
 
+std::vector<std::string> with_include_options(std::vector<std::string> options,
+                                              const std::vector<std::string>& include_dirs, bool toolkit_includes) {
+  for (const std::string& dir : include_dirs) options.push_back("--include-path=" + dir);
+  if (toolkit_includes) options.emplace_back("--toolkit-includes");
+  return options;
+}
+
 }  // namespace kiln::cli

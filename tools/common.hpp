@@ -122,6 +122,11 @@ void parallel_for(std::size_t count, unsigned threads, const std::function<void(
 /// "source" part matches an embedded file, else "runtime source <size> (hash <16 hex>)".
 [[nodiscard]] std::string describe_source(const std::vector<cache::KeyPart>& parts);
 /// The value of a key part, or nullptr.
+/// `options` followed by "--include-path=DIR" for each folder of -I/--include-path (in order) and
+/// "--toolkit-includes" when asked: the CLI's include flags as the portable options they stand for.
+[[nodiscard]] std::vector<std::string> with_include_options(std::vector<std::string> options,
+                                                            const std::vector<std::string>& include_dirs,
+                                                            bool toolkit_includes);
 [[nodiscard]] const std::string* find_part(const std::vector<cache::KeyPart>& parts, std::string_view name);
 
 /// "sm_90" matches "sm_90"; "gfx90a" matches "gfx90a" and "gfx90a:sramecc+:xnack-".

@@ -140,6 +140,11 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
                   "'//! kiln-kernels:' line");
   sub->add_option("-o,--option", args->requests.options,
                   "A portable compile option (repeatable), e.g. --option=--fast-math");
+  sub->add_option("-I,--include-path", args->requests.include_dirs,
+                  "An include folder for --source (repeatable), searched in the order given, after any given with "
+                  "--option; kiln records every header a compile reads and re-checks them by stat");
+  sub->add_flag("--toolkit-includes", args->requests.toolkit_includes,
+                "Search the compiler toolkit's own headers (cuda_fp16.h, cub/, cuda/std/) after the -I folders");
   sub->add_option("--option-set", args->requests.option_sets,
                   "A whitespace-separated option set (repeatable): every request is compiled once per set");
   sub->add_option("--manifest", args->requests.manifests,

@@ -180,6 +180,7 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
       option_sets.push_back(std::move(options));
     }
   }
+  for (auto& options : option_sets) options = with_include_options(options, flags.include_dirs, flags.toolkit_includes);
   for (const auto& options : option_sets) (void)canonical_options(options, "--option");
 
   std::vector<detail::ManifestRecord> recorded;

@@ -21,6 +21,8 @@ struct Requests {
   std::vector<std::string> headers;
   std::vector<std::string> kernels;
   std::vector<std::string> options;
+  std::vector<std::string> include_dirs;  ///< -I/--include-path: after every --option, in order
+  bool toolkit_includes = false;          ///< --toolkit-includes
   std::vector<std::string> option_sets;
   std::vector<std::string> manifests;
   bool one_program = false;

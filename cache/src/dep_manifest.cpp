@@ -1096,7 +1096,7 @@ std::filesystem::path DependencyManifests::manifest_path(const Hash128& request_
 }
 
 std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, std::string_view request_canonical,
-                                                   LookupStats* stats) {
+                                                   LookupStats* stats, DependencySet* matched) {
   State& s = *m_state;
   LookupStats local;
   LookupStats& out = stats != nullptr ? *stats : local;
@@ -1138,12 +1138,14 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     ManifestView& view = std::get<ManifestView>(parsed);
     Checker checker(view, m_config.limits, now_ns, m_config.trust_window);
     std::optional<Hash128> answer;
+    const ResultRefs* answer_refs = nullptr;
     std::vector<std::pair<Hash128, Mismatch>> misses;
     for (const ResultRefs& result : view.results) {
       ++out.results_checked;
       const Mismatch mismatch = checker.check(result);
       if (mismatch.change == DependencyChange::none) {
         answer = result.key;
+        answer_refs = &result;
         break;
       }
       misses.emplace_back(result.key, mismatch);
@@ -1173,6 +1175,19 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     }
     if (answer) {
       out.outcome = ManifestOutcome::hit;
+      if (matched != nullptr) {
+        matched->headers.clear();
+        matched->absent.clear();
+        matched->headers.reserve(answer_refs->files_count);
+        for (const std::uint32_t index : view.result_files(*answer_refs)) {
+          const FileInfo& info = view.files[index];
+          matched->headers.push_back(HeaderRecord{std::string(view.paths[info.path]), info.stat, info.trusted, info.digest});
+        }
+        matched->absent.reserve(answer_refs->absent_count);
+        for (const std::uint32_t index : view.result_absent(*answer_refs)) {
+          matched->absent.emplace_back(view.paths[view.absent[index]]);
+        }
+      }
       return answer;
     }
     out.outcome = ManifestOutcome::no_match;

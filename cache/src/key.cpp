@@ -1,4 +1,6 @@
 #include "kiln/cache/key.hpp"
+
+#include "kiln/cache/dependencies.hpp"
 #include "kiln/base/hot_path.hpp"
 
 #include <fmt/format.h>
@@ -156,7 +158,19 @@ std::vector<KeyDifference> diff_keys(const std::vector<KeyPart>& a, const std::v
       continue;
     }
     matched[j] = true;
-    if (b[j].value != part.value) differences.push_back({part.name, describe_change(part.value, b[j].value)});
+    if (b[j].value == part.value) continue;
+    if (part.name == "dependencies") {
+      // Header by header: which file changed, appeared or vanished, not where two texts first differ.
+      const std::optional<DependencySet> first = parse_canonical_dependencies(part.value);
+      const std::optional<DependencySet> second = parse_canonical_dependencies(b[j].value);
+      if (first && second) {
+        for (std::string& line : describe_dependency_changes(*first, *second)) {
+          differences.push_back({part.name, std::move(line)});
+        }
+        continue;
+      }
+    }
+    differences.push_back({part.name, describe_change(part.value, b[j].value)});
   }
   for (std::size_t j = 0; j < b.size(); ++j) {
     if (!matched[j]) {

@@ -97,7 +97,23 @@ void Reservation::abandon() noexcept {
 
 // ---- Storage ---------------------------------------------------------------------------------------
 
-Storage::Storage(StorageConfig config) : m_config(std::move(config)), m_local(m_config.local) {
+namespace {
+
+ManifestConfig manifest_config(const Store& local) {
+  ManifestConfig config;
+  const StoreMode mode = local.mode();
+  config.disabled = mode == StoreMode::memory_only;  // a refused or disabled root: no manifests either
+  config.root = config.disabled ? std::filesystem::path() : local.config().root;
+  config.read_only = mode == StoreMode::read_only;
+  return config;
+}
+
+}  // namespace
+
+Storage::Storage(StorageConfig config)
+    : m_config(std::move(config)),
+      m_local(m_config.local),
+      m_manifests(std::make_unique<DependencyManifests>(manifest_config(m_local))) {
   // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
   // left out with one warning; it never fails the caller.
   for (OpenedTier& opened : open_tiers(m_config)) {

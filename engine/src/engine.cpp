@@ -76,15 +76,27 @@ struct EngineCore::Lane {
 };
 
 struct EngineCore::Request {
+  Request(Source source_in, Target target_in, std::vector<std::string> names_in)
+      : source(std::move(source_in)), target(std::move(target_in)), names(std::move(names_in)) {}
   Source source;
   Target target;
   std::vector<std::string> names;  // sorted, unique
   std::vector<std::string> flags;  // complete vendor flags
   std::string compiler;  // the identity the key was made with
-  /// With include folders: every file the compile can read, and what the compiler gets in memory.
+  /// Include folders (-I, then the toolkit's) in search order: absolute, normal, checked to be folders.
+  /// Empty: the request reads no file and has a one-level key.
+  std::vector<std::filesystem::path> include_folders;
+  /// With include folders, the request's two-level key (dep_manifest.hpp): `request_key` is every input
+  /// but the headers' bytes (the include folders are part of it); it names the dependency manifest.
+  cache::CanonicalKey request_key;
+  cache::Hash128 request_hash;
+  /// What the compile reads from the folders: from the manifest (a hit by stat) or the resolver. Null
+  /// while not settled (settle_includes); `key` then is the request key.
+  std::shared_ptr<const cache::DependencySet> dependencies;
+  /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
+  /// resolves again first (obtain_uncached).
   std::shared_ptr<const ResolvedIncludes> includes;
-  std::vector<std::filesystem::path> include_folders;  ///< searched, in order (-I, then the toolkit's)
-  cache::CanonicalKey key;
+  cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
 };
 
@@ -287,7 +299,7 @@ std::vector<LaneInfo> EngineCore::lanes() {
 KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
                                                       const std::vector<std::string>& names,
                                                       std::string_view target_text, std::optional<int> warp_size) {
-  Request r{source, parse_target(target_text), names, {}, {}, {}, {}, {}, {}};
+  Request r(source, parse_target(target_text), names);
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
   std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
   if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
@@ -311,24 +323,57 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
   }
   r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
   if (!options.include_dirs().empty() || options.toolkit_includes()) {
-    // kiln resolves the includes itself (includes.hpp): the key names every file the compile can read
-    // by path and digest, and every place probed and found empty before a match.
-    IncludeInput input;
-    input.source_name = source.name();
-    input.source_text = source.text();
-    input.memory_headers = source.headers();
-    input.vendor = r.target.vendor;
-    for (const std::string& folder : options.include_dirs()) input.folders.emplace_back(folder);
+    // kiln resolves the includes itself (includes.hpp); which files that reads is settled later
+    // (settle_includes), from the dependency manifest when it still matches.
+    std::vector<std::filesystem::path> folders(options.include_dirs().begin(), options.include_dirs().end());
     if (options.toolkit_includes()) {
       for (std::filesystem::path& folder : toolkit_include_dirs(compiler_library(r.target.vendor))) {
-        input.folders.push_back(std::move(folder));
+        folders.push_back(std::move(folder));
       }
     }
-    r.includes = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
-    r.include_folders = std::move(input.folders);
+    r.include_folders = checked_include_folders(folders);
   }
   make_key(r, facts->identity);
   return r;
+}
+
+void EngineCore::settle_includes(Request& r, bool use_manifest) {
+  if (r.include_folders.empty()) return;
+  if (use_manifest) {
+    // The first level: the manifest of the request key names the entry's key when every recorded header
+    // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
+    auto dependencies = std::make_shared<cache::DependencySet>();
+    const std::optional<cache::Hash128> result =
+        m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), nullptr, dependencies.get());
+    if (result) {
+      r.dependencies = std::move(dependencies);
+      r.includes.reset();
+      make_key(r, r.compiler);
+      if (r.hash == *result) {
+        m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      // A manifest whose result does not hash back to itself (not ours, or another format): resolve.
+      KILN_LOG(info, "dependency manifest of {} names {} but its headers give {}; resolving the includes",
+               r.request_hash.hex(), result->hex(), r.hash.hex());
+    }
+  }
+  IncludeInput input;
+  input.source_name = r.source.name();
+  input.source_text = r.source.text();
+  input.memory_headers = r.source.headers();
+  input.vendor = r.target.vendor;
+  input.folders = r.include_folders;
+  auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
+  m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+  r.dependencies = std::shared_ptr<const cache::DependencySet>(resolved, &resolved->dependencies);
+  r.includes = std::move(resolved);
+  make_key(r, r.compiler);
+}
+
+void EngineCore::note_dependencies(const Request& r) noexcept {
+  // Only what the resolver read is recorded: a manifest hit is already recorded (and refreshed).
+  if (r.includes) m_storage.manifests().record(r.request_hash, r.request_key.bytes(), *r.dependencies, r.hash);
 }
 
 KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
@@ -350,13 +395,23 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
   }
   r.key.add("names", join(r.names, '\n'));
   r.key.add("source", r.source.text());
-  if (r.includes) r.key.add("dependencies", cache::canonical_dependencies(r.includes->dependencies));
   if (r.source.embedded_headers_intact()) {
     // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.
     for (const Header& h : r.source.user_headers()) r.key.add("header:" + h.name, h.text);
     r.key.add("embedded-headers", embedded_headers_digest());
   } else {
     for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
+  }
+  if (!r.include_folders.empty()) {
+    // The two-level key: the request key holds the folders searched (absolute: the same relative -I in
+    // another directory is another request); the entry's key adds what was read there, by path and
+    // digest, and every place probed and found empty before a match.
+    std::string folders;
+    for (const std::filesystem::path& folder : r.include_folders) folders += folder.string() + '\n';
+    r.key.add("include-folders", folders);
+    r.request_key = r.key;
+    r.request_hash = r.key.hash();
+    if (r.dependencies) r.key.add("dependencies", cache::canonical_dependencies(*r.dependencies));
   }
   try {
     cache::check_canonical_key(r.key.bytes());  // the readers' limit: refuse before compiling what no one could read
@@ -441,6 +496,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   std::variant<cache::Found, cache::Reservation> looked_up =
       m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
   if (auto* found = std::get_if<cache::Found>(&looked_up)) {
+    note_dependencies(r);
     // The public Origin does not tell the local disk from a pack or the remote yet: all are `disk`.
     return {std::move(found->entry), Origin::disk, seconds(), found->stored};
   }
@@ -458,8 +514,24 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
+  if (!r.include_folders.empty() && !r.includes) {
+    // The key came from the manifest, but a compile needs the headers' bytes: resolve them now. What is
+    // compiled is what is read now, so when the tree changed since the manifest was checked, the
+    // request is keyed by what was read (never a binary under another tree's key).
+    Request resolved = r;
+    settle_includes(resolved, /*use_manifest=*/false);
+    if (resolved.hash != r.hash) {
+      reservation.abandon();
+      return obtain_uncached(resolved, bypass_cache);
+    }
+    std::shared_ptr<const cache::Entry> entry = compile(resolved, compiler_ref);
+    const bool stored = reservation.put(*entry);
+    note_dependencies(resolved);
+    return {entry, Origin::compiled, seconds(), stored};
+  }
   std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref);
   const bool stored = reservation.put(*entry);
+  note_dependencies(r);
   return {entry, Origin::compiled, seconds(), stored};
 }
 
@@ -470,6 +542,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   if (!bypass_cache) {
     const auto start = std::chrono::steady_clock::now();
     if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
+      note_dependencies(r);
       return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false};
     }
   }
@@ -552,6 +625,7 @@ KILN_HOT Program EngineCore::program(const Source& source, const Options& option
   if (!prefetched) prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
   const DeviceInfo& info = m_runtime->devices()[static_cast<std::size_t>(device)];
   Request r = make_request(source, options, names, info.target, info.warp_size);
+  settle_includes(r, /*use_manifest=*/true);
   record(source, options, r.names, info.target);
   std::shared_ptr<ProgramState> state = load(r, obtain(r, false), device);
   {
@@ -602,6 +676,7 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
                                   std::string_view target) {
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
+  settle_includes(r, /*use_manifest=*/true);
   record(source, options, r.names, resolved);
   Obtained obtained = obtain(r, false);
   PrewarmResult result;
@@ -619,6 +694,7 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
                                                                 std::string_view target) {
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
+  settle_includes(r, /*use_manifest=*/false);  // the key of the headers as they are now
   return {r.hash, r.key.bytes()};
 }
 
@@ -636,6 +712,19 @@ KILN_HOT void EngineCore::record(const Source& source, const Options& options, c
   }
   record.name_expressions = names;
   record.options = options.portable();
+  for (std::string& option : record.options) {
+    // Include folders as absolute paths: a replay runs from another directory (and the key holds them so).
+    for (const std::string_view prefix : {std::string_view("-I"), std::string_view("--include-path=")}) {
+      if (!option.starts_with(prefix)) continue;
+      const std::filesystem::path folder(option.substr(prefix.size()));
+      if (folder.is_relative()) {
+        std::error_code ec;
+        const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+        if (!ec) option = std::string(prefix) + absolute.lexically_normal().string();
+      }
+      break;
+    }
+  }
   record.target = target;
   m_recorder->record(record);
 }

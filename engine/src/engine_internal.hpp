@@ -113,6 +113,13 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   static void make_key(Request& request, const std::string& compiler_identity);
+  /// Settles which files a request with include folders reads, and so its entry key: from the dependency
+  /// manifest when `use_manifest` and it still matches (no header is read), else by resolving the
+  /// includes. Does nothing for a request without include folders.
+  void settle_includes(Request& request, bool use_manifest);
+  /// Records the dependencies the resolver found for a request in its manifest (after its entry was
+  /// found or compiled), so the next request is settled by stat. Never throws.
+  void note_dependencies(const Request& request) noexcept;
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
   void record(const Source& source, const Options& options, const std::vector<std::string>& names,

@@ -564,6 +564,21 @@ struct Unit {
   std::string rewritten;                                  ///< the text the compiler gets
 };
 
+/// The folder as an absolute, normal path; ConfigError when it is empty, missing or not a folder.
+std::string checked_folder(const std::filesystem::path& folder) {
+  if (folder.empty()) throw ConfigError("an include folder is empty");
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+  if (ec) throw ConfigError(fmt::format("include folder '{}': {}", folder.string(), ec.message()));
+  std::string path = normalize(absolute.string());
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw ConfigError(fmt::format("include folder '{}' does not exist ({})", folder.string(), std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("include folder '{}' is not a folder", folder.string()));
+  return path;
+}
+
 class Resolver {
  public:
   explicit Resolver(const IncludeInput& input) : m_input(input) {
@@ -646,20 +661,6 @@ class Resolver {
     std::sort(items.begin(), items.end());
     items.erase(std::unique(items.begin(), items.end()), items.end());
     return items;
-  }
-
-  static std::string checked_folder(const std::filesystem::path& folder) {
-    if (folder.empty()) throw ConfigError("an include folder is empty");
-    std::error_code ec;
-    const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
-    if (ec) throw ConfigError(fmt::format("include folder '{}': {}", folder.string(), ec.message()));
-    std::string path = normalize(absolute.string());
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      throw ConfigError(fmt::format("include folder '{}' does not exist ({})", folder.string(), std::strerror(errno)));
-    }
-    if (!S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("include folder '{}' is not a folder", folder.string()));
-    return path;
   }
 
   [[nodiscard]] Found memory(const std::string& name) const {
@@ -841,6 +842,13 @@ std::vector<std::filesystem::path> include_candidates(const std::filesystem::pat
 }  // namespace
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) { return Resolver(input).run(); }
+
+std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders) {
+  std::vector<std::filesystem::path> out;
+  out.reserve(folders.size());
+  for (const std::filesystem::path& folder : folders) out.emplace_back(checked_folder(folder));
+  return out;
+}
 
 std::optional<std::string> missing_include_from_log(std::string_view log) {
   // NVRTC: `catastrophic error: cannot open source file "x"`, or `could not open source file "x"

@@ -81,6 +81,10 @@ struct ResolvedIncludes {
 /// taken by a memory header.
 [[nodiscard]] ResolvedIncludes resolve_includes(const IncludeInput& input);
 
+/// The folders as absolute, lexically normal paths, in the same order. Throws ConfigError for a folder
+/// that is empty, does not exist or is not a folder (one stat each).
+[[nodiscard]] std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders);
+
 /// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
 /// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
 [[nodiscard]] std::optional<std::string> missing_include_from_log(std::string_view log);

@@ -4,6 +4,7 @@
 // there later would shadow the recorded one). The include resolver (engine) produces it on a miss;
 // the dependency manifest (cache) records it and re-checks it on a lookup.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,5 +47,17 @@ inline constexpr std::int64_t kStatTrustWindowNs = 2'000'000'000;
 /// each absent path. Two sets give equal text exactly when they name the same files with the same
 /// bytes and the same absences. Stats are not part of it.
 [[nodiscard]] std::string canonical_dependencies(const DependencySet& set);
+
+/// The inverse of canonical_dependencies for what the CLI shows (stats are not in the text: they stay
+/// zero, and no header is trusted). nullopt when the text does not follow the form. Never throws but
+/// std::bad_alloc.
+[[nodiscard]] std::optional<DependencySet> parse_canonical_dependencies(std::string_view text);
+
+/// What differs between two dependency sets, header by header, each one line read from `a` to `b`:
+/// "/x/y.h: bytes differ (3f12.. -> 9a07..)", "/x/z.h: only in the second (read now)", "/x/w.h: only in
+/// the first", "/x/v.h: absent in the first, a header in the second (it shadows ...)" and the like. At
+/// most `max_lines` lines, the last one saying how many more there are.
+[[nodiscard]] std::vector<std::string> describe_dependency_changes(const DependencySet& a, const DependencySet& b,
+                                                                   std::size_t max_lines = 20);
 
 }  // namespace kiln::cache

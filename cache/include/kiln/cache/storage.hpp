@@ -14,6 +14,12 @@
 //     and publishes to every tier. A reservation dropped without put() (the compile failed) abandons:
 //     every tier is told (a remote releases its fleet-wide lease) and the local lease is released.
 //
+// Requests that read header files from include folders have a two-level key (dep_manifest.hpp): the
+// request's own key names a dependency manifest, which names the entry's key once the recorded headers
+// are checked by stat. The manifests live beside the local store (<root>/manifests) and follow its mode:
+// a memory-only store keeps none, a read-only one only reads them. They are local to a machine (their
+// stats mean nothing elsewhere): packs and the remote hold entries only, under the full key.
+//
 // Counters it keeps: disk_hits (local hits and pack hits; the remote counts its own remote_hits),
 // bytes_read (local hits), corrupt_removed (damaged local entries and discard()), misses (lookups that
 // found nothing anywhere), bytes_written (compiled entries written to the local store); counters() adds
@@ -26,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/lease.hpp"
@@ -142,6 +149,10 @@ class Storage {
   [[nodiscard]] std::variant<Found, Reservation> get_or_reserve(const Hash128& key, std::string_view canonical_key,
                                                                 bool refresh = false);
 
+  /// The dependency manifests of this cache root (two-level keys: dep_manifest.hpp).
+  [[nodiscard]] DependencyManifests& manifests() noexcept { return *m_manifests; }
+  [[nodiscard]] const DependencyManifests& manifests() const noexcept { return *m_manifests; }
+
   /// Removes the local entry of `key` because its content was refused after it was read (e.g. a
   /// binary the driver rejects); counted as corrupt_removed. Never throws.
   void discard(const Hash128& key) noexcept;
@@ -157,6 +168,7 @@ class Storage {
   };
   StorageConfig m_config;
   Store m_local;
+  std::unique_ptr<DependencyManifests> m_manifests;  // follows m_local's mode
   std::vector<TierSlot> m_tiers;   // packs, then the remote, then any added
   RemoteTier* m_remote = nullptr;  // the remote in m_tiers, if any
   AtomicCounters m_counters;

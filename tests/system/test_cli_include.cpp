@@ -1,0 +1,119 @@
+// The CLI with include folders, as an operator uses it: prewarm a source that includes headers from
+// -I folders -> `cache show` lists the headers the entry was compiled from -> `why-miss` says hit, then,
+// after an edit, names the header that changed (from the dependency manifest and in the nearest entry's
+// key) -> `cache stats` counts the manifest -> `cache clear` removes it. Needs NVRTC (sm_90, no GPU).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "harness.hpp"
+#include "kiln/engine.hpp"
+
+namespace {
+
+using namespace kiln::system_test;
+
+void write(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::size_t manifest_files(const fs::path& cache) {
+  std::size_t count = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(cache / "manifests", ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    count += it->path().extension() == ".kman" ? 1 : 0;
+  }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("include folders through the CLI: show lists headers, why-miss names the changed one, stats, clear") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  const fs::path inc = dir / "inc";
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""}};
+  write(dir / "k.cu", "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n");
+  write(inc / "lib/value.h", "#pragma once\n#include \"detail.h\"\n#define VALUE (DETAIL + 1)\n");
+  write(inc / "lib/detail.h", "#pragma once\n#define DETAIL 1\n");
+  const std::vector<std::string> request{"--source", (dir / "k.cu").string(), "--kernel", "k",
+                                         "--target", "sm_90", "-I", inc.string()};
+  const auto kiln = [&](std::vector<std::string> head, bool with_request = true) {
+    if (with_request) head.insert(head.end(), request.begin(), request.end());
+    return run_kiln(head, env, dir.path());
+  };
+
+  const Result prewarm = kiln({"prewarm", "--json"});
+  INFO(prewarm.describe());
+  REQUIRE(prewarm.rc == 0);
+  const std::string key = prewarm.parsed().at("requests").at(0).at("key").get<std::string>();
+  CHECK(manifest_files(cache) == 1);
+
+  // show: the headers the entry was compiled from, by path and digest.
+  const Result show = kiln({"cache", "show", key}, false);
+  INFO(show.describe());
+  REQUIRE(show.rc == 0);
+  CHECK(show.out.find("headers   2 read from include folders") != std::string::npos);
+  CHECK(show.out.find((inc / "lib/value.h").string()) != std::string::npos);
+  CHECK(show.out.find((inc / "lib/detail.h").string()) != std::string::npos);
+  const json shown = kiln({"cache", "show", key, "--json"}, false).parsed();
+  REQUIRE(shown.at("headers").size() == 2);
+  CHECK(shown.at("headers").at(0).at("path") == (inc / "lib/value.h").string());
+  CHECK(shown.at("headers").at(0).at("digest").get<std::string>().size() == 32);
+
+  // why-miss: a hit, then an edit names the header, from the manifest and in the key difference.
+  const Result hit = kiln({"cache", "why-miss"});
+  INFO(hit.describe());
+  CHECK(hit.rc == 0);
+  CHECK(hit.out.rfind("hit:", 0) == 0);
+  write(inc / "lib/detail.h", "#pragma once\n#define DETAIL 2\n");
+  const Result miss = kiln({"cache", "why-miss"});
+  INFO(miss.describe());
+  CHECK(miss.rc == 1);
+  CHECK(miss.out.find("dependency manifest: 1 recorded result(s)") != std::string::npos);
+  CHECK(miss.out.find("changed " + (inc / "lib/detail.h").string()) != std::string::npos);
+  CHECK(miss.out.find("dependencies: " + (inc / "lib/detail.h").string() + ": bytes differ") != std::string::npos);
+  const json miss_json = kiln({"cache", "why-miss", "--json"}).parsed();
+  CHECK(miss_json.at("manifest").at("results").at(0).at("change") == "changed");
+  CHECK(miss_json.at("manifest").at("results").at(0).at("path") == (inc / "lib/detail.h").string());
+
+  // A header appearing in an earlier folder: named as appeared.
+  write(inc / "lib/detail.h", "#pragma once\n#define DETAIL 1\n");
+  const fs::path earlier = dir / "earlier";
+  write(earlier / "lib/value.h", "#define VALUE 5\n");
+  std::vector<std::string> shadow_args{"cache", "why-miss", "-I", earlier.string()};
+  shadow_args.insert(shadow_args.end(), request.begin(), request.end());
+  const Result shadow = run_kiln(shadow_args, env, dir.path());
+  INFO(shadow.describe());
+  CHECK(shadow.rc == 1);
+  CHECK(shadow.out.find("dependency manifest: none") != std::string::npos);  // another folder list: another request
+
+  // stats counts the manifest and the engine's include counters; clear removes it.
+  const Result stats = kiln({"cache", "stats"}, false);
+  INFO(stats.describe());
+  CHECK(stats.out.find("manifests         1 ") != std::string::npos);
+  CHECK(kiln({"cache", "stats", "--json"}, false).parsed().at("manifests").at("count") == 1);
+  const Result clear = kiln({"cache", "clear"}, false);
+  INFO(clear.describe());
+  CHECK(clear.rc == 0);
+  CHECK(clear.out.find("and 1 dependency manifests") != std::string::npos);
+  CHECK(manifest_files(cache) == 0);
+}
+
+int main(int argc, char** argv) {
+  {
+    kiln::EngineConfig config;
+    config.cache.disabled = true;
+    kiln::Engine engine(config);
+    bool nvrtc = false;
+    for (const kiln::LaneInfo& lane : engine.lanes()) nvrtc = nvrtc || (lane.vendor == kiln::Vendor::cuda && lane.compiler_loaded);
+    if (!nvrtc) {
+      std::printf("SKIPPED: NVRTC does not load\n");
+      return 77;
+    }
+  }
+  return Catch::Session().run(argc, argv);
+}
