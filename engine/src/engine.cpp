@@ -96,6 +96,8 @@ struct EngineCore::Request {
   /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
   /// resolves again first (obtain_uncached).
   std::shared_ptr<const ResolvedIncludes> includes;
+  /// Headers a failed compile asked for that the scan could not see (retry_with_missing_header).
+  std::vector<std::string> retry_names;
   cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
 };
@@ -364,11 +366,30 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
   input.memory_headers = r.source.headers();
   input.vendor = r.target.vendor;
   input.folders = r.include_folders;
+  input.retry_names = r.retry_names;
   auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
   m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
   r.dependencies = std::shared_ptr<const cache::DependencySet>(resolved, &resolved->dependencies);
   r.includes = std::move(resolved);
   make_key(r, r.compiler);
+}
+
+std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const Request& r, const CompileError& error) {
+  if (!r.includes) return std::nullopt;
+  const std::optional<std::string> missing = missing_include_from_log(error.log());
+  if (!missing || r.retry_names.size() >= kMaxIncludeRetries ||
+      std::find(r.retry_names.begin(), r.retry_names.end(), *missing) != r.retry_names.end()) {
+    return std::nullopt;
+  }
+  Request retried = r;
+  retried.retry_names.push_back(*missing);
+  settle_includes(retried, /*use_manifest=*/false);
+  if (retried.dependencies->headers.size() <= r.dependencies->headers.size()) {
+    return std::nullopt;  // no folder has it (only new absent probes): the error stands
+  }
+  KILN_LOG(debug, "{}: the compiler asked for '{}', which the include scan could not see; compiling again with it",
+           r.source.name(), *missing);
+  return retried;
 }
 
 void EngineCore::note_dependencies(const Request& r) noexcept {
@@ -514,24 +535,33 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
+  const Request* work = &r;
+  std::optional<Request> resolved;
   if (!r.include_folders.empty() && !r.includes) {
     // The key came from the manifest, but a compile needs the headers' bytes: resolve them now. What is
     // compiled is what is read now, so when the tree changed since the manifest was checked, the
     // request is keyed by what was read (never a binary under another tree's key).
-    Request resolved = r;
-    settle_includes(resolved, /*use_manifest=*/false);
-    if (resolved.hash != r.hash) {
+    resolved.emplace(r);
+    settle_includes(*resolved, /*use_manifest=*/false);
+    if (resolved->hash != r.hash) {
       reservation.abandon();
-      return obtain_uncached(resolved, bypass_cache);
+      return obtain_uncached(*resolved, bypass_cache);
     }
-    std::shared_ptr<const cache::Entry> entry = compile(resolved, compiler_ref);
-    const bool stored = reservation.put(*entry);
-    note_dependencies(resolved);
-    return {entry, Origin::compiled, seconds(), stored};
+    work = &*resolved;
   }
-  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref);
+  std::shared_ptr<const cache::Entry> entry;
+  try {
+    entry = compile(*work, compiler_ref);
+  } catch (const CompileError& error) {
+    // A header the scan could not see (an include through a function-like macro) that the compiler
+    // asked for: resolve it by that name and compile once more, under the key that now names it.
+    std::optional<Request> retried = retry_with_missing_header(*work, error);
+    if (!retried) throw;
+    reservation.abandon();
+    return obtain_uncached(*retried, bypass_cache);
+  }
   const bool stored = reservation.put(*entry);
-  note_dependencies(r);
+  note_dependencies(*work);
   return {entry, Origin::compiled, seconds(), stored};
 }
 
@@ -680,7 +710,7 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
   record(source, options, r.names, resolved);
   Obtained obtained = obtain(r, false);
   PrewarmResult result;
-  result.key = r.hash;
+  result.key = obtained.entry->key_hash;  // the request's key, or the key it was re-keyed to (a retry)
   result.target = r.target.full;
   result.origin = obtained.origin;
   result.seconds = obtained.seconds;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/error.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
@@ -120,6 +121,12 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// Records the dependencies the resolver found for a request in its manifest (after its entry was
   /// found or compiled), so the next request is settled by stat. Never throws.
   void note_dependencies(const Request& request) noexcept;
+  /// After a CompileError: the request resolved again with the header the compiler's log asked for
+  /// (an include the scan cannot follow, e.g. through a function-like macro), when a folder has it and
+  /// the request has not retried that name yet; else nullopt. Each retry costs one compiler run; at
+  /// most kMaxIncludeRetries per request.
+  std::optional<Request> retry_with_missing_header(const Request& request, const CompileError& error);
+  static constexpr std::size_t kMaxIncludeRetries = 8;
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
   void record(const Source& source, const Options& options, const std::vector<std::string>& names,

@@ -208,6 +208,38 @@ TEST_CASE("the same relative -I in two directories is two requests", "[include]"
   CHECK(three->stats().manifest_hits == 1);
 }
 
+TEST_CASE("an include through a function-like macro: one retry by the name the compiler asked for, then "
+          "served by stat; an edit of that header recompiles",
+          "[include]") {
+  Fixture f;
+  const Source computed = Source::from_text(
+      "computed.cu",
+      "#define LIB_HEADER(name) <lib/name.h>\n#include LIB_HEADER(value)\n"
+      "extern \"C\" __global__ void k(int* out) { *out = VALUE; }\n");
+  const auto one = f.engine();
+  const kiln::PrewarmResult compiled = f.prewarm(*one, computed);
+  CHECK(compiled.origin == Origin::compiled);
+  CHECK(one->stats().compile_failures == 1);  // the first compile could not open lib/value.h
+  CHECK(one->stats().compiles == 1);
+  const auto two = f.engine();
+  const kiln::PrewarmResult hit = f.prewarm(*two, computed);
+  CHECK(hit.key == compiled.key);
+  CHECK(hit.origin == Origin::disk);
+  CHECK(two->stats().manifest_hits == 1);
+  write_file(f.second, "lib/value.h", "#pragma once\n#define VALUE 42\n");
+  const auto three = f.engine();
+  const kiln::PrewarmResult edited = f.prewarm(*three, computed);
+  CHECK(edited.key != compiled.key);
+  CHECK(edited.origin == Origin::compiled);
+  // A name no folder has: the compiler's error, after one compiler run (no retry can find it).
+  const auto four = f.engine();
+  const Source missing = Source::from_text(
+      "missing.cu", "#define LIB_HEADER(name) <lib/name.h>\n#include LIB_HEADER(absent)\n"
+                    "extern \"C\" __global__ void k(int* out) { *out = 1; }\n");
+  CHECK_THROWS_AS(f.prewarm(*four, missing), kiln::CompileError);
+  CHECK(four->stats().compile_failures == 1);
+}
+
 TEST_CASE("a 2,000-header generated tree: compiled once, then served by stat; one deep edit recompiles",
           "[include]") {
   Fixture f;

@@ -103,6 +103,35 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(manifest_files(cache) == 0);
 }
 
+TEST_CASE("a KILN_RECORD with a relative -I replays from another directory into an empty cache, same key") {
+  TempDir dir;
+  write(dir / "inc/lib/value.h", "#define VALUE 3\n");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.path());
+  kiln::PrewarmResult recorded;
+  {
+    kiln::EngineConfig config;
+    config.runtime = false;
+    config.cache.root = dir / "first";
+    config.record_path = (dir / "rec.jsonl").string();
+    kiln::Engine engine(config);
+    recorded = engine.prewarm(
+        kiln::Source::from_text("k.cu", "#include <lib/value.h>\nextern \"C\" __global__ void k(int* o) { *o = VALUE; }\n"),
+        kiln::Options({"-Iinc"}), {}, "sm_90");
+  }
+  fs::current_path(cwd);
+  const std::string record = read_all(dir / "rec.jsonl");
+  INFO(record);
+  CHECK(record.find((dir / "inc").string()) != std::string::npos);  // written absolute
+  const fs::path elsewhere = dir / "elsewhere";
+  fs::create_directories(elsewhere);
+  const Result replay = run_kiln({"prewarm", "--manifest", (dir / "rec.jsonl").string(), "--json"},
+                                 {{"KILN_CACHE_DIR", (dir / "second").string()}, {"KILN_CACHE_PACKS", ""}}, elsewhere);
+  INFO(replay.describe());
+  REQUIRE(replay.rc == 0);
+  CHECK(replay.parsed().at("requests").at(0).at("key") == recorded.key.hex());
+}
+
 int main(int argc, char** argv) {
   {
     kiln::EngineConfig config;
