@@ -52,6 +52,20 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   const std::string key = prewarm.parsed().at("requests").at(0).at("key").get<std::string>();
   CHECK(manifest_files(cache) == 1);
 
+  // A pack of this cache serves another machine with the same tree at the same paths: it has no
+  // manifest, resolves once (same headers, same key) and hits the pack without compiling.
+  const fs::path pack = dir / "include.kpack";
+  REQUIRE(kiln({"cache", "export", pack.string()}, false).rc == 0);
+  const std::map<std::string, std::string> packed{{"KILN_CACHE_DIR", (dir / "other").string()},
+                                                  {"KILN_CACHE_PACKS", pack.string()}};
+  std::vector<std::string> from_pack{"prewarm", "--json"};
+  from_pack.insert(from_pack.end(), request.begin(), request.end());
+  const Result served = run_kiln(from_pack, packed, dir.path());
+  INFO(served.describe());
+  REQUIRE(served.rc == 0);
+  CHECK(served.parsed().at("summary").at("compiled") == 0);
+  CHECK(served.parsed().at("requests").at(0).at("key") == key);
+
   // show: the headers the entry was compiled from, by path and digest.
   const Result show = kiln({"cache", "show", key}, false);
   INFO(show.describe());
