@@ -34,18 +34,16 @@
 #include "kiln/cache/key.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "../support/fresh_process.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
-double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+using kiln::bench::Clock;
+using kiln::bench::Driver;
+using kiln::bench::median;
+using kiln::bench::ns_since;
+using kiln::bench::quantile;
 std::string quartiles(const std::vector<double>& ns, double unit, const char* fmt_unit) {
   return fmt::format("{:.2f} / **{:.2f}** / {:.2f} {}", quantile(ns, 0.25) / unit, quantile(ns, 0.5) / unit,
                      quantile(ns, 0.75) / unit, fmt_unit);
@@ -171,16 +169,6 @@ std::vector<std::string> key_part_lines(const std::string& canonical, const std:
 
 // ---- 2. the children ----------------------------------------------------------------------------------
 
-struct Driver {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW);
-  template <typename F>
-  F get(const char* name) {
-    void* p = library != nullptr ? dlsym(library, name) : nullptr;
-    if (p == nullptr) std::exit(6);
-    return reinterpret_cast<F>(p);
-  }
-};
-
 /// One fresh process, one side. Prints "<request ns>".
 int child(const fs::path& dir, bool kiln_side, bool gpu) {
   Setup s;
@@ -252,28 +240,10 @@ int child(const fs::path& dir, bool kiln_side, bool gpu) {
 }
 
 std::optional<double> run_child(const fs::path& dir, bool kiln_side, bool gpu) {
-  int fds[2];
-  if (pipe(fds) != 0) return std::nullopt;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-    execl("/proc/self/exe", "include_bench", "--child", dir.c_str(), kiln_side ? "kiln" : "floor", gpu ? "gpu" : "cpu",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[256];
-  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fmt::print("child ({}) failed (status {}): {}\n", kiln_side ? "kiln" : "floor", status, out);
-    return std::nullopt;
-  }
-  return std::stod(out);
+  const std::optional<std::string> out = kiln::bench::run_self(
+      {"--child", dir.string(), kiln_side ? "kiln" : "floor", gpu ? "gpu" : "cpu"}, {{"CUDA_MODULE_LOADING", "EAGER"}});
+  if (!out) return std::nullopt;
+  return std::stod(*out);
 }
 
 }  // namespace

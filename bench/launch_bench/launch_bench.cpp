@@ -30,16 +30,15 @@
 
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "../support/fresh_process.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
-double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+using kiln::bench::Clock;
+using kiln::bench::Driver;
+using kiln::bench::median;
+using kiln::bench::ns_since;
+using kiln::bench::quantile;
 /// "p25 / p50 / p75" in microseconds.
 std::string quartiles_us(const std::vector<double>& ns) {
   return fmt::format("{:.1f} / **{:.1f}** / {:.1f}", quantile(ns, 0.25) / 1e3, quantile(ns, 0.5) / 1e3, quantile(ns, 0.75) / 1e3);
@@ -58,19 +57,6 @@ std::pair<double, double> ratio_interval(const std::vector<double>& a, const std
   for (int i = 0; i < 2000; ++i) ratios.push_back(resample(a) / resample(b));
   return {quantile(ratios, 0.025), quantile(ratios, 0.975)};
 }
-
-struct Driver {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
-  template <typename F>
-  F get(const char* name) {
-    void* p = dlsym(lib, name);
-    if (p == nullptr) {
-      fmt::print(stderr, "missing {}\n", name);
-      std::exit(2);
-    }
-    return reinterpret_cast<F>(p);
-  }
-};
 
 const char* kEmpty = "#include <kiln/rtc.h>\nKILN_KERNEL void empty(int n, float* p) { if (n < 0) p[0] = 1.0f; }\n";
 /// A second cached kernel: the child's second request, to separate a process's first-request costs
@@ -189,30 +175,11 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
 
 /// Runs `self --child-disk <cache> <cubin> <side>` in a fresh process (CUDA_MODULE_LOADING=EAGER,
 /// plus KILN_BENCH_PHASES when `phases`) and returns its stdout; nullopt when it failed.
-std::optional<std::string> run_child(const char* self, const std::string& cache, const std::string& cubin,
+std::optional<std::string> run_child(const char* /*self*/, const std::string& cache, const std::string& cubin,
                                      const char* side, bool phases) {
-  int fds[2];
-  if (pipe(fds) != 0) return std::nullopt;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-    if (phases) ::setenv("KILN_BENCH_PHASES", "1", 1);
-    execl("/proc/self/exe", self, "--child-disk", cache.c_str(), cubin.c_str(), side, static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[256];
-  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(r));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fmt::print("child ({}) failed (status {}): {}\n", side, status, out);
-    return std::nullopt;
-  }
-  return out;
+  std::vector<std::pair<std::string, std::string>> env{{"CUDA_MODULE_LOADING", "EAGER"}};
+  if (phases) env.emplace_back("KILN_BENCH_PHASES", "1");
+  return kiln::bench::run_self({"--child-disk", cache, cubin, side}, env);
 }
 
 }  // namespace
