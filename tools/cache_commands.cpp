@@ -542,7 +542,8 @@ int run_stats(const StatsArgs& args) {
                   {"bytes_written", total.bytes_written},
                   {"bytes_read", total.bytes_read},
                   {"remote_misses", total.remote_misses},
-                  {"remote_errors", total.remote_errors}}}});
+                  {"remote_errors", total.remote_errors},
+                  {"remote_unauthenticated", total.remote_unauthenticated}}}});
     return status;
   }
 
@@ -577,6 +578,10 @@ int run_stats(const StatsArgs& args) {
   text += fmt::format("  written / read  {} / {}\n", format_bytes(total.bytes_written), format_bytes(total.bytes_read));
   if (total.remote_misses + total.remote_errors > 0) {
     text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
+  }
+  if (total.remote_unauthenticated > 0) {
+    text += fmt::format("  unauthenticated {} remote entries refused for a missing or wrong MAC (deleted)\n",
+                        total.remote_unauthenticated);
   }
   std::cout << text;
   return status;
