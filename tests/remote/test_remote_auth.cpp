@@ -2,13 +2,18 @@
 // here: an entry planted with a raw Redis client is served by a node without the secret (the old
 // behaviour) and refused, counted and deleted by a node with it; nodes with different secrets refuse
 // each other's entries; nodes sharing the secret round-trip, and the MAC they write follows the
-// documented wire format.
+// documented wire format; `kiln devices` and `kiln cache stats` (when the CLI is built) show it.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -16,6 +21,7 @@
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/stats.hpp"
 #include "redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -267,3 +273,100 @@ TEST_CASE("the secret read from KILN_REMOTE_SECRET_FILE authenticates a tier", "
   REQUIRE(node->put(entry, &detail));
   require_hit(*same, entry);
 }
+
+#ifdef KILN_CLI_PATH
+namespace {
+
+/// Runs the kiln CLI with `environment` ("NAME=value" words, shell-quoted here) and returns what it
+/// printed on stdout and stderr.
+std::string run_cli(const std::vector<std::string>& environment, const std::string& arguments) {
+  std::string command = "env";
+  for (const std::string& assignment : environment) command += " '" + assignment + "'";
+  command += " '" KILN_CLI_PATH "' " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  pclose(pipe);
+  return output;
+}
+
+/// The line of `text` that starts with `prefix` (empty if none).
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    if (text.compare(at, prefix.size(), prefix) == 0) return text.substr(at, end - at);
+    at = end + 1;
+  }
+  return {};
+}
+
+std::string private_dir() {
+  std::string name = (std::filesystem::temp_directory_path() / "kiln-auth-cli-XXXXXX").string();
+  REQUIRE(mkdtemp(name.data()) != nullptr);
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("kiln devices says whether the remote is authenticated; kiln cache stats shows refusals", "[remote][auth]") {
+  const RedisServer server;
+  const std::string dir = private_dir();
+  const std::string cache = dir + "/cache";
+  const std::string secret = dir + "/secret";
+  const std::string shared = dir + "/shared";
+  std::filesystem::create_directory(cache);
+  for (const std::string& path : {secret, shared}) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, kSecret, std::strlen(kSecret)) == static_cast<ssize_t>(std::strlen(kSecret)));
+    ::close(fd);
+  }
+  REQUIRE(chmod(shared.c_str(), 0644) == 0);
+  const std::string remote_line = "remote: redis://127.0.0.1:" + std::to_string(server.port()) + "/0 (";
+  const std::vector<std::string> base = {"KILN_CACHE_DIR=" + cache, "KILN_REMOTE_CACHE=" + server.url()};
+
+  SECTION("no secret: unauthenticated") {
+    const std::string output = run_cli(base, "devices");
+    INFO(output);
+    const std::string line = line_starting(output, remote_line);
+    CHECK(line.find("PONG") != std::string::npos);
+    CHECK(line.ends_with("; unauthenticated: set KILN_REMOTE_SECRET_FILE to refuse planted entries)"));
+    CHECK(run_cli(base, "devices --json").find("\"security\":\"unauthenticated: set KILN_REMOTE_SECRET_FILE") !=
+          std::string::npos);
+  }
+  SECTION("a secret: authenticated") {
+    std::vector<std::string> environment = base;
+    environment.push_back("KILN_REMOTE_SECRET_FILE=" + secret);
+    const std::string output = run_cli(environment, "devices");
+    INFO(output);
+    const std::string line = line_starting(output, remote_line);
+    CHECK(line.find("PONG") != std::string::npos);
+    CHECK(line.ends_with("; authenticated: entries carry an HMAC-SHA-256 under the secret in " + secret + ")"));
+    CHECK(output.find(kSecret) == std::string::npos);
+  }
+  SECTION("a secret file others can read: unusable, and why") {
+    std::vector<std::string> environment = base;
+    environment.push_back("KILN_REMOTE_SECRET_FILE=" + shared);
+    const std::string output = run_cli(environment, "devices");
+    INFO(output);
+    const std::string line = line_starting(output, "remote: ");
+    CHECK(line.find("unusable: KILN_REMOTE_SECRET_FILE=" + shared) != std::string::npos);
+    CHECK(line.find("chmod 600") != std::string::npos);
+    CHECK(output.find(kSecret) == std::string::npos);
+  }
+  SECTION("kiln cache stats: the lifetime count of refused entries") {
+    kiln::cache::Counters refused;
+    refused.remote_errors = 3;
+    refused.remote_unauthenticated = 3;
+    kiln::cache::PersistentStats(cache).add(refused);
+    const std::string text = run_cli(base, "cache stats");
+    INFO(text);
+    CHECK(text.find("  unauthenticated 3 remote entries refused for a missing or wrong MAC (deleted)") !=
+          std::string::npos);
+    CHECK(run_cli(base, "cache stats --json").find("\"remote_unauthenticated\":3") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+#endif
