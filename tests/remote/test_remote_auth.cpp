@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "kiln/base/sha256.hpp"
 #include "kiln/cache/entry.hpp"
@@ -241,6 +242,46 @@ TEST_CASE("a node without the secret publishes no MAC, which a node with it refu
   REQUIRE(server.exists(entry_name(entry)));
   CHECK_FALSE(server.exists(mac_name(entry)));
   require_refused(*node, server, entry, "no MAC");
+}
+
+TEST_CASE("the compile lease with a secret: the waiter verifies the holder's entry", "[remote][auth][lease]") {
+  const RedisServer server;
+  RemoteConfig config = config_for(server, kSecret);
+  config.lease_wait = 10s;
+  config.lease_ttl = 2s;
+  const Entry entry = make_entry("leased");
+
+  SECTION("a holder with the secret: a hit") {
+    const auto holder = kiln::cache::open_remote(config);
+    const auto waiter = kiln::cache::open_remote(config);
+    CHECK(holder->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
+    std::thread compile([&] {
+      std::this_thread::sleep_for(300ms);  // "compiling"
+      holder->publish(entry);
+    });
+    const auto result = waiter->get(entry.key_hash, entry.canonical_key);
+    compile.join();
+    INFO(result.detail);
+    CHECK(result.outcome == LookupOutcome::hit);
+    CHECK(waiter->remote_stats().lease_wait_hits == 1);
+  }
+  SECTION("a holder without it: its entry is refused") {
+    RemoteConfig open_config = config;
+    open_config.secret.clear();
+    const auto holder = kiln::cache::open_remote(open_config);
+    const auto waiter = kiln::cache::open_remote(config);
+    CHECK(holder->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
+    std::thread compile([&] {
+      std::this_thread::sleep_for(300ms);
+      holder->publish(entry);
+    });
+    const auto result = waiter->get(entry.key_hash, entry.canonical_key);
+    compile.join();
+    INFO(result.detail);
+    CHECK(result.outcome == LookupOutcome::corrupt_removed);
+    CHECK(waiter->remote_stats().unauthenticated == 1);
+    CHECK(waiter->remote_stats().lease_wait_hits == 0);
+  }
 }
 
 TEST_CASE("the secret read from KILN_REMOTE_SECRET_FILE authenticates a tier", "[remote][auth]") {
