@@ -125,8 +125,9 @@ Reply transaction(redisContext* context,
   return first_error ? std::move(first_error) : std::move(last);
 }
 
-/// hiredis's own reply functions, except that a top-level string read while a ValueSink is armed is
-/// handed to the sink and answered with an empty string reply.
+/// hiredis's own reply functions, except that the value read while a ValueSink is armed (a top-level
+/// string, or the first element of a top-level array) is handed to the sink and answered with an empty
+/// string reply.
 const redisReplyObjectFunctions* g_default_functions = nullptr;
 redisReplyObjectFunctions g_capture_functions{};
 std::once_flag g_capture_once;
