@@ -580,7 +580,8 @@ int run_stats(const StatsArgs& args) {
                   {"remote_misses", total.remote_misses},
                   {"remote_errors", total.remote_errors},
                   {"manifest_hits", total.manifest_hits},
-                  {"include_resolves", total.include_resolves}}}});
+                  {"include_resolves", total.include_resolves},
+                  {"remote_unauthenticated", total.remote_unauthenticated}}}});
     return status;
   }
 
@@ -625,6 +626,10 @@ int run_stats(const StatsArgs& args) {
   }
   if (total.remote_misses + total.remote_errors > 0) {
     text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
+  }
+  if (total.remote_unauthenticated > 0) {
+    text += fmt::format("  unauthenticated {} remote entries refused for a missing or wrong MAC (deleted)\n",
+                        total.remote_unauthenticated);
   }
   std::cout << text;
   return status;

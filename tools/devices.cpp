@@ -61,6 +61,7 @@ int run_devices(const DevicesArgs& args) {
     for (const TierReport& tier : tiers) {
       document["tiers"].push_back(
           {{"kind", tier.kind}, {"location", tier.location}, {"ok", tier.ok}, {"detail", tier.detail}});
+      if (!tier.security.empty()) document["tiers"].back()["security"] = tier.security;
     }
     print_json(document);
     return kExitOk;
@@ -86,8 +87,9 @@ int run_devices(const DevicesArgs& args) {
                            cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason(),
                            format_bytes(store.config().max_size));
   for (const TierReport& tier : tiers) {
-    std::cout << fmt::format("{}: {} ({})\n", tier.kind, tier.location,
-                             tier.ok ? tier.detail : "unusable: " + tier.detail);
+    std::cout << fmt::format("{}: {} ({}{}{})\n", tier.kind, tier.location,
+                             tier.ok ? tier.detail : "unusable: " + tier.detail, tier.security.empty() ? "" : "; ",
+                             tier.security);
   }
   return kExitOk;
 }

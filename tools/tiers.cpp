@@ -22,12 +22,16 @@ std::vector<cache::OpenedTier> open_for_inspection(const EngineConfig& config) {
 std::vector<TierReport> describe_tiers(const EngineConfig& config) {
   std::vector<TierReport> reports;
   for (cache::OpenedTier& opened : open_for_inspection(config)) {
-    TierReport report{std::string(cache::to_string(opened.kind)), opened.location, false, opened.error};
+    TierReport report{std::string(cache::to_string(opened.kind)), opened.location, false, opened.error, {}};
     if (const auto* pack = dynamic_cast<const cache::PackReader*>(opened.tier.get())) {
       report.ok = true;
       report.detail = fmt::format("{} entries", pack->records().size());
     } else if (auto* remote = dynamic_cast<cache::RemoteTier*>(opened.tier.get())) {
       report.ok = remote->ping(&report.detail);  // "redis 7.0.15, PONG in 0.21 ms" or why not
+      report.security = remote->config().authenticated()
+                            ? fmt::format("authenticated: entries carry an HMAC-SHA-256 under the secret in {}",
+                                          remote->config().secret_file)
+                            : std::string("unauthenticated: set KILN_REMOTE_SECRET_FILE to refuse planted entries");
     }
     reports.push_back(std::move(report));
   }

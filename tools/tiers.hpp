@@ -17,6 +17,9 @@ struct TierReport {
   std::string location;  ///< the pack's path, the remote's address
   bool ok = false;
   std::string detail;  ///< "1234 entries", or why it cannot be used
+  /// The remote: whether its entries are authenticated ("authenticated: ..." / "unauthenticated: set
+  /// KILN_REMOTE_SECRET_FILE ..."); empty for a pack or a tier that could not be opened.
+  std::string security;
 };
 
 /// Every configured tier and whether it can be used. Never throws for a broken tier (it is reported).

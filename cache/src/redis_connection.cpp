@@ -12,6 +12,8 @@
 #include <chrono>
 #include <span>
 
+#include "remote_mac.hpp"
+
 namespace kiln::cache::detail {
 
 namespace {
@@ -64,31 +66,77 @@ class SigpipeGuard {
   bool m_blocked = false;
 };
 
-/// Runs one command. nullptr when the connection failed (the context's err says why).
-Reply command(redisContext* context, std::initializer_list<std::string_view> args) noexcept {
+/// A command's arguments as hiredis takes them.
+struct Argv {
   std::array<const char*, 8> argv{};
   std::array<std::size_t, 8> lengths{};
-  std::size_t argc = 0;
-  for (const std::string_view arg : args) {
-    if (argc == argv.size()) return nullptr;
-    argv[argc] = arg.data();
-    lengths[argc] = arg.size();
-    ++argc;
+  int argc = 0;
+
+  /// False when there are more arguments than kiln ever sends.
+  bool assign(std::initializer_list<std::string_view> args) noexcept {
+    if (args.size() > argv.size()) return false;
+    for (const std::string_view arg : args) {
+      argv[static_cast<std::size_t>(argc)] = arg.data();
+      lengths[static_cast<std::size_t>(argc)] = arg.size();
+      ++argc;
+    }
+    return true;
   }
+};
+
+/// Runs one command. nullptr when the connection failed (the context's err says why).
+Reply command(redisContext* context, std::initializer_list<std::string_view> args) noexcept {
+  Argv argv;
+  if (!argv.assign(args)) return nullptr;
   const SigpipeGuard guard;
-  return Reply(
-      static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(argc), argv.data(), lengths.data())));
+  return Reply(static_cast<redisReply*>(redisCommandArgv(context, argv.argc, argv.argv.data(), argv.lengths.data())));
 }
 
-/// hiredis's own reply functions, except that a top-level string read while a ValueSink is armed is
-/// handed to the sink and answered with an empty string reply.
+/// Sends MULTI, `commands` and EXEC together, then reads every reply (so the connection stays in step
+/// whatever they are). EXEC's reply, or the first error reply before it; nullptr when the connection
+/// failed.
+Reply transaction(redisContext* context,
+                  std::initializer_list<std::initializer_list<std::string_view>> commands) noexcept {
+  const SigpipeGuard guard;
+  std::size_t sent = 0;
+  const auto append = [&](std::initializer_list<std::string_view> args) {
+    Argv argv;
+    if (!argv.assign(args) ||
+        redisAppendCommandArgv(context, argv.argc, argv.argv.data(), argv.lengths.data()) != REDIS_OK) {
+      return false;
+    }
+    ++sent;
+    return true;
+  };
+  if (!append({"MULTI"})) return nullptr;
+  for (const auto& args : commands) {
+    if (!append(args)) return nullptr;
+  }
+  if (!append({"EXEC"})) return nullptr;
+  Reply first_error;
+  Reply last;
+  for (std::size_t i = 0; i < sent; ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(context, &raw) != REDIS_OK) return nullptr;
+    Reply reply(static_cast<redisReply*>(raw));
+    if (i + 1 < sent && reply && reply->type == REDIS_REPLY_ERROR && !first_error) first_error = std::move(reply);
+    if (i + 1 == sent) last = std::move(reply);
+  }
+  return first_error ? std::move(first_error) : std::move(last);
+}
+
+/// hiredis's own reply functions, except that the value read while a ValueSink is armed (a top-level
+/// string, or the first element of a top-level array) is handed to the sink and answered with an empty
+/// string reply.
 const redisReplyObjectFunctions* g_default_functions = nullptr;
 redisReplyObjectFunctions g_capture_functions{};
 std::once_flag g_capture_once;
 
 void* create_string_or_capture(const redisReadTask* task, char* data, std::size_t size) {
   auto* sink = static_cast<ValueSink*>(task->privdata);
-  if (sink != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING && !sink->captured) {
+  // The value: a top-level string (GET) or the first element of a top-level array (MGET).
+  const bool value = task->parent == nullptr || (task->parent->parent == nullptr && task->idx == 0);
+  if (sink != nullptr && value && task->type == REDIS_REPLY_STRING && !sink->captured) {
     sink->capture(data, size);
     return g_default_functions->createString(task, data, 0);
   }
@@ -135,6 +183,20 @@ void ValueSink::capture(const char* data, std::size_t size) noexcept {
   } catch (const std::exception& e) {  // std::bad_alloc
     parsed = ContentError{fmt::format("cannot parse: {}", e.what())};
   }
+  if (secret != nullptr) {
+    try {
+      mac = entry_mac(*secret, key, data, size);
+    } catch (...) {  // std::bad_alloc: no MAC, so the value is refused
+      mac.clear();
+    }
+  }
+}
+
+void ValueSink::reset() noexcept {
+  captured = false;
+  length = 0;
+  parsed = ContentError{"not parsed"};
+  mac.clear();
 }
 
 std::string_view text_of(const redisReply* reply) noexcept {
@@ -214,6 +276,15 @@ bool ping_server(const RemoteConfig& config, std::string& detail) {
 }
 
 CommandResult ConnectionPool::run(std::initializer_list<std::string_view> args, ValueSink* sink) {
+  return execute(*args.begin(), sink, [args](redisContext* context) { return command(context, args); });
+}
+
+CommandResult ConnectionPool::run_transaction(std::initializer_list<std::initializer_list<std::string_view>> commands) {
+  return execute("MULTI", nullptr, [commands](redisContext* context) { return transaction(context, commands); });
+}
+
+template <class Send>
+CommandResult ConnectionPool::execute(std::string_view command_name, ValueSink* sink, const Send& send) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     Context context;
     {
@@ -232,9 +303,9 @@ CommandResult ConnectionPool::run(std::initializer_list<std::string_view> args, 
       }
       context = std::move(connection.context);
     }
-    if (sink != nullptr) *sink = ValueSink{sink->limits};
+    if (sink != nullptr) sink->reset();
     context->reader->privdata = sink;
-    Reply reply = command(context.get(), args);
+    Reply reply = send(context.get());
     context->reader->privdata = nullptr;
     if (!reply) {
       const bool timed_out = context->err == REDIS_ERR_IO &&
@@ -245,7 +316,7 @@ CommandResult ConnectionPool::run(std::initializer_list<std::string_view> args, 
       return {nullptr, std::move(why)};
     }
     if (reply->type == REDIS_REPLY_ERROR && is_auth_error(text_of(reply.get()))) {
-      std::string why = reply_error(*args.begin(), text_of(reply.get()));
+      std::string why = reply_error(command_name, text_of(reply.get()));
       m_breaker.fail(why);
       return {nullptr, std::move(why)};
     }

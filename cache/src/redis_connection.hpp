@@ -30,17 +30,25 @@ struct ContextDeleter {
 };
 using Context = std::unique_ptr<redisContext, ContextDeleter>;
 
-/// A GET's value parsed straight from hiredis's read buffer (no copy into a reply object first): the
-/// entry can be as large as the entry size cap. Armed for one command by ConnectionPool::run; the
-/// reply then holds an empty string in its place.
+/// A GET's value (or an MGET's first) parsed straight from hiredis's read buffer (no copy into a reply
+/// object first): the entry can be as large as the entry size cap. Armed for one command by
+/// ConnectionPool::run; the reply then holds an empty string in its place.
 struct ValueSink {
   const Limits* limits = nullptr;
+  /// With a secret, capture() also computes the value's MAC under it as the entry for `key`.
+  const std::string* secret = nullptr;
+  Hash128 key{};
+
   bool captured = false;
   std::size_t length = 0;
   std::variant<Entry, ContentError> parsed{ContentError{"not parsed"}};
+  std::string mac;  ///< the MAC the value should carry (with a secret; empty if it could not be computed)
 
-  /// Parses `size` bytes at `data` into `parsed` (a ContentError when they are not an entry).
+  /// Parses `size` bytes at `data` into `parsed` (a ContentError when they are not an entry) and
+  /// computes `mac`.
   void capture(const char* data, std::size_t size) noexcept;
+  /// Forgets what was captured; keeps limits, secret and key.
+  void reset() noexcept;
 };
 
 /// A reply's text (string, status or error); empty when it has none.
@@ -75,8 +83,17 @@ class ConnectionPool {
   /// authentication error) is returned as a reply for the caller to judge. With `sink`, a top-level
   /// string reply goes to the sink.
   CommandResult run(std::initializer_list<std::string_view> args, ValueSink* sink = nullptr);
+  /// Runs `commands` as one transaction (MULTI, the commands, EXEC), sent together in one round trip.
+  /// The reply is EXEC's (an array of the commands' replies), or the first error reply the server
+  /// gave to MULTI or while queueing. Failures and retries as run().
+  CommandResult run_transaction(std::initializer_list<std::initializer_list<std::string_view>> commands);
 
  private:
+  /// run()'s connection handling around `send`, which runs the command(s) on a context (nullptr: the
+  /// connection failed).
+  template <class Send>
+  CommandResult execute(std::string_view command_name, ValueSink* sink, const Send& send);
+
   const RemoteConfig& m_config;
   CircuitBreaker& m_breaker;
   std::mutex m_mutex;  ///< guards m_idle

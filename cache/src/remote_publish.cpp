@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/log.hpp"
+#include "remote_mac.hpp"
 
 namespace kiln::cache::detail {
 
@@ -69,19 +70,52 @@ void Publisher::drop(const Hash128& key, std::string_view why) noexcept {
   release_lease_soon(key);
 }
 
+namespace {
+
+/// Why a transaction's reply is not a success: EXEC's array holds one reply per command, any of which
+/// may be an error (out of memory, a read-only replica); nil means the server aborted it. Empty when
+/// every command succeeded.
+std::string transaction_error(const redisReply* reply) {
+  if (reply->type == REDIS_REPLY_ERROR) return text_of(reply).empty() ? "an error reply" : std::string(text_of(reply));
+  if (reply->type != REDIS_REPLY_ARRAY) return "the transaction was aborted";
+  for (std::size_t i = 0; i < reply->elements; ++i) {
+    if (reply->element[i]->type == REDIS_REPLY_ERROR)
+      return "a queued command failed: " + std::string(text_of(reply->element[i]));
+  }
+  return {};
+}
+
+}  // namespace
+
 bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std::string* why) {
   const std::string name = m_config.entry_key(key);
   const std::string_view value(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::string ttl = std::to_string(m_config.ttl.count());
-  const CommandResult result =
-      m_config.ttl.count() > 0 ? m_pool.run({"SET", name, value, "EX", ttl}) : m_pool.run({"SET", name, value});
+  const bool expires = m_config.ttl.count() > 0;
+  CommandResult result;
+  std::string failed;  // an error reply's text
+  if (m_config.authenticated()) {
+    // The entry and its MAC in one transaction: a reader (one MGET) sees both or neither, never one
+    // publisher's entry with another's MAC.
+    const std::string mac_name = m_config.mac_key(key);
+    const std::string mac = entry_mac(m_config.secret, key, bytes.data(), bytes.size());
+    result = expires ? m_pool.run_transaction({{"SET", name, value, "EX", ttl}, {"SET", mac_name, mac, "EX", ttl}})
+                     : m_pool.run_transaction({{"SET", name, value}, {"SET", mac_name, mac}});
+    if (result.reply) failed = transaction_error(result.reply.get());
+  } else {
+    result = expires ? m_pool.run({"SET", name, value, "EX", ttl}) : m_pool.run({"SET", name, value});
+    if (result.reply && result.reply->type == REDIS_REPLY_ERROR) {
+      failed = text_of(result.reply.get());
+      if (failed.empty()) failed = "an error reply";
+    }
+  }
   if (!result.reply) {
     if (why) *why = result.error;
     m_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (result.reply->type == REDIS_REPLY_ERROR) {
-    std::string error = reply_error("SET", text_of(result.reply.get()));
+  if (!failed.empty()) {
+    std::string error = reply_error("SET", failed);
     m_breaker.fail(error);
     if (why) *why = std::move(error);
     m_dropped.fetch_add(1, std::memory_order_relaxed);

@@ -37,8 +37,9 @@ class Publisher {
   /// Queues `entry` for the background thread. Dropped (and its lease marked for release) while the
   /// breaker is open or when the queue is full. Never throws.
   void enqueue(const Entry& entry) noexcept;
-  /// Writes one serialized entry now (SET, with EX ttl when configured). False with `why` (if given)
-  /// when the server failed, which the breaker is told.
+  /// Writes one serialized entry now (SET, with EX ttl when configured; with a fleet secret, the entry
+  /// and its MAC in one MULTI/EXEC). False with `why` (if given) when the server failed, which the
+  /// breaker is told.
   bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why);
   /// Marks the lease for `key` for release by the background thread (the caller does not wait for the
   /// server). Never throws.

@@ -1,7 +1,8 @@
 // The Redis remote tier (remote.hpp): RemoteTier composed of a circuit breaker, a connection pool,
 // the fleet's compile leases and a publisher. This file answers lookups (one GET, verified like a local
-// entry; anything else is deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0)
-// open_remote() throws an error that says so.
+// entry; with a fleet secret one MGET of the entry and its MAC, the MAC verified first; anything else is
+// deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0) open_remote() throws an
+// error that says so.
 #ifndef KILN_HAVE_HIREDIS
 #error "KILN_HAVE_HIREDIS must be 0 or 1 (set by cache/Optional.cmake)"
 #endif
@@ -21,6 +22,7 @@
 
 #include "circuit_breaker.hpp"
 #include "kiln/base/log.hpp"
+#include "kiln/base/sha256.hpp"
 #include "redis_connection.hpp"
 #include "remote_lease.hpp"
 #include "remote_publish.hpp"
@@ -95,6 +97,7 @@ class RedisTier final : public RemoteTier {
     counters.remote_hits = m_hits.load(std::memory_order_relaxed);
     counters.remote_misses = m_misses.load(std::memory_order_relaxed);
     counters.remote_errors = m_errors.load(std::memory_order_relaxed);
+    counters.remote_unauthenticated = m_unauthenticated.load(std::memory_order_relaxed);
     return counters;
   }
 
@@ -105,6 +108,7 @@ class RedisTier final : public RemoteTier {
     s.failures = m_breaker.failures();
     s.skipped = m_breaker.skipped();
     s.rejected = m_rejected.load();
+    s.unauthenticated = m_unauthenticated.load();
     s.published = m_publisher.published();
     s.publish_dropped = m_publisher.dropped();
     s.leases_taken = m_leases.taken();
@@ -183,7 +187,8 @@ class RedisTier final : public RemoteTier {
   bool remove(const Hash128& key) noexcept override {
     try {
       const std::string name = m_config.entry_key(key);
-      const CommandResult result = m_pool.run({"DEL", name});
+      const std::string mac_name = m_config.mac_key(key);
+      const CommandResult result = m_pool.run({"DEL", name, mac_name});
       return result.reply && result.reply->type == REDIS_REPLY_INTEGER;
     } catch (...) {
       return false;
@@ -203,22 +208,49 @@ class RedisTier final : public RemoteTier {
     return m_leases.take_or_wait(key, [&] { return fetch(key, name, canonical_key); });
   }
 
-  /// One GET, verified: parse() and a comparison of the key hash and canonical key with the request.
-  /// A value that fails is deleted from the server (answered corrupt_removed).
+  /// One GET (with a secret: one MGET of the entry and its MAC), verified: the MAC first, then parse()
+  /// and a comparison of the key hash and canonical key with the request. A value that fails is deleted
+  /// from the server with its MAC (answered corrupt_removed).
   Fetched fetch(const Hash128& key, const std::string& name, std::string_view canonical_key) {
-    ValueSink sink{&m_config.limits};
-    CommandResult result = m_pool.run({"GET", name}, &sink);
+    ValueSink sink;
+    sink.limits = &m_config.limits;
+    const bool authenticated = m_config.authenticated();
+    const std::string mac_name = m_config.mac_key(key);
+    if (authenticated) {
+      sink.secret = &m_config.secret;
+      sink.key = key;
+    }
+    const char* const command_name = authenticated ? "MGET" : "GET";
+    CommandResult result =
+        authenticated ? m_pool.run({"MGET", name, mac_name}, &sink) : m_pool.run({"GET", name}, &sink);
     if (!result.reply) {
       return {Found::failed,
               {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, result.error)}};
     }
+    // `reply` is the entry's value: the GET's reply, or the MGET's first element (`mac` its second).
     const redisReply* reply = result.reply.get();
+    const redisReply* mac = nullptr;
+    if (authenticated && reply->type == REDIS_REPLY_ARRAY) {
+      if (reply->elements != 2) {
+        const std::string why = fmt::format("MGET answered {} values for 2 keys", reply->elements);
+        m_breaker.fail(why);
+        return {Found::failed,
+                {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+      }
+      mac = reply->element[1];
+      reply = reply->element[0];
+    } else if (authenticated && reply->type != REDIS_REPLY_ERROR) {
+      const std::string why = "MGET did not answer an array";
+      m_breaker.fail(why);
+      return {Found::failed,
+              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+    }
     if (reply->type == REDIS_REPLY_NIL) {
       m_breaker.succeed();
       return {Found::absent, {LookupOutcome::miss, std::nullopt, {}}};
     }
     if (reply->type == REDIS_REPLY_ERROR && !text_of(reply).starts_with("WRONGTYPE")) {
-      const std::string why = reply_error("GET", text_of(reply));
+      const std::string why = reply_error(command_name, text_of(reply));
       m_breaker.fail(why);
       return {Found::failed,
               {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
@@ -226,6 +258,14 @@ class RedisTier final : public RemoteTier {
     m_breaker.succeed();
     std::string why;
     if (reply->type == REDIS_REPLY_STRING && !sink.captured) sink.capture(reply->str, reply->len);
+    if (authenticated && reply->type == REDIS_REPLY_STRING) {
+      // Before anything else is believed: a value without the fleet's MAC may have been planted.
+      const bool has_mac = mac != nullptr && mac->type == REDIS_REPLY_STRING;
+      if (!has_mac || sink.mac.empty() || !kiln::detail::constant_time_equal(text_of(mac), sink.mac)) {
+        result.reply.reset();
+        return refuse_unauthenticated(key, name, mac_name, has_mac);
+      }
+    }
     if (reply->type != REDIS_REPLY_STRING) {
       why = "the key does not hold a string value";
     } else {
@@ -244,12 +284,34 @@ class RedisTier final : public RemoteTier {
       }
     }
     result.reply.reset();
-    const CommandResult deleted = m_pool.run({"DEL", name});
+    const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
     m_rejected.fetch_add(1, std::memory_order_relaxed);
     KILN_LOG(warn, "remote cache {}: rejected the value under {} ({}); {} it, compiling instead", m_display, name, why,
              deleted.reply ? "deleted" : "could not delete");
     return {Found::rejected,
             {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+  }
+
+  /// A value whose MAC is missing or wrong: deleted with its MAC, counted, answered corrupt_removed.
+  /// Warned about once per tier: whoever can write to the server can make many, and each is counted.
+  Fetched refuse_unauthenticated(const Hash128& key, const std::string& name, const std::string& mac_name,
+                                 bool had_mac) {
+    const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    m_unauthenticated.fetch_add(1, std::memory_order_relaxed);
+    const std::string why = had_mac ? "its MAC is wrong (written under another secret, or planted)"
+                                    : "it has no MAC (written by a node without KILN_REMOTE_SECRET_FILE, or planted)";
+    if (!m_warned_unauthenticated.exchange(true)) {
+      KILN_LOG(warn,
+               "remote cache {}: refused the entry under {}: {}; {} it, compiling instead (further refusals are "
+               "counted as remote_unauthenticated, not printed)",
+               m_display, name, why, deleted.reply ? "deleted" : "could not delete");
+    } else {
+      KILN_LOG(debug, "remote cache {}: refused the entry {}: {}", m_display, key.hex(), why);
+    }
+    return {Found::rejected,
+            {LookupOutcome::corrupt_removed, std::nullopt,
+             fmt::format("remote cache {}: refused the entry: {}", m_display, why)}};
   }
 
   // Construction order is the order of use: each piece borrows those above it, and the publisher's
@@ -259,7 +321,9 @@ class RedisTier final : public RemoteTier {
   CircuitBreaker m_breaker;
   ConnectionPool m_pool;
   CompileLeases m_leases;
-  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_get_ns{0}, m_get_max_ns{0};
+  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_unauthenticated{0}, m_get_ns{0},
+      m_get_max_ns{0};
+  std::atomic<bool> m_warned_unauthenticated{false};
   Publisher m_publisher;
 };
 

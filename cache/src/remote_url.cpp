@@ -1,5 +1,6 @@
 // The remote tier's configuration (remote.hpp): parsing and redacting redis:// URLs, the KILN_REMOTE_*
-// environment variables, and the Redis key names. Plain text handling: compiled with or without hiredis.
+// environment variables (the fleet secret file is read by remote_mac.cpp), and the Redis key names.
+// Plain text handling: compiled with or without hiredis.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "kiln/cache/remote.hpp"
+#include "remote_mac.hpp"
 
 namespace kiln::cache {
 
@@ -167,6 +169,12 @@ RemoteConfig remote_config_from_environment(std::string_view url) {
   if (auto v = environment_number("KILN_REMOTE_RETRY_S", 0, 86400)) config.retry_after = seconds(*v);
   if (auto v = environment_number("KILN_REMOTE_TTL", 0, 10ULL * 366 * 86400)) config.ttl = seconds(*v);
   if (auto v = environment_number("KILN_REMOTE_LEASE_WAIT_MS", 0, 3600000)) config.lease_wait = milliseconds(*v);
+  // Set but empty is an error, not "no secret": a fleet that means to authenticate must not run
+  // without it because a variable expanded to nothing.
+  if (const char* file = std::getenv("KILN_REMOTE_SECRET_FILE"); file != nullptr) {
+    config.secret = detail::read_secret_file(file);
+    config.secret_file = file;
+  }
   return config;
 }
 
@@ -178,5 +186,6 @@ std::string RemoteConfig::display() const {
 
 std::string RemoteConfig::entry_key(const Hash128& key) const { return key_prefix + key.hex(); }
 std::string RemoteConfig::lease_key(const Hash128& key) const { return key_prefix + "lease:" + key.hex(); }
+std::string RemoteConfig::mac_key(const Hash128& key) const { return key_prefix + "mac:" + key.hex(); }
 
 }  // namespace kiln::cache

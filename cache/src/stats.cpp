@@ -18,7 +18,7 @@ namespace {
 #define KILN_COUNTER_FIELDS(X) \
   X(memory_hits) X(disk_hits) X(misses) X(compiles) X(compile_failures) X(compile_nanoseconds) \
   X(corrupt_removed) X(evictions) X(bytes_written) X(bytes_read) X(remote_hits) X(remote_misses) X(remote_errors) \
-  X(manifest_hits) X(include_resolves)
+  X(manifest_hits) X(include_resolves) X(remote_unauthenticated)
 // clang-format on
 
 constexpr int kShards = 16;

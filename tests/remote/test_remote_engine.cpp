@@ -1,8 +1,10 @@
 // The remote tier through the engine (NVRTC compiles for sm_90, no GPU needed), against a real
 // redis-server started here: two nodes sharing one Redis, a server that stops mid-run, a slow server,
-// an unreachable one, planted bad values, a wrong password. Every request must succeed; the tests
-// print the latency the remote tier added.
+// an unreachable one, planted bad values, a wrong password, a fleet secret (a planted kernel refused,
+// the fleet sharing kernels) and unusable secret files. Every request must succeed; the tests print the
+// latency the remote tier added.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -20,6 +22,7 @@
 #include "engine_access.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
 #include "redis_server.hpp"
 
@@ -306,4 +309,113 @@ TEST_CASE("a wrong password: one clear warning, local operation continues", "[re
   CHECK(kiln::test::count_occurrences(text, "authentication failed: WRONGPASS") == 1);
   CHECK(kiln::test::count_occurrences(text, "remote cache redis://kiln@127.0.0.1:") == 1);
   CHECK(text.find(secret) == std::string::npos);
+}
+
+namespace {
+
+/// Sets KILN_REMOTE_SECRET_FILE for as long as it lives (the engine reads it when it opens the tier).
+class ScopedSecretFile {
+ public:
+  explicit ScopedSecretFile(const std::string& path) { setenv("KILN_REMOTE_SECRET_FILE", path.c_str(), 1); }
+  ~ScopedSecretFile() { unsetenv("KILN_REMOTE_SECRET_FILE"); }
+  ScopedSecretFile(const ScopedSecretFile&) = delete;
+  ScopedSecretFile& operator=(const ScopedSecretFile&) = delete;
+};
+
+std::string write_secret(const TempDir& dir, const std::string& name, const std::string& text, mode_t mode) {
+  const std::string path = (dir.path() / name).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a fleet secret: a kernel planted without its MAC is refused and recompiled; the fleet shares kernels",
+          "[remote][engine][auth]") {
+  const RedisServer server;
+  const TempDir secrets;
+  const std::string fleet = write_secret(secrets, "fleet", "fleet-secret-for-the-engine-test\n", 0600);
+  const std::string other = write_secret(secrets, "other", "some-other-fleet-secret-entirely\n", 0600);
+
+  // An entry with no MAC under the kernel's key: self-consistent (a node without the secret wrote it;
+  // anyone who can write to the server could have). A node without the secret is served by it.
+  std::string key;
+  {
+    const TempDir dir;
+    kiln::Engine engine(engine_config(dir, server.url()));
+    REQUIRE(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
+    REQUIRE(kiln::detail::EngineAccess::core(engine).remote()->flush(10s));
+    key = remote_key(engine, 0);
+  }
+  REQUIRE(server.exists(key));
+  {
+    const TempDir dir;
+    kiln::Engine engine(engine_config(dir, server.url()));
+    CHECK(prewarm_saxpy(engine, 0).origin != kiln::Origin::compiled);
+    CHECK(engine.stats().remote_hits == 1);
+  }
+
+  // A node with the secret refuses it, counts it, compiles, and publishes the kernel with its MAC.
+  const std::string mac_key = "kiln:v1:mac:" + key.substr(std::string("kiln:v1:").size());
+  const TempDir refusing_dir;
+  {
+    const ScopedSecretFile secret(fleet);
+    kiln::Engine engine(engine_config(refusing_dir, server.url()));
+    REQUIRE(kiln::detail::EngineAccess::core(engine).remote() != nullptr);
+    CHECK(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
+    const auto stats = engine.stats();
+    CHECK(stats.compiles == 1);
+    CHECK(stats.remote_hits == 0);
+    CHECK(stats.remote_errors == 1);
+    CHECK(stats.remote_unauthenticated == 1);
+    REQUIRE(kiln::detail::EngineAccess::core(engine).remote()->flush(10s));
+    CHECK(server.exists(key));
+    CHECK(server.exists(mac_key));
+  }
+  // The refusal is in the cache's lifetime counters (kiln cache stats).
+  CHECK(kiln::cache::PersistentStats(refusing_dir.path()).load_total().remote_unauthenticated == 1);
+
+  // Another node with the same secret compiles nothing.
+  {
+    const ScopedSecretFile secret(fleet);
+    const TempDir dir;
+    kiln::Engine engine(engine_config(dir, server.url()));
+    CHECK(prewarm_saxpy(engine, 0).origin != kiln::Origin::compiled);
+    CHECK(engine.stats().compiles == 0);
+    CHECK(engine.stats().remote_hits == 1);
+    CHECK(engine.stats().remote_unauthenticated == 0);
+  }
+  // A node with another secret refuses the fleet's entry.
+  {
+    const ScopedSecretFile secret(other);
+    const TempDir dir;
+    kiln::Engine engine(engine_config(dir, server.url()));
+    CHECK(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
+    CHECK(engine.stats().remote_unauthenticated == 1);
+  }
+}
+
+TEST_CASE("an unusable secret file: the engine leaves the remote tier out and names the file",
+          "[remote][engine][auth]") {
+  const RedisServer server;
+  const TempDir dir;
+  const std::string shared = write_secret(dir, "shared", "a-secret-others-can-read-0123\n", 0644);
+  const std::string short_secret = write_secret(dir, "short", "too-short\n", 0600);
+  const std::string missing = (dir.path() / "missing").string();
+  for (const std::string& path : {shared, short_secret, missing}) {
+    INFO(path);
+    const ScopedSecretFile secret(path);
+    const kiln::test::StderrCapture capture;
+    const TempDir cache;
+    kiln::Engine engine(engine_config(cache, server.url()));
+    // Never unauthenticated by accident: without a usable secret there is no remote tier at all.
+    CHECK(kiln::detail::EngineAccess::core(engine).remote() == nullptr);
+    const std::string text = capture.text();
+    CHECK(text.find("KILN_REMOTE_SECRET_FILE=" + path) != std::string::npos);
+    CHECK(text.find("continuing without it") != std::string::npos);
+  }
 }

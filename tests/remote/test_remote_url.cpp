@@ -1,7 +1,12 @@
-// parse_remote_url, the KILN_REMOTE_* variables and the password never showing in messages. No server.
+// parse_remote_url, the KILN_REMOTE_* variables (the fleet secret file among them) and the password
+// never showing in messages. No server.
+#include <sys/stat.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -154,6 +159,114 @@ TEST_CASE("keys live under the kiln:v1: namespace", "[remote][url]") {
   const kiln::cache::Hash128 key{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
   CHECK(config.entry_key(key) == "kiln:v1:0123456789abcdeffedcba9876543210");
   CHECK(config.lease_key(key) == "kiln:v1:lease:0123456789abcdeffedcba9876543210");
+  CHECK(config.mac_key(key) == "kiln:v1:mac:0123456789abcdeffedcba9876543210");
+}
+
+namespace {
+
+/// A private temporary folder, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string name = (std::filesystem::temp_directory_path() / "kiln-secret-XXXXXX").string();
+    if (mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    m_path = name;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(m_path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] std::string file(const std::string& name, const std::string& text, mode_t mode) const {
+    const std::string path = (m_path / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    REQUIRE(chmod(path.c_str(), mode) == 0);
+    return path;
+  }
+  [[nodiscard]] const std::filesystem::path& path() const { return m_path; }
+
+ private:
+  std::filesystem::path m_path;
+};
+
+/// remote_config_from_environment's message with KILN_REMOTE_SECRET_FILE=`path`; fails if it accepts.
+std::string secret_error(const std::string& path) {
+  const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", path.c_str());
+  try {
+    (void)kiln::cache::remote_config_from_environment("redis://h:1");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  FAIL("KILN_REMOTE_SECRET_FILE=" << path << " was accepted");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("KILN_REMOTE_SECRET_FILE: the secret, and the files that are refused", "[remote][url][auth]") {
+  const TempDir dir;
+  const std::string secret(32, 's');
+
+  SECTION("unset: unauthenticated") {
+    const RemoteConfig config = kiln::cache::remote_config_from_environment("redis://h:1");
+    CHECK_FALSE(config.authenticated());
+    CHECK(config.secret.empty());
+  }
+  SECTION("a private file: its bytes less one trailing newline") {
+    for (const std::string& text : {secret, secret + "\n", secret + "\r\n"}) {
+      const std::string path = dir.file("secret", text, 0600);
+      const ScopedEnv env("KILN_REMOTE_SECRET_FILE", path.c_str());
+      const RemoteConfig config = kiln::cache::remote_config_from_environment("redis://h:1");
+      CHECK(config.authenticated());
+      CHECK(config.secret == secret);
+      CHECK(config.secret_file == path);
+      // The secret never shows where the configuration is described.
+      CHECK(config.display().find(secret) == std::string::npos);
+    }
+    // Exactly 16 bytes is enough; an owner-only 0400 file is fine.
+    const std::string path = dir.file("short-enough", std::string(16, 'x') + "\n", 0400);
+    const ScopedEnv env("KILN_REMOTE_SECRET_FILE", path.c_str());
+    CHECK(kiln::cache::remote_config_from_environment("redis://h:1").secret == std::string(16, 'x'));
+  }
+  SECTION("refused files: each error names the variable, the file and why") {
+    const std::string missing = (dir.path() / "missing").string();
+    const std::string message = secret_error(missing);
+    CHECK(message.find("KILN_REMOTE_SECRET_FILE=" + missing) != std::string::npos);
+    CHECK(message.find("No such file") != std::string::npos);
+
+    const std::string empty = dir.file("empty", "", 0600);
+    CHECK(secret_error(empty).find(empty + ": the file is empty") != std::string::npos);
+    const std::string newline = dir.file("newline", "\n", 0600);
+    CHECK(secret_error(newline).find("the file is empty") != std::string::npos);
+
+    const std::string short_secret = dir.file("short", std::string(15, 'x') + "\n", 0600);
+    const std::string short_message = secret_error(short_secret);
+    CHECK(short_message.find(short_secret) != std::string::npos);
+    CHECK(short_message.find("15 bytes; it needs at least 16") != std::string::npos);
+
+    for (const mode_t mode : {0644, 0640, 0604, 0660, 0602, 0610}) {
+      INFO("mode " << std::oct << mode);
+      const std::string path = dir.file("shared", secret, mode);
+      const std::string shared = secret_error(path);
+      CHECK(shared.find(path) != std::string::npos);
+      CHECK(shared.find("lets group or others read or write it") != std::string::npos);
+      CHECK(shared.find("chmod 600") != std::string::npos);
+      std::filesystem::remove(path);
+    }
+
+    const std::string folder = (dir.path() / "folder").string();
+    std::filesystem::create_directory(folder);
+    CHECK(secret_error(folder).find(folder + ": not a regular file") != std::string::npos);
+    const std::string fifo = (dir.path() / "fifo").string();
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(secret_error(fifo).find("not a regular file") != std::string::npos);  // and it did not block
+
+    const std::string huge = dir.file("huge", std::string(5000, 'x'), 0600);
+    CHECK(secret_error(huge).find("at most 4096") != std::string::npos);
+
+    CHECK(secret_error("").find("KILN_REMOTE_SECRET_FILE=: set but empty") != std::string::npos);
+  }
 }
 
 TEST_CASE("open_remote matches remote_supported()", "[remote][url]") {

@@ -6,6 +6,7 @@
 // Keys (namespace `key_prefix`, default "kiln:v1:"):
 //   <prefix><32 hex>         the entry: exactly the bytes cache::serialize() writes (optional TTL)
 //   <prefix>lease:<32 hex>   the fleet-wide compile lease: "<host>:<pid>:<n>", SET NX PX lease_ttl
+//   <prefix>mac:<32 hex>     the entry's MAC, written only by a node with a fleet secret (below)
 // Contracts:
 //  - A remote failure never fails a request. Connect and operation timeouts are short; after a failure
 //    a circuit breaker skips the server for `retry_after` (then one request probes it), and one warning
@@ -25,8 +26,25 @@
 //    a node that dies holding one frees it after lease_ttl (the background thread renews live leases
 //    for at most lease_wait).
 //
+//
+// Authentication (KILN_REMOTE_SECRET_FILE). The key and the entry checksum are unkeyed hashes, so
+// anyone who can write to the server can plant an entry that parses, matches its key and would be
+// loaded as GPU code by every node. A fleet secret (a file of at least 16 bytes, readable by its owner
+// only) closes that: a node with the secret publishes each entry with a MAC, and serves only entries
+// whose MAC it verifies. Wire format: the entry value is unchanged (so nodes without the secret, and
+// kiln versions before it, read it as before); next to it, under <prefix>mac:<32 hex>, 64 lower-case
+// hex digits of HMAC-SHA-256(secret, "kiln-remote-entry/1" NUL <32 hex key> NUL <entry bytes>), with
+// the entry's TTL. Both are written in one MULTI/EXEC and read in one MGET, so a reader never sees an
+// entry with another write's MAC. The MAC is compared in constant time. With the secret, an entry
+// whose MAC is missing or wrong is refused (a lookup answers corrupt_removed, the node compiles
+// instead), counted (remote_unauthenticated), deleted with its MAC key, and warned about once per
+// tier. A key holding something other than a string reads as absent there (MGET answers nil) and is
+// overwritten by the next publish. Without the secret nothing changes: entries are written without a
+// MAC and read without looking for one (a deletion also removes the key's MAC).
+//
 // Counters: remote_hits = verified entries served; remote_misses = key absent (after any lease wait);
-// remote_errors = every other lookup (server unreachable, slow, refusing, breaker open, bad value).
+// remote_errors = every other lookup (server unreachable, slow, refusing, breaker open, bad value);
+// remote_unauthenticated = those of the remote_errors that were refused for their MAC.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +78,13 @@ struct RemoteConfig {
   std::chrono::milliseconds close_flush{2000};       ///< destructor: time to drain the queue
   std::size_t max_idle_connections = 8;
   Limits limits{};  ///< caps on a value read from the server
+  /// The fleet secret (KILN_REMOTE_SECRET_FILE's content): entries are published with a MAC under it
+  /// and served only with a valid one. Empty: unauthenticated (no MAC written or checked).
+  std::string secret;
+  std::string secret_file;  ///< where the secret was read, for messages (never the secret itself)
+
+  /// Whether entries are authenticated (a secret is set).
+  [[nodiscard]] bool authenticated() const noexcept { return !secret.empty(); }
 
   /// "redis://user@host:port/db": the URL without the password, for messages.
   [[nodiscard]] std::string display() const;
@@ -67,6 +92,8 @@ struct RemoteConfig {
   [[nodiscard]] std::string entry_key(const Hash128& key) const;
   /// The compile lease's Redis key: key_prefix + "lease:" + 32 hex.
   [[nodiscard]] std::string lease_key(const Hash128& key) const;
+  /// The entry MAC's Redis key: key_prefix + "mac:" + 32 hex.
+  [[nodiscard]] std::string mac_key(const Hash128& key) const;
 };
 
 /// Parses redis://[[user]:password@]host[:port][/db] (port defaults to 6379, db to 0; user and password
@@ -74,8 +101,11 @@ struct RemoteConfig {
 /// wrong, with the URL shown without its password.
 [[nodiscard]] RemoteConfig parse_remote_url(std::string_view url);
 
-/// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig. Throws
-/// std::invalid_argument naming the variable for a malformed value.
+/// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig and the secret in
+/// KILN_REMOTE_SECRET_FILE when that is set. Throws std::invalid_argument naming the variable for a
+/// malformed value, and naming the variable and the file for a secret file that is missing, unreadable,
+/// not a regular file, readable or writable by group or others, empty or shorter than 16 bytes (after
+/// one trailing newline is trimmed).
 [[nodiscard]] RemoteConfig remote_config_from_environment(std::string_view url);
 
 /// `url` with the password replaced by "***" (best effort on malformed text). Never throws except
@@ -89,6 +119,7 @@ struct RemoteStats {
   std::uint64_t failures = 0;             ///< lookups the server failed (connect, timeout, auth, error reply)
   std::uint64_t skipped = 0;              ///< lookups not sent: breaker open
   std::uint64_t rejected = 0;             ///< values that were not a valid entry for the key (deleted)
+  std::uint64_t unauthenticated = 0;      ///< ... of those, refused for a missing or wrong MAC
   std::uint64_t published = 0;            ///< entries written
   std::uint64_t publish_dropped = 0;      ///< not written: queue full, breaker open, or server failed
   std::uint64_t leases_taken = 0;         ///< misses for which this node took the compile lease
@@ -102,7 +133,8 @@ class RemoteTier : public Tier {
  public:
   /// The configuration the tier was opened with.
   [[nodiscard]] virtual const RemoteConfig& config() const noexcept = 0;
-  /// remote_hits, remote_misses and remote_errors since the tier was opened (other fields 0).
+  /// remote_hits, remote_misses, remote_errors and remote_unauthenticated since the tier was opened
+  /// (other fields 0).
   [[nodiscard]] virtual Counters counters() const noexcept = 0;
   [[nodiscard]] virtual RemoteStats remote_stats() const noexcept = 0;
   /// Asks the server on a fresh connection (AUTH, SELECT, PING), ignoring the breaker. True when it

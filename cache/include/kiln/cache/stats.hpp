@@ -28,6 +28,7 @@ struct Counters {
   std::uint64_t manifest_hits = 0;
   /// Requests with include folders that resolved their includes (read every header they reach).
   std::uint64_t include_resolves = 0;
+  std::uint64_t remote_unauthenticated = 0;  ///< remote entries refused for a missing or wrong MAC (in remote_errors)
 
   Counters& operator+=(const Counters& other) noexcept;
   [[nodiscard]] double compile_seconds() const noexcept { return static_cast<double>(compile_nanoseconds) * 1e-9; }
@@ -43,7 +44,8 @@ class AtomicCounters {
   void reset() noexcept;
   std::atomic<std::uint64_t> memory_hits{0}, disk_hits{0}, misses{0}, compiles{0}, compile_failures{0},
       compile_nanoseconds{0}, corrupt_removed{0}, evictions{0}, bytes_written{0}, bytes_read{0}, remote_hits{0},
-      remote_misses{0}, remote_errors{0}, manifest_hits{0}, include_resolves{0};
+      remote_misses{0}, remote_errors{0}, manifest_hits{0}, include_resolves{0},
+      remote_unauthenticated{0};
 };
 
 /// Lifetime counters under <root>/stats/. Every method never throws; failures are ignored.
