@@ -389,7 +389,8 @@ std::filesystem::path EngineCore::compiler_library(Vendor v) {
                                 to_string(v)));
 }
 
-std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler) {
+std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler,
+                                                     std::string& log) {
   const auto start = std::chrono::steady_clock::now();
   vendor::CompileInput input{r.source.name(), r.source.text(), r.source.headers(), r.names, r.flags, r.target.full};
   if (r.includes) {
@@ -430,6 +431,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   entry->names = std::move(output.lowered);
   entry->payload = std::move(output.binary);
   entry->aux = std::move(output.ptx);
+  log = std::move(output.log);
   return entry;
 }
 
@@ -441,8 +443,8 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   std::variant<cache::Found, cache::Reservation> looked_up =
       m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
   if (auto* found = std::get_if<cache::Found>(&looked_up)) {
-    // The public Origin does not tell the local disk from a pack or the remote yet: all are `disk`.
-    return {std::move(found->entry), Origin::disk, seconds(), found->stored};
+    // Every tier's hit is `disk` here; `tier` keeps which one (Engine::compile reports it).
+    return {std::move(found->entry), Origin::disk, seconds(), found->stored, found->origin, {}};
   }
   // Destroyed without put() (the compiler cannot be loaded, the compile throws, the request is re-keyed),
   // the reservation tells every tier the compile will not come and releases the lease.
@@ -458,9 +460,10 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
-  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref);
+  std::string log;
+  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref, log);
   const bool stored = reservation.put(*entry);
-  return {entry, Origin::compiled, seconds(), stored};
+  return {entry, Origin::compiled, seconds(), stored, cache::HitOrigin::local, std::move(log)};
 }
 
 KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
@@ -470,7 +473,8 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   if (!bypass_cache) {
     const auto start = std::chrono::steady_clock::now();
     if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
-      return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false};
+      return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false,
+              cache::HitOrigin::local, {}};
     }
   }
   // Single flight: the first thread for a key does the work; the others wait for its result.
@@ -488,7 +492,10 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
     flight->done_signal.wait(lock, [&] { return flight->done; });
     if (flight->error) std::rethrow_exception(flight->error);
     Obtained shared = flight->result;
-    if (shared.origin == Origin::compiled) shared.origin = Origin::memory;  // this thread compiled nothing
+    if (shared.origin == Origin::compiled) {
+      shared.origin = Origin::memory;  // this thread compiled nothing
+      shared.log.clear();              // the compile's log belongs to the thread that compiled
+    }
     return shared;
   }
   Obtained result;

@@ -56,9 +56,13 @@ struct KernelState {
 /// A compiled (or found) binary and how it was obtained.
 struct Obtained {
   std::shared_ptr<const cache::Entry> entry;
+  /// memory (another thread's compile in this process), disk (found in any tier) or compiled. A pack or
+  /// remote hit is `disk` here, as Program and PrewarmResult report it; `tier` tells which it was.
   Origin origin = Origin::compiled;
   double seconds = 0;
   bool stored = false;
+  cache::HitOrigin tier = cache::HitOrigin::local;  ///< where a disk hit was found
+  std::string log;  ///< the compiler's log when origin is compiled (warnings; often empty), else empty
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {
@@ -113,7 +117,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   static void make_key(Request& request, const std::string& compiler_identity);
-  std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
+  /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
+  std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
+                                              std::string& log);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
   void record(const Source& source, const Options& options, const std::vector<std::string>& names,
               const std::string& target);
