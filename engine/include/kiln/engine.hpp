@@ -199,8 +199,9 @@ class Engine {
 
   /// Compiles (or finds) the binary for a target ("sm_90", "compute_90", "gfx90a", or "native" for the
   /// default device) and returns it without loading it. Needs no GPU for a named target. Looks in this
-  /// engine's memory first (the same request compiled earlier by this engine: origin memory, no disk
-  /// access), then every cache tier, then compiles and stores like prewarm().
+  /// engine's memory first (the same request answered earlier by this engine's compile(): origin
+  /// memory, no disk access; the last 256 such requests are remembered), then every cache tier, then
+  /// compiles and stores like prewarm().
   /// Throws CompileError, ConfigError, DeviceUnavailable.
   [[nodiscard]] CompiledBinary compile(const Source& source, const Options& options = {},
                                        const std::vector<std::string>& names = {}, std::string_view target = "native");

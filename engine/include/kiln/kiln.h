@@ -368,9 +368,10 @@ typedef enum kiln_binary_kind {
  *  runtimes (CuPy, Numba, Warp) that load modules and launch through their own machinery. `target`
  *  is "sm_90", "sm_90a", "compute_90" (PTX), "gfx90a", ..., or NULL / "native" for the engine's
  *  default device. Needs no GPU for a named target. Lookup order: the engine's memory (the same
- *  request compiled earlier by this engine: KILN_ORIGIN_MEMORY, no disk access; the engine keeps the
- *  256 most recent), the disk cache and its tiers, then the compiler; a compiled binary is stored in
- *  the disk cache like kiln_prewarm. `options`, `name_expressions` as kiln_program_create.
+ *  request answered earlier by this engine's kiln_compile: KILN_ORIGIN_MEMORY, no disk access; the
+ *  engine remembers its last 256 such requests), the disk cache and its tiers, then the compiler. A
+ *  compiled binary is stored in the disk cache like kiln_prewarm. `options`, `name_expressions` as
+ *  kiln_program_create.
  *  The caller owns `*binary` and destroys it with kiln_binary_destroy. A binary owns its bytes: it
  *  stays valid after its engine is destroyed.
  *  Errors: INVALID_HANDLE (engine, source), INVALID_ARGUMENT (binary NULL, NULL pointers or NULL
