@@ -47,6 +47,10 @@ const char* origin_name(kiln_origin origin) {
       return "disk hit";
     case KILN_ORIGIN_COMPILED:
       return "compiled";
+    case KILN_ORIGIN_PACK:
+      return "pack hit";
+    case KILN_ORIGIN_REMOTE:
+      return "remote hit";
   }
   return "?";
 }
