@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <tuple>
 
@@ -343,9 +344,26 @@ cache::EntryFile find_by_prefix(const std::vector<cache::EntryFile>& files, std:
   return *matches.front();
 }
 
+/// Why the engine would not use the entry file at `path` whatever its bytes: the cache root is refused
+/// (the store is memory-only), or the file or its shard directory is not ours or is group/world-
+/// writable. Empty when it would. Asks the store's own scan (the rule the engine applies), for the one
+/// shard directory that holds the file.
+std::string entry_refusal(const cache::Store& store, const cache::Hash128& key, const fs::path& path) {
+  if (store.refused()) return store.mode_reason();
+  std::string why;
+  store.scan_shard(static_cast<unsigned>(key.high >> 56), cache::ScanDepth::header, /*with_mtime=*/true,
+                   [&](const cache::ScannedEntry& e) {
+                     if (e.path == path.string() && !e.refused.empty()) why = fmt::format("refused: {}", e.refused);
+                   });
+  return why;
+}
+
 int run_show(const ShowArgs& args) {
   const auto store = open_store();
   const cache::EntryFile file = find_by_prefix(store->list(), args.prefix, store->config().root);
+  // A refused entry is shown (it is there to inspect), and said to be refused: something found (exit 1).
+  const std::string refusal = entry_refusal(*store, file.file_hash, file.path);
+  const int found = refusal.empty() ? kExitOk : kExitFound;
   auto parsed = store->read_file(file.path);
   if (auto* error = std::get_if<cache::ContentError>(&parsed)) {
     // A bad entry is something found (exit 1), not bad input.
@@ -371,7 +389,8 @@ int run_show(const ShowArgs& args) {
       std::cout.write(reinterpret_cast<const char*>(entry.payload.data()),
                       static_cast<std::streamsize>(entry.payload.size()));
       std::cout.flush();
-      return kExitOk;
+      if (!refusal.empty()) std::cerr << fmt::format("kiln: warning: entry {} is {}\n", file.file_hash.hex(), refusal);
+      return found;
     }
     std::ofstream out(args.dump, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(entry.payload.data()), static_cast<std::streamsize>(entry.payload.size()));
@@ -412,12 +431,14 @@ int run_show(const ShowArgs& args) {
                 {"canonical_key_bytes", entry.canonical_key.size()},
                 {"key_parts", std::move(key_parts)},
                 {"headers", headers_json(dependencies)},
-                {"absent_paths", dependencies ? json(dependencies->absent) : json::array()}});
-    return kExitOk;
+                {"absent_paths", dependencies ? json(dependencies->absent) : json::array()},
+                {"refused", refusal}});
+    return found;
   }
 
   std::string text;
   text += fmt::format("key       {}\n", entry.key_hash.hex());
+  if (!refusal.empty()) text += fmt::format("REFUSED   {}: the engine does not use this entry\n", refusal);
   text += fmt::format("file      {} ({}, last used {} ago)\n", file.path.string(), format_bytes(file.size),
                       format_age(file.mtime));
   text += fmt::format("vendor    {}\n", to_string(entry.vendor));
@@ -451,7 +472,7 @@ int run_show(const ShowArgs& args) {
     }
   }
   std::cout << text;
-  return kExitOk;
+  return found;
 }
 
 // ---- stats ------------------------------------------------------------------------------------------------
@@ -981,10 +1002,15 @@ int run_why_miss(const WhyMissArgs& args) {
   std::string damaged;
   const fs::path path = store.entry_path(hash);
   std::error_code ec;
-  if (fs::exists(path, ec)) {
+  if (store.mode() == cache::StoreMode::memory_only) {
+    damaged = fmt::format("the engine does not read the local cache: it is memory-only ({})", store.mode_reason());
+  } else if (fs::exists(path, ec)) {
+    const std::string refusal = entry_refusal(store, hash, path);
     auto parsed = store.read_file(path);
     if (auto* entry = std::get_if<cache::Entry>(&parsed)) {
-      if (entry->canonical_key == canonical) {
+      if (!refusal.empty()) {
+        damaged = fmt::format("the entry file is {}: the engine does not use it, and a compile replaces it", refusal);
+      } else if (entry->canonical_key == canonical) {
         where = "local cache";
       } else {
         damaged = "the entry file holds another request (a hash collision: the engine treats it as a miss)";
@@ -1125,9 +1151,28 @@ struct ExportArgs {
 
 int run_export(const ExportArgs& args) {
   const auto store = open_store();
+  // A pack is trusted wherever it is mounted: what the engine refuses here must not leave in one.
+  if (store->refused()) {
+    throw std::runtime_error(fmt::format("cache export: the cache at {} is {}; nothing exported",
+                                         store->config().root.string(), store->mode_reason()));
+  }
+  std::set<std::string> refused;  // entry paths the engine refuses for their (or their shard's) mode
+  std::mutex refused_mutex;
+  scan_store(*store, cache::ScanDepth::header, /*with_mtime=*/true, [&](unsigned, const cache::ScannedEntry& e) {
+    if (e.refused.empty()) return;
+    const std::lock_guard lock(refused_mutex);
+    refused.insert(std::string(e.path));
+  });
   cache::PackWriter writer(args.file);
   std::size_t skipped = 0;
+  std::size_t skipped_refused = 0;
   for (const cache::EntryFile& file : store->list()) {
+    if (refused.count(file.path.string()) != 0) {
+      ++skipped_refused;
+      std::cerr << fmt::format("kiln: warning: skipped refused entry {}: {}\n", file.file_hash.hex(),
+                               entry_refusal(*store, file.file_hash, file.path));
+      continue;
+    }
     auto parsed = store->read_file(file.path);
     auto* entry = std::get_if<cache::Entry>(&parsed);
     if (entry == nullptr || entry->key_hash != file.file_hash) {
@@ -1145,9 +1190,10 @@ int run_export(const ExportArgs& args) {
   const std::size_t count = writer.size();
   const std::uint64_t bytes = writer.data_bytes();
   writer.commit();
-  std::cout << fmt::format("export: {} entries ({}) to {}{}\n", count, format_bytes(bytes), args.file,
-                           skipped > 0 ? fmt::format("; skipped {} damaged", skipped) : std::string());
-  return skipped == 0 ? kExitOk : kExitFound;  // a damaged entry is something found
+  std::cout << fmt::format("export: {} entries ({}) to {}{}{}\n", count, format_bytes(bytes), args.file,
+                           skipped > 0 ? fmt::format("; skipped {} damaged", skipped) : std::string(),
+                           skipped_refused > 0 ? fmt::format("; skipped {} refused", skipped_refused) : std::string());
+  return skipped + skipped_refused == 0 ? kExitOk : kExitFound;  // a damaged or refused entry is something found
 }
 
 struct ImportArgs {

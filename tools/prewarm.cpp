@@ -14,6 +14,7 @@
 #include "common.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
 #include "prewarm_plan.hpp"
 #include "prewarm_report.hpp"
@@ -66,6 +67,22 @@ RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
   return fill;
 }
 
+/// Prewarming fills the disk cache: without one, every compile would be thrown away and reported as a
+/// failure at the end. Refuses at once, saying why the cache is memory-only. The cache is opened here
+/// with its own warnings off, so the reason is said once, in the error.
+void require_disk_cache(const cache::StoreConfig& config) {
+  if (config.disabled) {
+    throw UsageError("prewarm needs the disk cache, and KILN_CACHE_DISABLE=1 disables it (unset it to prewarm)");
+  }
+  const log::Level level = log::level();
+  log::set_level(log::Level::error);
+  const cache::Store probe(config);
+  log::set_level(level);
+  if (probe.mode() == cache::StoreMode::memory_only) {
+    throw UsageError(fmt::format("prewarm needs the disk cache, and it is memory-only: {}", probe.mode_reason()));
+  }
+}
+
 int run_prewarm(const PrewarmArgs& args) {
   if (args.worker) return run_worker();
   if (args.remote && EngineConfig::from_environment().remote.empty()) {
@@ -75,6 +92,7 @@ int run_prewarm(const PrewarmArgs& args) {
   // Named targets need no GPU runtime: no cuInit at start, no driver teardown at exit. The local GPUs
   // are asked for only for `native` and when no target is given (the defaults are the local GPUs').
   EngineConfig config = EngineConfig::from_environment();
+  require_disk_cache(config.cache);
   const std::vector<std::string>& targets = args.requests.targets;
   config.runtime = targets.empty() || std::find(targets.begin(), targets.end(), "native") != targets.end();
   Engine engine(config);
@@ -105,7 +123,8 @@ int run_prewarm(const PrewarmArgs& args) {
   } else {
     print_text_report(outcome);
   }
-  exit_without_teardown(engine, all_succeeded(outcome) ? kExitOk : kExitFound);
+  // A request's own mistake (a kernel its binary lacks, ...) is bad input: 2, as for a bad flag.
+  exit_without_teardown(engine, any_bad_input(outcome) ? kExitError : all_succeeded(outcome) ? kExitOk : kExitFound);
 }
 
 }  // namespace

@@ -89,18 +89,22 @@ Header read_header_flag(const std::string& spec) {
 
 /// Refuses, with one line, a target the engine cannot compile for (unknown to its compiler, or the
 /// compiler is missing) and an --option the target's compiler has no spelling for; otherwise every
-/// request for it would fail the same way. Builds keys only: nothing is compiled.
+/// request for it would fail the same way. A manifest's request is checked whole (its options, names
+/// and target as recorded), and its error names the manifest's line. Builds keys only: nothing is
+/// compiled.
 void validate_jobs(const std::vector<Job>& jobs, const std::vector<std::vector<std::string>>& option_sets,
                    Engine& engine) {
   std::set<std::string> targets;
   std::set<Vendor> vendors;
   for (const Job& job : jobs) {
+    if (job.origin.empty()) vendors.insert(job.vendor);  // the requests --option applies to
     if (!targets.insert(job.request.target).second) continue;
-    vendors.insert(job.vendor);
     try {
       (void)engine.describe_key(*job.source, Options(), {}, job.request.target);
     } catch (const Error& error) {
-      throw UsageError(error.what());
+      // A target the command line gave is the flag's fault; a recorded one is its line's.
+      throw UsageError(job.origin.empty() || job.target_from_flags ? std::string(error.what())
+                                                                     : fmt::format("{}: {}", job.origin, error.what()));
     }
   }
   for (const auto& options : option_sets) {
@@ -110,6 +114,15 @@ void validate_jobs(const std::vector<Job>& jobs, const std::vector<std::vector<s
       } catch (const Error& error) {
         throw UsageError(fmt::format("--option: {}", error.what()));
       }
+    }
+  }
+  for (const Job& job : jobs) {
+    if (job.origin.empty()) continue;
+    try {
+      (void)engine.describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
+                                job.request.target);
+    } catch (const Error& error) {
+      throw UsageError(fmt::format("{}: {}", job.origin, error.what()));
     }
   }
 }
@@ -184,8 +197,13 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   for (const auto& options : option_sets) (void)canonical_options(options, "--option");
 
   std::vector<detail::ManifestRecord> recorded;
+  std::vector<std::string> recorded_at;  // "manifest FILE line N" of each record, for its errors
   for (const std::string& manifest : flags.manifests) {
-    for (detail::ManifestRecord& record : detail::read_manifest(manifest)) recorded.push_back(std::move(record));
+    std::vector<std::size_t> lines;
+    for (detail::ManifestRecord& record : detail::read_manifest(manifest, &lines)) {
+      recorded.push_back(std::move(record));
+    }
+    for (const std::size_t line : lines) recorded_at.push_back(fmt::format("manifest {} line {}", manifest, line));
   }
   if (specs.empty() && recorded.empty()) {
     throw UsageError("nothing to prewarm: give --all-builtin, --builtin NAME, --source FILE or --manifest FILE");
@@ -221,18 +239,21 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
           job.request.target = target;
           job.source = spec.source;
           job.kernels = served;
+          if (names.empty()) job.plain_kernels = served;
           add_job(std::move(job));
         }
       }
     }
   }
   std::set<std::string> warned;
-  for (const detail::ManifestRecord& record : recorded) {
+  for (std::size_t r = 0; r < recorded.size(); ++r) {
+    const detail::ManifestRecord& record = recorded[r];
+    const std::string& origin = recorded_at[r];
     Source source = [&] {
       try {
         return make_source(record);
       } catch (const Error& error) {
-        throw UsageError(fmt::format("--manifest: {}", error.what()));
+        throw UsageError(fmt::format("{}: {}", origin, error.what()));
       }
     }();
     if (record.builtin && source.content_hash().hex() != record.source_hash &&
@@ -248,7 +269,7 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
       try {
         (void)detail::parse_target(target);
       } catch (const Error& error) {
-        throw UsageError(fmt::format("--manifest: target {}: {}", target, error.what()));
+        throw UsageError(fmt::format("{}: target {}: {}", origin, target, error.what()));
       }
       Job job;
       job.request = record;
@@ -256,6 +277,8 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
       job.source = source;
       job.kernels =
           record.name_expressions.empty() ? std::vector<std::string>{"extern \"C\" kernels"} : record.name_expressions;
+      job.origin = origin;
+      job.target_from_flags = !flags.targets.empty();
       add_job(std::move(job));
     }
   }

@@ -35,6 +35,12 @@ struct Job {
   std::optional<Source> source;
   Vendor vendor = Vendor::none;
   std::vector<std::string> kernels;  ///< for messages: the kernels this request serves
+  /// Plain kernel names the binary must define: looked up by symbol later, so not in the request's key
+  /// (Engine::prewarm's `kernels`).
+  std::vector<std::string> plain_kernels;
+  /// Where a manifest's request came from ("manifest m.jsonl line 3"), for its errors; empty otherwise.
+  std::string origin;
+  bool target_from_flags = false;  ///< a manifest's request replayed for a --target, not its recorded one
   [[nodiscard]] std::string label() const;
 };
 

@@ -63,8 +63,9 @@ void Progress::done(std::size_t index, const JobResult& result) {
     draw_locked();
     return;
   }
+  // A failure's reason is printed once, by the report (grouped with the others that share it).
   const std::string what = result.status == Status::failed
-                               ? fmt::format("FAILED: {}", short_reason(result.error))
+                               ? std::string("FAILED (the reason follows in the report)")
                                : fmt::format("{} ({})", to_string(result.status), format_seconds(result.seconds));
   std::cerr << fmt::format("[{}/{}] {} {}\n", m_done, m_jobs.size(), m_jobs[index].label(), what);
 }
@@ -152,7 +153,9 @@ void print_text_report(const Outcome& outcome) {
       "prewarm: {} requests for {}: {} compiled, {} already cached, {} failed; {} wall, {} compiling (-j {})\n",
       jobs.size(), fmt::join(sum.targets, ", "), sum.compiled, sum.cached, sum.failed,
       format_seconds(outcome.wall_seconds), format_seconds(sum.compile_seconds), outcome.parallel);
-  if (sum.failed > 0 && !outcome.verbose) std::cout << "(--verbose prints the compiler logs)\n";
+  const bool logs = std::any_of(results.begin(), results.end(),
+                                [](const JobResult& result) { return result.status == Status::failed && !result.log.empty(); });
+  if (logs && !outcome.verbose) std::cout << "(--verbose prints the compiler logs)\n";
   if (const std::optional<RemoteFill>& remote = outcome.remote) {
     std::cout << fmt::format("remote: {} entries written to {}{}\n", remote->written, remote->url,
                              remote->failed ? fmt::format(", {} failed", remote->failed) : std::string());
@@ -164,6 +167,11 @@ bool all_succeeded(const Outcome& outcome) {
   const bool jobs_ok = std::none_of(outcome.results.begin(), outcome.results.end(),
                                     [](const JobResult& result) { return result.status == Status::failed; });
   return jobs_ok && (!outcome.remote || outcome.remote->failed == 0);
+}
+
+bool any_bad_input(const Outcome& outcome) {
+  return std::any_of(outcome.results.begin(), outcome.results.end(),
+                     [](const JobResult& result) { return result.status == Status::failed && result.bad_input; });
 }
 
 }  // namespace kiln::cli::prewarm

@@ -60,5 +60,7 @@ void print_json_report(const Outcome& outcome);
 void print_text_report(const Outcome& outcome);
 /// True when no job failed and every remote write succeeded: the command's exit status.
 [[nodiscard]] bool all_succeeded(const Outcome& outcome);
+/// True when a job failed on its own bad input (JobResult::bad_input): the command then exits 2.
+[[nodiscard]] bool any_bad_input(const Outcome& outcome);
 
 }  // namespace kiln::cli::prewarm

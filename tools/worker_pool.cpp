@@ -1,6 +1,8 @@
 // Running kiln prewarm's jobs: on this process's threads or in worker processes (worker_pool.hpp).
 // The pipe protocol: the parent writes "<index>\t<manifest line>\n" per job; the worker answers one
-// JSON object per line: {"i", "status", "key", "seconds", "bytes", "error", "log"}.
+// The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<manifest line>\n" per
+// job (JSON escapes tabs, so neither field holds one); the worker answers one JSON object per line:
+// {"i", "status", "key", "seconds", "bytes", "error", "log", "bad_input"}.
 #include "worker_pool.hpp"
 
 #include <fcntl.h>
@@ -49,7 +51,8 @@ json result_json(std::size_t index, const JobResult& result) {
           {"seconds", result.seconds},
           {"bytes", result.bytes},
           {"error", result.error},
-          {"log", result.log}};
+          {"log", result.log},
+          {"bad_input", result.bad_input}};
 }
 
 JobResult result_from_json(const json& object) {
@@ -61,6 +64,7 @@ JobResult result_from_json(const json& object) {
   result.bytes = object.at("bytes").get<std::uint64_t>();
   result.error = object.at("error").get<std::string>();
   result.log = object.at("log").get<std::string>();
+  result.bad_input = object.at("bad_input").get<bool>();
   return result;
 }
 
@@ -137,7 +141,8 @@ JobResult execute(Engine& engine, const Job& job) {
   try {
     const Source source = job.source ? *job.source : make_source(job.request);
     const Options options(job.request.options);
-    const PrewarmResult prewarmed = engine.prewarm(source, options, job.request.name_expressions, job.request.target);
+    const PrewarmResult prewarmed =
+        engine.prewarm(source, options, job.request.name_expressions, job.request.target, job.plain_kernels);
     result.key = prewarmed.key.hex();
     result.seconds = prewarmed.seconds;
     result.bytes = prewarmed.binary_bytes;
@@ -151,9 +156,17 @@ JobResult execute(Engine& engine, const Job& job) {
       result.status = prewarmed.origin == Origin::compiled ? Status::compiled : Status::cached;
     }
   } catch (const CompileError& error) {
+    // The message is a summary line (with the first error) and then the compiler's log (as the compiler
+    // names the source): the summary is the reason, the rest is the log, so each is shown once.
+    result.status = Status::failed;
+    const std::string_view message = error.what();
+    const std::size_t newline = message.find('\n');
+    result.error = one_line(message.substr(0, newline));
+    result.log = newline == std::string_view::npos ? error.log() : std::string(message.substr(newline + 1));
+  } catch (const ConfigError& error) {
     result.status = Status::failed;
     result.error = one_line(error.what());
-    result.log = error.log();
+    result.bad_input = true;
   } catch (const std::exception& error) {
     result.status = Status::failed;
     result.error = one_line(error.what());
@@ -213,7 +226,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       while (!pending.empty()) {
         finish_job(
             pending.front(),
-            JobResult{Status::failed, {}, 0, 0, fmt::format("cannot start a worker process: {}", spawn_error), {}});
+            JobResult{Status::failed, {}, 0, 0, fmt::format("cannot start a worker process: {}", spawn_error), {}, false});
         pending.pop_front();
         --outstanding;
       }
@@ -225,7 +238,8 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       pending.pop_front();
       worker.job = index;
       // A failed write means the worker died; its EOF below reports the request as failed.
-      (void)write_all(worker.to_child, fmt::format("{}\t{}\n", index, detail::manifest_line(jobs[index].request)));
+      const json plain = jobs[index].plain_kernels;
+      (void)write_all(worker.to_child, fmt::format("{}\t{}\t{}\n", index, plain.dump(), detail::manifest_line(jobs[index].request)));
     }
     std::vector<pollfd> fds;
     for (const Worker& worker : workers) fds.push_back({worker.from_child, POLLIN, 0});
@@ -254,7 +268,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
               finish_job(
                   *worker.job,
                   JobResult{
-                      Status::failed, {}, 0, 0, fmt::format("worker sent a malformed answer: {}", error.what()), {}});
+                      Status::failed, {}, 0, 0, fmt::format("worker sent a malformed answer: {}", error.what()), {}, false});
             }
           }
           worker.job.reset();
@@ -267,7 +281,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       if (worker.job) {
         finish_job(
             *worker.job,
-            JobResult{Status::failed, {}, 0, 0, fmt::format("worker process died while compiling: {}", how), {}});
+            JobResult{Status::failed, {}, 0, 0, fmt::format("worker process died while compiling: {}", how), {}, false});
         --outstanding;
       }
       worker.pid = -1;
@@ -320,12 +334,14 @@ int run_worker() {
   std::string line;
   while (std::getline(std::cin, line)) {
     const std::size_t tab = line.find('\t');
-    if (tab == std::string::npos) return kExitError;
+    const std::size_t second_tab = tab == std::string::npos ? tab : line.find('\t', tab + 1);
+    if (second_tab == std::string::npos) return kExitError;
     const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tab)));
     JobResult result;
     try {
       Job job;
-      job.request = detail::parse_manifest_line(std::string_view(line).substr(tab + 1));
+      job.plain_kernels = json::parse(line.substr(tab + 1, second_tab - tab - 1)).get<std::vector<std::string>>();
+      job.request = detail::parse_manifest_line(std::string_view(line).substr(second_tab + 1));
       result = execute(engine, job);
     } catch (const std::exception& error) {
       result.status = Status::failed;

@@ -30,6 +30,9 @@ struct JobResult {
   std::uint64_t bytes = 0;
   std::string error;
   std::string log;  ///< the compiler's log for a failed compile
+  /// Failed on the request's own mistake (a ConfigError: a kernel the binary does not define, ...):
+  /// the command then exits 2 (bad input), not 1.
+  bool bad_input = false;
 };
 
 /// Runs one job on this process's engine. Never throws.
@@ -49,7 +52,7 @@ void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vec
 void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
                     std::vector<JobResult>& results, const JobDone& done);
 
-/// `kiln prewarm --worker`: one job per stdin line ("<index>\t<manifest line>"), one JSON answer per
+/// `kiln prewarm --worker`: one job per stdin line ("<index>\t<plain kernels>\t<manifest line>"), one JSON answer per
 /// stdout line, until EOF; then ends the process. Returns (kExitError) only when the pipes cannot be
 /// set up or a line is not a job.
 [[nodiscard]] int run_worker();

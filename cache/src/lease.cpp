@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <charconv>
 #include <random>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "kiln/base/log.hpp"
 #include "posix_util.hpp"
@@ -22,8 +24,11 @@ using detail::UniqueFd;
 
 constexpr auto kLeasePoll = std::chrono::milliseconds(10);
 /// A lease file without a readable "pid host" is broken after this: long enough for its writer to
-/// finish writing it, short enough that a writer that died mid-write blocks the key only briefly.
-constexpr auto kUnreadableLeaseGrace = std::chrono::seconds(5);
+/// finish writing it (create and write are one step apart), short enough that a writer that died
+/// between them, or a full disk that took the write, blocks the key only briefly.
+constexpr auto kUnreadableLeaseGrace = std::chrono::seconds(2);
+/// A waiter says (once) whom it waits for after this long: a wait this long is worth knowing about.
+constexpr auto kWaitNotice = std::chrono::seconds(1);
 
 /// This host's name as a lease records it (spaces replaced, so the file stays space-separated).
 const std::string& this_host() {
@@ -35,6 +40,90 @@ const std::string& this_host() {
     return text.empty() ? std::string("unknown-host") : text;
   }();
   return host;
+}
+
+/// Reads a small /proc file whole; empty when it cannot be read.
+std::string read_proc(const std::string& path) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  return fd ? detail::read_small(fd.get(), 4096) : std::string();
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), as text;
+/// empty when it cannot be read. With the boot id it tells a process from a later one given the same
+/// pid (pids are reused, and a container restarted under the same hostname starts from the same pids).
+std::string start_ticks(long pid) {
+  const std::string stat = read_proc(fmt::format("/proc/{}/stat", pid));
+  // Field 2, the command name, is in parentheses and may hold spaces or ')': count from the last ')'.
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) return {};
+  std::size_t at = close + 1;
+  for (int field = 3; field <= 22; ++field) {
+    at = stat.find_first_not_of(' ', at);
+    if (at == std::string::npos) return {};
+    const std::size_t end = std::min(stat.find_first_of(" \n", at), stat.size());
+    if (field == 22) {
+      const std::string ticks = stat.substr(at, end - at);
+      return ticks.find_first_not_of("0123456789") == std::string::npos ? ticks : std::string();
+    }
+    at = end;
+  }
+  return {};
+}
+
+/// This boot's id (/proc/sys/kernel/random/boot_id, one per kernel boot, shared by its containers);
+/// empty when it cannot be read.
+const std::string& this_boot() {
+  static const std::string boot = [] {
+    std::string id = read_proc("/proc/sys/kernel/random/boot_id");
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    return id.find_first_of(" \n") == std::string::npos ? id : std::string();
+  }();
+  return boot;
+}
+
+/// A lease file's content: "pid host unix-time nonce start-ticks boot-id\n". Leases written before the
+/// last two fields existed hold four; they are judged by pid alone. A field this process could not
+/// learn is written as "-" and is not compared.
+struct Holder {
+  long pid = -1;
+  std::string host;
+  std::string start;  ///< empty: not recorded
+  std::string boot;   ///< empty: not recorded
+  [[nodiscard]] bool readable() const { return pid > 0 && !host.empty(); }
+};
+
+Holder parse_holder(std::string_view text) {
+  Holder holder;
+  if (!text.ends_with('\n')) return holder;  // still being written (or its writer died mid-write)
+  text.remove_suffix(1);
+  std::vector<std::string_view> fields;
+  while (!text.empty()) {
+    const std::size_t space = text.find(' ');
+    fields.push_back(text.substr(0, space));
+    if (space == std::string_view::npos) break;
+    text.remove_prefix(space + 1);
+  }
+  if (fields.size() < 2) return holder;
+  long pid = -1;
+  const auto [end, error] = std::from_chars(fields[0].data(), fields[0].data() + fields[0].size(), pid);
+  if (error != std::errc() || end != fields[0].data() + fields[0].size()) return holder;
+  holder.pid = pid;
+  holder.host = std::string(fields[1]);
+  if (fields.size() >= 6) {
+    if (fields[4] != "-") holder.start = std::string(fields[4]);
+    if (fields[5] != "-") holder.boot = std::string(fields[5]);
+  }
+  return holder;
+}
+
+/// Whether a readable lease of this host's is held by a process that is gone: the pid is dead, or it
+/// now names another process (another start time), or the lease is from an earlier boot.
+bool holder_gone(const Holder& holder) {
+  if (!holder.boot.empty() && !this_boot().empty() && holder.boot != this_boot()) return true;
+  if (!detail::process_alive(holder.pid)) return true;
+  if (holder.start.empty()) return false;  // an old-format lease: the pid is all there is
+  const std::string start = start_ticks(holder.pid);
+  return !start.empty() && start != holder.start;
 }
 
 }  // namespace
@@ -73,14 +162,19 @@ CompileLease acquire_compile_lease(const std::string& lock_dir, const Hash128& k
   CompileLease lease;
   try {
     const std::string lease_path = fmt::format("{}/{}.lease", lock_dir, key.hex());
-    const auto deadline = std::chrono::steady_clock::now() + max_wait;
+    const auto started = std::chrono::steady_clock::now();
+    const auto deadline = started + max_wait;
+    bool noticed = false;
+    // Read per call, not cached: a forked child is a new process with its own start time.
+    const std::string own_start = start_ticks(::getpid());
     thread_local std::mt19937_64 nonce_source{std::random_device{}()};
     auto entry_exists = [&entry_path] { return ::access(entry_path.c_str(), F_OK) == 0; };
     for (;;) {
       if (entry_exists()) return lease;
       const std::string token = fmt::format(
-          "{} {} {} {:016x}\n", ::getpid(), this_host(),
-          std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count(), nonce_source());
+          "{} {} {} {:016x} {} {}\n", ::getpid(), this_host(),
+          std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count(), nonce_source(),
+          own_start.empty() ? "-" : own_start, this_boot().empty() ? "-" : this_boot());
       const int fd = ::open(lease_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
       if (fd >= 0) {
         const bool written = ::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
@@ -106,17 +200,25 @@ CompileLease acquire_compile_lease(const std::string& lock_dir, const Hash128& k
         if (::fstat(holder.get(), &st) != 0) return lease;
         const std::string text = detail::read_small(holder.get(), 512);
         const auto age = Clock::now() - detail::to_time_point(st.st_mtim);
-        long pid = -1;
-        std::string host;
-        if (const std::size_t space = text.find(' '); space != std::string::npos && text.ends_with('\n')) {
-          std::from_chars(text.data(), text.data() + space, pid);
-          const std::size_t host_end = text.find(' ', space + 1);
-          if (host_end != std::string::npos) host = text.substr(space + 1, host_end - space - 1);
-        }
-        if (pid <= 0 || host.empty()) {
+        const Holder owner = parse_holder(text);
+        if (!owner.readable()) {
           stale = age > kUnreadableLeaseGrace;  // still being written, or its writer died mid-write
         } else {
-          stale = age > kLeaseStaleAge || (host == this_host() && !detail::process_alive(pid));
+          stale = age > kLeaseStaleAge || (owner.host == this_host() && holder_gone(owner));
+        }
+        if (!stale && !noticed && std::chrono::steady_clock::now() - started >= kWaitNotice) {
+          noticed = true;
+          const double held = std::chrono::duration<double>(age).count();
+          if (owner.readable()) {
+            KILN_LOG(warn,
+                     "disk cache: waiting for process {} on {} to finish compiling key {} (it has held the compile "
+                     "lease {} for {:.1f} s; waiting up to {:.1f} s more)",
+                     owner.pid, owner.host, key.hex(), lease_path, held,
+                     std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+          } else {
+            KILN_LOG(warn, "disk cache: waiting on the unreadable compile lease {} of key {} (written {:.1f} s ago)",
+                     lease_path, key.hex(), held);
+          }
         }
         if (stale) {
           // Break it only if it is still the file we judged (not a new owner's fresh lease).

@@ -25,6 +25,7 @@
 #include "includes.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "source_internal.hpp"
+#include "symbols_check.hpp"
 #include "kiln/tooling/manifest.hpp"
 #include "kiln/tooling/targets.hpp"
 
@@ -710,12 +711,14 @@ std::pair<std::string, std::optional<int>> EngineCore::resolve_target(std::strin
 }
 
 PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                  std::string_view target) {
+                                  std::string_view target, const std::vector<std::string>& kernels) {
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
   settle_includes(r, /*use_manifest=*/true);
   record(source, options, r.names, resolved);
   Obtained obtained = obtain(r, false);
+  // A kernel the binary lacks is the request's mistake, not the binary's: the entry stays cached.
+  check_kernels_defined(*obtained.entry, source.name(), r.names, kernels);
   PrewarmResult result;
   result.key = obtained.entry->key_hash;  // the request's key, or the key it was re-keyed to (a retry)
   result.target = r.target.full;
@@ -866,6 +869,10 @@ PrewarmResult Engine::prewarm(const Source& source, const Options& options, cons
 CompiledBinary Engine::compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                                std::string_view target) {
   return m_core->compile(source, options, names, target);
+}
+PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                              std::string_view target, const std::vector<std::string>& kernels) {
+  return m_core->prewarm(source, options, names, target, kernels);
 }
 std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
                                                             const std::vector<std::string>& names,

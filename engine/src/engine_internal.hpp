@@ -85,8 +85,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device,
                   bool prefetched = false);
   Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
+  /// `kernels`: plain names the binary must define besides `names` (see Engine::prewarm).
   PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                        std::string_view target);
+                        std::string_view target, const std::vector<std::string>& kernels = {});
   CompiledBinary compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                          std::string_view target);
   std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,

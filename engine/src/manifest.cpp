@@ -288,7 +288,7 @@ void ManifestRecorder::record(const ManifestRecord& record) noexcept {
   }
 }
 
-std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path) {
+std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path, std::vector<std::size_t>* line_numbers) {
   const auto system_text = [](int error) { return std::error_code(error, std::system_category()).message(); };
   // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read (a FIFO or a
   // device such as /dev/zero could be read without end), up to kMaxManifestBytes.
@@ -342,6 +342,7 @@ std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path) {
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     try {
       records.push_back(parse_line(line));
+      if (line_numbers != nullptr) line_numbers->push_back(line_number);
     } catch (const LineError& error) {
       throw ConfigError(fmt::format("manifest {} line {}: {}", path.string(), line_number, error.what()));
     }

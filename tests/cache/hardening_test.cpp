@@ -3,10 +3,16 @@
 // a mounted pack, unreadable and odd files seen by scans, the reason a put failed. No compiler, no GPU.
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "cache_test_support.hpp"
 #include "kiln/base/log.hpp"
@@ -428,5 +434,139 @@ TEST_CASE("hardening: scans mark I/O errors and report what is not an entry file
         },
         RunAs::unprivileged);
     CHECK(child.failure.empty());
+  }
+}
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string read_all_text(const fs::path& path) {
+  const std::vector<std::byte> bytes = read_bytes(path);
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+/// Field 22 of /proc/<pid>/stat: the process's start time in clock ticks since boot.
+std::string start_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(in, text);
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) fields >> field;  // fields 3 (state) .. 22 (starttime)
+  return field;
+}
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof(name) - 1) == 0);
+  std::string host(name);
+  std::replace(host.begin(), host.end(), ' ', '_');
+  return host;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+// R3: a lease whose pid was reused by an unrelated live process (a container restarted with the same
+// hostname) stalled every waiter for the whole wait, silently. R9b: a 0-byte lease left by a crash
+// between create and write cost the next waiter 5 s.
+TEST_CASE("hardening: compile leases record the holder's start time; stale holders are judged at once", "[cache]") {
+  TempDir dir;
+  Store store(config_for(dir.path()));
+  const Entry entry = make_entry("leased", 1000);
+  const fs::path lease_path = dir.path() / "lock" / (entry.key_hash.hex() + ".lease");
+  const std::string me = std::to_string(::getpid());
+  const std::string now = std::to_string(std::time(nullptr));
+  const auto plant = [&](const std::string& text) {
+    fs::create_directories(lease_path.parent_path());
+    write_bytes(lease_path, std::as_bytes(std::span(text)));
+  };
+  REQUIRE_FALSE(start_ticks(::getpid()).empty());
+
+  SECTION("a lease names its holder's start time and boot") {
+    auto lease = store.acquire_lease(entry.key_hash, 1s);
+    REQUIRE(lease.owned());
+    std::istringstream in(read_all_text(lease_path));
+    std::string pid, host, stamp, nonce, start, boot;
+    in >> pid >> host >> stamp >> nonce >> start >> boot;
+    CHECK(pid == me);
+    CHECK(host == host_name());
+    CHECK(start == start_ticks(::getpid()));
+    CHECK(boot == boot_id());
+  }
+
+  SECTION("a live pid with another start time is a reused pid: stale at once") {
+    plant(fmt::format("{} {} {} 00 {} {}\n", me, host_name(), now, std::stoull(start_ticks(::getpid())) + 1, boot_id()));
+    const auto start = std::chrono::steady_clock::now();
+    const auto lease = store.acquire_lease(entry.key_hash, 3s);
+    CHECK(lease.owned());
+    CHECK(seconds_since(start) < 1.0);
+  }
+
+  SECTION("a live pid from another boot is stale at once") {
+    plant(fmt::format("{} {} {} 00 {} {}\n", me, host_name(), now, start_ticks(::getpid()),
+                      "00000000-0000-4000-8000-000000000000"));
+    const auto start = std::chrono::steady_clock::now();
+    const auto lease = store.acquire_lease(entry.key_hash, 3s);
+    CHECK(lease.owned());
+    CHECK(seconds_since(start) < 1.0);
+  }
+
+  SECTION("the holder itself (same pid, start time and boot) is respected") {
+    plant(fmt::format("{} {} {} 00 {} {}\n", me, host_name(), now, start_ticks(::getpid()), boot_id()));
+    const auto lease = store.acquire_lease(entry.key_hash, 200ms);
+    CHECK_FALSE(lease.owned());
+    CHECK(fs::exists(lease_path));
+  }
+
+  SECTION("an old-format lease (no start time) is judged by its pid only") {
+    plant(fmt::format("{} {} {} 00\n", me, host_name(), now));
+    const auto lease = store.acquire_lease(entry.key_hash, 200ms);
+    CHECK_FALSE(lease.owned());
+    CHECK(fs::exists(lease_path));
+  }
+
+  SECTION("after a second of waiting, the waiter says once whom it waits for") {
+    kiln::log::set_level(kiln::log::Level::warn);
+    plant(fmt::format("{} {} {} 00 {} {}\n", me, host_name(), now, start_ticks(::getpid()), boot_id()));
+    StderrCapture capture;
+    const auto lease = store.acquire_lease(entry.key_hash, 1500ms);
+    CHECK_FALSE(lease.owned());
+    const std::string text = capture.text();
+    INFO(text);
+    CHECK(capture.warnings() == 1);
+    CHECK(text.find("process " + me) != std::string::npos);
+    CHECK(text.find(host_name()) != std::string::npos);
+    CHECK(text.find(entry.key_hash.hex()) != std::string::npos);
+    CHECK(text.find(" held ") != std::string::npos);
+  }
+
+  SECTION("an empty lease file past a short grace is stale at once; a fresh one is waited for briefly") {
+    plant("");
+    backdate(lease_path, 10s);
+    auto start = std::chrono::steady_clock::now();
+    auto lease = store.acquire_lease(entry.key_hash, 3s);
+    CHECK(lease.owned());
+    CHECK(seconds_since(start) < 1.0);
+    lease.release();
+
+    plant("");  // its writer may be between create and write
+    const auto brief = store.acquire_lease(entry.key_hash, 100ms);
+    CHECK_FALSE(brief.owned());
+    start = std::chrono::steady_clock::now();
+    const auto later = store.acquire_lease(entry.key_hash, 10s);
+    CHECK(later.owned());
+    CHECK(seconds_since(start) < 4.0);
   }
 }

@@ -439,3 +439,116 @@ TEST_CASE("bad KILN_LOG, manifest options and targets, and a doubled target feat
   CHECK(count_lines(doubled.err) == 1);
   CHECK(doubled.err.find("xnack") != std::string::npos);
 }
+
+// R11 (rest): `KILN_CACHE_DISABLE=1 kiln prewarm` compiled everything, then reported each request failed.
+TEST_CASE("prewarm without a disk cache (disabled or refused) is refused at once, saying why, in one line") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  auto with = [&](std::map<std::string, std::optional<std::string>> extra) {
+    for (const auto& [name, value] : env) extra.emplace(name, value);
+    return extra;
+  };
+  const std::vector<std::string> args = {"prewarm", "--builtin", "saxpy", "--target", "sm_90", "--target", "gfx90a"};
+  const Run disabled = run_kiln_exact(args, with({{"KILN_CACHE_DISABLE", "1"}}), dir.path(), false, 120);
+  INFO(disabled.describe());
+  CHECK(disabled.rc == 2);
+  CHECK(count_lines(disabled.err) == 1);
+  CHECK(disabled.err.find("KILN_CACHE_DISABLE") != std::string::npos);
+  CHECK(disabled.out.empty());
+
+  fs::create_directories(root);
+  REQUIRE(::chmod(root.c_str(), 0777) == 0);
+  const Run refused = run_kiln_exact(args, env, dir.path(), false, 120);
+  INFO(refused.describe());
+  CHECK(refused.rc == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK(refused.err.find("world-writable") != std::string::npos);
+  CHECK(refused.out.empty());
+  REQUIRE(::chmod(root.c_str(), 0700) == 0);
+}
+
+// R11 (rest): errors found while replaying a manifest's request (an unknown built-in, a target the
+// compiler does not support, an option its compiler cannot spell) named no file and line.
+TEST_CASE("prewarm --manifest: errors found when a request is replayed name the manifest's line") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const auto line = [](const std::string& source, const std::string& options, const std::string& target) {
+    return R"({"v":1,"source":")" + source + R"(","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)" +
+           R"("names":[],"options":[)" + options + R"(],"target":")" + target + R"("})";
+  };
+  const std::string good = line("saxpy.cu", "", "sm_90");
+  struct Case {
+    std::string bad;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {line("no_such_builtin.cu", "", "sm_90"), "no_such_builtin"},
+      {line("saxpy.cu", "", "sm_35"), "sm_35"},
+      {line("saxpy.cu", R"("--max-registers=32")", "gfx90a"), "--max-registers"},
+  };
+  for (const Case& c : cases) {
+    const fs::path manifest = dir / "m.jsonl";
+    std::ofstream(manifest) << good << "\n\n" << c.bad << "\n";
+    // -q: no note that saxpy changed since this (hand-written) manifest was recorded.
+    const Run run = run_kiln_exact({"prewarm", "-q", "--manifest", manifest.string()}, env, dir.path(), false, 120);
+    INFO(c.bad << "\n" << run.describe());
+    CHECK(run.rc == 2);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find("manifest " + manifest.string() + " line 3: ") != std::string::npos);
+    CHECK(run.err.find(c.says) != std::string::npos);
+  }
+}
+
+// Second probe: show and export treated an entry the engine refuses (world-writable, or in a
+// world-writable shard) as fine (exit 0), and export copied it, or a whole refused cache, into a pack,
+// which every machine that mounts it trusts.
+TEST_CASE("show and export report entries the engine refuses; export carries none of them, nor a refused cache") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::vector<fs::path> entries = fill_cache(root, 3);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const auto key_of = [](const fs::path& entry) {
+    return entry.parent_path().filename().string() + entry.stem().string();
+  };
+  REQUIRE(::chmod(entries[0].c_str(), 0666) == 0);
+  const Run show = run_kiln_exact({"cache", "show", key_of(entries[0])}, env, dir.path());
+  INFO(show.describe());
+  CHECK(show.rc == 1);
+  CHECK(show.out.find("REFUSED") != std::string::npos);
+  CHECK(show.out.find("world-writable") != std::string::npos);
+  const Run show_json = run_kiln_exact({"cache", "show", key_of(entries[0]), "--json"}, env, dir.path());
+  INFO(show_json.describe());
+  CHECK(show_json.rc == 1);
+  CHECK_THAT(show_json.parsed().at("refused").get<std::string>(), Catch::Contains("world-writable"));
+  const Run fine = run_kiln_exact({"cache", "show", key_of(entries[1])}, env, dir.path());
+  INFO(fine.describe());
+  CHECK(fine.rc == 0);
+  CHECK(fine.out.find("REFUSED") == std::string::npos);
+
+  const fs::path pack = dir / "out.kpack";
+  const Run exported = run_kiln_exact({"cache", "export", pack.string()}, env, dir.path());
+  INFO(exported.describe());
+  CHECK(exported.rc == 1);
+  CHECK(exported.out.find("export: 2 entries") != std::string::npos);
+  CHECK(exported.out.find("skipped 1 refused") != std::string::npos);
+  CHECK(exported.err.find(key_of(entries[0])) != std::string::npos);
+  REQUIRE(::chmod(entries[0].c_str(), 0600) == 0);
+
+  // A refused cache root: nothing leaves it.
+  fs::remove(pack);
+  REQUIRE(::chmod(root.c_str(), 0777) == 0);
+  const Run refused = run_kiln_exact({"cache", "export", pack.string()}, env, dir.path());
+  INFO(refused.describe());
+  CHECK(refused.rc == 2);
+  CHECK(refused.err.find("world-writable") != std::string::npos);
+  CHECK_FALSE(fs::exists(pack));
+  const Run refused_show = run_kiln_exact({"cache", "show", key_of(entries[1])}, env, dir.path());
+  INFO(refused_show.describe());
+  CHECK(refused_show.rc == 1);
+  CHECK(refused_show.out.find("REFUSED") != std::string::npos);
+  REQUIRE(::chmod(root.c_str(), 0700) == 0);
+}

@@ -193,9 +193,16 @@ class Engine {
   [[nodiscard]] Kernel kernel(const Source& source, std::string_view name);
 
   /// Compiles into the cache for a named target ("sm_90", "gfx90a", "native") without loading.
-  /// Needs no GPU for named targets. Throws CompileError, ConfigError, DeviceUnavailable.
+  /// Needs no GPU for named targets. Throws CompileError, ConfigError, DeviceUnavailable. A name in
+  /// `name_expressions` whose symbol is not a kernel of the binary is a ConfigError naming the kernels
+  /// it has (the entry stays cached: it is a correct binary for its key).
   PrewarmResult prewarm(const Source& source, const Options& options,
                         const std::vector<std::string>& name_expressions, std::string_view target);
+  /// The same, and each of `kernels` (plain names that kernel(source, name) will look up by symbol;
+  /// they are not part of the program's key) must be a kernel of the binary too.
+  PrewarmResult prewarm(const Source& source, const Options& options,
+                        const std::vector<std::string>& name_expressions, std::string_view target,
+                        const std::vector<std::string>& kernels);
 
   /// Compiles (or finds) the binary for a target ("sm_90", "compute_90", "gfx90a", or "native" for the
   /// default device) and returns it without loading it. Needs no GPU for a named target. Looks in this

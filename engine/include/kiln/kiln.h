@@ -347,8 +347,9 @@ KILN_API void kiln_prewarm_result_init(kiln_prewarm_result* result);
  *  "native" for the engine's device) without loading it. Needs no GPU for a named target; the vendor
  *  follows from the target (sm_/compute_: CUDA; gfx: HIP). `result` may be NULL.
  *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL pointers, result->size too small), CONFIG (unknown
- *  target, bad option), COMPILE (log: kiln_last_compile_log), DEVICE_UNAVAILABLE (no compiler for the
- *  target's vendor; "native" without a device). */
+ *  target, bad option, a name whose symbol is not a kernel of the binary: the message lists the kernels
+ *  it has; the binary stays cached), COMPILE (log: kiln_last_compile_log), DEVICE_UNAVAILABLE (no
+ *  compiler for the target's vendor; "native" without a device). */
 KILN_API kiln_status kiln_prewarm(kiln_engine engine, kiln_source source, const char* const* options,
                                   size_t option_count, const char* const* name_expressions, size_t name_count,
                                   const char* target, kiln_prewarm_result* result);

@@ -1,9 +1,16 @@
 #pragma once
 // The cross-process compile lease of the local store: one file per key, lock/<32 hex>.lease, created
-// with O_EXCL and holding "pid host unix-time nonce\n". The process that creates it compiles the key;
-// the others wait for the entry to appear (then read it) or for the lease to go away. A lease whose
-// owner is dead (same host), that is older than kLeaseStaleAge, or that stays unreadable for a few
-// seconds is broken by the next waiter, so a crashed compiler never blocks the key for long.
+// with O_EXCL and holding "pid host unix-time nonce start-ticks boot-id\n" (start-ticks: field 22 of
+// /proc/<pid>/stat; boot-id: /proc/sys/kernel/random/boot_id; "-" when unknown). The process that
+// creates it compiles the key; the others wait for the entry to appear (then read it) or for the lease
+// to go away. A lease is broken by the next waiter when it is stale:
+//   - older than kLeaseStaleAge, whoever holds it;
+//   - on this host, when its pid is dead, or alive but started at another time (the pid was reused: a
+//     container restarted under the same hostname), or the lease is from an earlier boot;
+//   - empty or unreadable for more than a short grace (its writer died between create and write, or
+//     the disk was full).
+// A lease of the older four-field format is judged by its pid alone. A waiter still waiting after a
+// second says once (KILN_LOG warn) whom it waits for, so a long wait is never silent.
 #include <chrono>
 #include <filesystem>
 #include <string>

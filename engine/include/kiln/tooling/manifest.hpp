@@ -12,6 +12,7 @@
 // Built-in sources are found again by name; runtime sources carry their text and their user headers.
 // Text that is not valid UTF-8 is stored as base64 ("text_base64") so every byte survives.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -80,7 +81,9 @@ class ManifestRecorder {
 /// Reads every record of a manifest, in file order. Throws kiln::ConfigError
 /// "manifest FILE line N: why" for a malformed line (a target or options the engine would refuse
 /// included), "manifest FILE: why" for a file that cannot be read, is not a regular file or is over
-/// kMaxManifestBytes.
-[[nodiscard]] std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path);
+/// kMaxManifestBytes. `line_numbers`, when given, receives each record's line number (from 1), so
+/// errors found later, when a record is replayed, can name its line too.
+[[nodiscard]] std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path,
+                                                        std::vector<std::size_t>* line_numbers = nullptr);
 
 }  // namespace kiln::detail
