@@ -21,6 +21,7 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -164,7 +165,13 @@ struct KernelObject {
   kiln::Kernel kernel;
 };
 
-enum class Kind : std::uint64_t { engine = 1, source = 2, program = 3, kernel = 4 };
+/// Belongs to no engine: a CompiledBinary owns its bytes, so the handle survives kiln_engine_destroy.
+struct BinaryObject {
+  kiln::CompiledBinary binary;
+  std::string key_hex;
+};
+
+enum class Kind : std::uint64_t { engine = 1, source = 2, program = 3, kernel = 4, binary = 5 };
 constexpr unsigned kKindBits = 3;
 constexpr std::uint64_t kKindMask = (1u << kKindBits) - 1;
 
@@ -178,6 +185,8 @@ constexpr const char* kind_name(std::uint64_t kind) noexcept {
       return "program";
     case 4:
       return "kernel";
+    case 5:
+      return "binary";
     default:
       return "unknown";
   }
@@ -200,6 +209,10 @@ struct KindOf<ProgramObject> {
 template <>
 struct KindOf<KernelObject> {
   static constexpr Kind value = Kind::kernel;
+};
+template <>
+struct KindOf<BinaryObject> {
+  static constexpr Kind value = Kind::binary;
 };
 
 /// Every live object, by id. One lock for all tables: lookups take it shared.
@@ -281,7 +294,7 @@ class Registry {
     const std::uint64_t kind = handle & kKindMask;
     const std::uint64_t id = handle >> kKindBits;
     if (kind != static_cast<std::uint64_t>(KindOf<T>::value)) {
-      const bool known = kind >= 1 && kind <= 4;
+      const bool known = kind >= 1 && kind <= 5;
       char text[160];
       std::snprintf(text, sizeof text, "handle 0x%llx is %s%s, not a handle of kind %s",
                     static_cast<unsigned long long>(handle), known ? "a handle of kind " : "not a kiln handle",
@@ -315,8 +328,10 @@ class Registry {
       return m_sources;
     else if constexpr (std::is_same_v<T, ProgramObject>)
       return m_programs;
-    else
+    else if constexpr (std::is_same_v<T, KernelObject>)
       return m_kernels;
+    else
+      return m_binaries;
   }
   template <typename T>
   const auto& table() const {
@@ -329,6 +344,7 @@ class Registry {
   std::unordered_map<std::uint64_t, std::shared_ptr<SourceObject>> m_sources;
   std::unordered_map<std::uint64_t, std::shared_ptr<ProgramObject>> m_programs;
   std::unordered_map<std::uint64_t, std::shared_ptr<KernelObject>> m_kernels;
+  std::unordered_map<std::uint64_t, std::shared_ptr<BinaryObject>> m_binaries;
 };
 
 /// Never destroyed: handles may be used (and report errors) during static destruction.
@@ -369,6 +385,10 @@ kiln_origin to_c(kiln::Origin origin) noexcept {
       return KILN_ORIGIN_DISK;
     case kiln::Origin::compiled:
       return KILN_ORIGIN_COMPILED;
+    case kiln::Origin::pack:
+      return KILN_ORIGIN_PACK;
+    case kiln::Origin::remote:
+      return KILN_ORIGIN_REMOTE;
   }
   return KILN_ORIGIN_COMPILED;
 }
@@ -850,6 +870,103 @@ kiln_status kiln_prewarm(kiln_engine engine, kiln_source source, const char* con
     result->seconds = outcome.seconds;
     result->binary_bytes = outcome.binary_bytes;
     result->stored = outcome.stored ? 1 : 0;
+  });
+}
+
+// --- compile only ---
+
+kiln_status kiln_compile(kiln_engine engine, kiln_source source, const char* const* options, size_t option_count,
+                         const char* const* name_expressions, size_t name_count, const char* target,
+                         kiln_binary* binary) {
+  return guarded(__func__, [&] {
+    auto engine_object = registry().get<EngineObject>(handle_value(engine));
+    auto source_object = registry().get<SourceObject>(handle_value(source));
+    require(binary, "binary");
+    const kiln::Options parsed(string_array(options, option_count, "options"));
+    const auto names = string_array(name_expressions, name_count, "name_expressions");
+    auto object = std::make_shared<BinaryObject>();
+    object->binary = engine_object->engine.compile(source_object->source, parsed, names,
+                                                   target != nullptr ? std::string_view(target) : "native");
+    object->key_hex = object->binary.key().hex();
+    *binary = make_handle<kiln_binary>(registry().add(std::move(object)));
+  });
+}
+
+kiln_status kiln_binary_destroy(kiln_binary binary) {
+  return guarded(__func__, [&] { registry().remove<BinaryObject>(handle_value(binary)); });
+}
+
+void kiln_binary_info_init(kiln_binary_info* info) {
+  if (info == nullptr) return;
+  std::memset(info, 0, sizeof *info);
+  info->size = sizeof *info;
+}
+
+kiln_status kiln_binary_get_info(kiln_binary binary, kiln_binary_info* info) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BinaryObject>(handle_value(binary));
+    require_struct(info, "info");
+    const kiln::CompiledBinary& b = object->binary;
+    const std::span<const std::byte> bytes = b.bytes();
+    info->data = bytes.data();  // owned by the binary's state, which the handle keeps
+    info->data_size = bytes.size();
+    switch (b.kind()) {
+      case kiln::BinaryKind::cubin:
+        info->kind = KILN_BINARY_CUBIN;
+        break;
+      case kiln::BinaryKind::ptx:
+        info->kind = KILN_BINARY_PTX;
+        break;
+      case kiln::BinaryKind::amd_code_object:
+        info->kind = KILN_BINARY_AMD_CODE_OBJECT;
+        break;
+    }
+    copy_string(info->target, b.target());
+    copy_string(info->key, object->key_hex);
+    info->origin = to_c(b.origin());
+    info->name_count = b.lowered_names().size();
+    info->seconds = b.seconds();
+  });
+}
+
+kiln_status kiln_binary_name(kiln_binary binary, size_t index, const char** expression, const char** lowered) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BinaryObject>(handle_value(binary));
+    const auto& names = object->binary.lowered_names();
+    if (index >= names.size()) {
+      invalid_argument("index " + std::to_string(index) + " is out of range (the binary has " +
+                       std::to_string(names.size()) + " name expressions)");
+    }
+    // Owned by the binary's state, which the handle keeps.
+    if (expression != nullptr) *expression = names[index].first.c_str();
+    if (lowered != nullptr) *lowered = names[index].second.c_str();
+  });
+}
+
+kiln_status kiln_binary_lowered_name(kiln_binary binary, const char* expression, const char** lowered) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BinaryObject>(handle_value(binary));
+    require(expression, "expression");
+    require(lowered, "lowered");
+    const std::string* found = object->binary.lowered_name(expression);
+    if (found == nullptr) {
+      std::string known;
+      for (const auto& [name, symbol] : object->binary.lowered_names()) {
+        if (!known.empty()) known += ", ";
+        known += "'" + name + "'";
+      }
+      invalid_argument("'" + std::string(expression) + "' is not a name expression of this binary's request (it has " +
+                       (known.empty() ? std::string("none") : known) + ")");
+    }
+    *lowered = found->c_str();
+  });
+}
+
+kiln_status kiln_binary_log(kiln_binary binary, const char** log) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BinaryObject>(handle_value(binary));
+    require(log, "log");
+    *log = object->binary.log().c_str();
   });
 }
 

@@ -389,7 +389,8 @@ std::filesystem::path EngineCore::compiler_library(Vendor v) {
                                 to_string(v)));
 }
 
-std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler) {
+std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler,
+                                                        std::string& log) {
   const auto start = std::chrono::steady_clock::now();
   vendor::CompileInput input{r.source.name(), r.source.text(), r.source.headers(), r.names, r.flags, r.target.full};
   if (r.includes) {
@@ -430,6 +431,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   entry->names = std::move(output.lowered);
   entry->payload = std::move(output.binary);
   entry->aux = std::move(output.ptx);
+  log = std::move(output.log);
   return entry;
 }
 
@@ -441,8 +443,8 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   std::variant<cache::Found, cache::Reservation> looked_up =
       m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
   if (auto* found = std::get_if<cache::Found>(&looked_up)) {
-    // The public Origin does not tell the local disk from a pack or the remote yet: all are `disk`.
-    return {std::move(found->entry), Origin::disk, seconds(), found->stored};
+    // Every tier's hit is `disk` here; `tier` keeps which one (Engine::compile reports it).
+    return {std::move(found->entry), Origin::disk, seconds(), found->stored, found->origin, {}};
   }
   // Destroyed without put() (the compiler cannot be loaded, the compile throws, the request is re-keyed),
   // the reservation tells every tier the compile will not come and releases the lease.
@@ -458,9 +460,10 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
-  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref);
+  std::string log;
+  std::shared_ptr<const cache::Entry> entry = compile(r, compiler_ref, log);
   const bool stored = reservation.put(*entry);
-  return {entry, Origin::compiled, seconds(), stored};
+  return {entry, Origin::compiled, seconds(), stored, cache::HitOrigin::local, std::move(log)};
 }
 
 KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
@@ -470,7 +473,8 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   if (!bypass_cache) {
     const auto start = std::chrono::steady_clock::now();
     if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
-      return {entry, Origin::disk, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), false};
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return {entry, Origin::disk, elapsed, false, cache::HitOrigin::local, {}};
     }
   }
   // Single flight: the first thread for a key does the work; the others wait for its result.
@@ -488,7 +492,10 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
     flight->done_signal.wait(lock, [&] { return flight->done; });
     if (flight->error) std::rethrow_exception(flight->error);
     Obtained shared = flight->result;
-    if (shared.origin == Origin::compiled) shared.origin = Origin::memory;  // this thread compiled nothing
+    if (shared.origin == Origin::compiled) {
+      shared.origin = Origin::memory;  // this thread compiled nothing
+      shared.log.clear();              // the compile's log belongs to the thread that compiled
+    }
     return shared;
   }
   Obtained result;
@@ -614,6 +621,58 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
   return result;
 }
 
+CompiledBinary EngineCore::compile(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                   std::string_view target) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const std::string joined = join(names, '\n');
+  const std::uint64_t key =
+      memory_key(source.content_hash(), options, joined, 0) ^ (fnv1a64(target) * 0x94d049bb133111ebULL);
+  const auto same_request = [&](const BinarySlot& slot) {
+    return slot.source == source.content_hash() && slot.target == target && slot.names == joined &&
+           slot.options == options.canonical();
+  };
+  std::shared_ptr<const BinaryState> remembered;
+  {
+    const std::lock_guard lock(m_binaries_mutex);
+    auto it = m_binaries.find(key);
+    if (it != m_binaries.end() && same_request(it->second)) remembered = it->second.binary;
+  }
+  if (remembered) {
+    m_counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    auto hit = std::make_shared<BinaryState>(*remembered);
+    hit->origin = Origin::memory;
+    hit->log.clear();
+    hit->seconds = seconds();
+    return CompiledBinary(std::move(hit));
+  }
+
+  const auto [resolved, warp_size] = resolve_target(target);
+  Request r = make_request(source, options, names, resolved, warp_size);
+  record(source, options, r.names, resolved);
+  Obtained obtained = obtain(r, false);
+  auto state = std::make_shared<BinaryState>();
+  state->entry = obtained.entry;
+  for (const cache::LoweredName& n : obtained.entry->names) state->names.emplace_back(n.expression, n.lowered);
+  std::sort(state->names.begin(), state->names.end());
+  state->origin = obtained.origin;
+  if (obtained.origin == Origin::disk && obtained.tier == cache::HitOrigin::pack) state->origin = Origin::pack;
+  if (obtained.origin == Origin::disk && obtained.tier == cache::HitOrigin::remote) state->origin = Origin::remote;
+  state->log = std::move(obtained.log);
+  state->seconds = seconds();
+  {
+    const std::lock_guard lock(m_binaries_mutex);
+    if (m_binaries.size() >= kBinarySlots && m_binaries.find(key) == m_binaries.end()) {
+      m_binaries.erase(std::min_element(m_binaries.begin(), m_binaries.end(), [](const auto& a, const auto& b) {
+        return a.second.sequence < b.second.sequence;
+      }));
+    }
+    m_binaries.insert_or_assign(key, BinarySlot{source.content_hash(), options.canonical(), joined, std::string(target),
+                                                m_binary_sequence++, state});
+  }
+  return CompiledBinary(std::move(state));
+}
+
 std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& source, const Options& options,
                                                                 const std::vector<std::string>& names,
                                                                 std::string_view target) {
@@ -683,6 +742,10 @@ KILN_HOT Kernel Engine::kernel(const Source& source, std::string_view name) {
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target) {
   return m_core->prewarm(source, options, names, target);
+}
+CompiledBinary Engine::compile(const Source& source, const Options& options, const std::vector<std::string>& names,
+                               std::string_view target) {
+  return m_core->compile(source, options, names, target);
 }
 std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
                                                             const std::vector<std::string>& names,

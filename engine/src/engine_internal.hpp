@@ -53,12 +53,26 @@ struct KernelState {
   mutable std::atomic<void*> checked_stream{nullptr};                   ///< last stream verified to match
 };
 
+/// A CompiledBinary's state: one per compile() result. A memory-tier hit copies the first result's
+/// state with origin memory and no log; the copies share the entry, so the bytes are never copied.
+struct BinaryState {
+  std::shared_ptr<const cache::Entry> entry;
+  std::vector<std::pair<std::string, std::string>> names;  ///< expression -> lowered, sorted
+  Origin origin = Origin::compiled;
+  double seconds = 0;
+  std::string log;
+};
+
 /// A compiled (or found) binary and how it was obtained.
 struct Obtained {
   std::shared_ptr<const cache::Entry> entry;
+  /// memory (another thread's compile in this process), disk (found in any tier) or compiled. A pack or
+  /// remote hit is `disk` here, as Program and PrewarmResult report it; `tier` tells which it was.
   Origin origin = Origin::compiled;
   double seconds = 0;
   bool stored = false;
+  cache::HitOrigin tier = cache::HitOrigin::local;  ///< where a disk hit was found
+  std::string log;  ///< the compiler's log when origin is compiled (warnings; often empty), else empty
 };
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {
@@ -72,6 +86,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
   PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                         std::string_view target);
+  CompiledBinary compile(const Source& source, const Options& options, const std::vector<std::string>& names,
+                         std::string_view target);
   std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
                                                       const std::vector<std::string>& names, std::string_view target);
 
@@ -113,7 +129,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   static void make_key(Request& request, const std::string& compiler_identity);
-  std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler);
+  /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
+  std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
+                                              std::string& log);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
   void record(const Source& source, const Options& options, const std::vector<std::string>& names,
               const std::string& target);
@@ -148,6 +166,22 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::shared_mutex m_memory_mutex;
   std::unordered_map<std::uint64_t, ProgramSlot> m_programs;
   std::unordered_map<std::uint64_t, KernelSlot> m_kernels;
+
+  // compile()'s memory tier: request -> the first result of that request. Keyed like m_programs, with
+  // the target as requested in place of the device; the slot keeps and compares its inputs. Bounded: at
+  // most kBinarySlots binaries are kept, and the oldest slot makes room for a new one.
+  static constexpr std::size_t kBinarySlots = 256;
+  struct BinarySlot {
+    cache::Hash128 source;
+    std::string options;
+    std::string names;
+    std::string target;
+    std::uint64_t sequence;  ///< insertion order, for eviction
+    std::shared_ptr<const BinaryState> binary;
+  };
+  std::mutex m_binaries_mutex;
+  std::unordered_map<std::uint64_t, BinarySlot> m_binaries;
+  std::uint64_t m_binary_sequence = 0;  ///< guarded by m_binaries_mutex
 
   // Single flight: one compile per key in this process.
   std::mutex m_flights_mutex;

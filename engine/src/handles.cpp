@@ -72,6 +72,36 @@ const std::string& Program::target() const { return checked(m_state).entry->targ
 int Program::device() const { return checked(m_state).device; }
 Origin Program::origin() const { return checked(m_state).origin; }
 
+// ---- CompiledBinary ----------------------------------------------------------------------------------
+
+static_assert(static_cast<int>(BinaryKind::cubin) == static_cast<int>(PayloadKind::cubin));
+static_assert(static_cast<int>(BinaryKind::ptx) == static_cast<int>(PayloadKind::ptx));
+static_assert(static_cast<int>(BinaryKind::amd_code_object) == static_cast<int>(PayloadKind::amdgpu_code_object));
+
+namespace {
+const detail::BinaryState& checked(const std::shared_ptr<const detail::BinaryState>& state) {
+  if (!state) throw Error("empty CompiledBinary (default-constructed)");
+  return *state;
+}
+}  // namespace
+
+std::span<const std::byte> CompiledBinary::bytes() const { return checked(m_state).entry->payload; }
+BinaryKind CompiledBinary::kind() const { return static_cast<BinaryKind>(checked(m_state).entry->payload_kind); }
+const std::string& CompiledBinary::target() const { return checked(m_state).entry->target; }
+const cache::Hash128& CompiledBinary::key() const { return checked(m_state).entry->key_hash; }
+Origin CompiledBinary::origin() const { return checked(m_state).origin; }
+const std::vector<std::pair<std::string, std::string>>& CompiledBinary::lowered_names() const {
+  return checked(m_state).names;
+}
+const std::string* CompiledBinary::lowered_name(std::string_view expression) const {
+  const auto& names = checked(m_state).names;
+  const auto it = std::lower_bound(names.begin(), names.end(), expression,
+                                   [](const auto& item, std::string_view wanted) { return item.first < wanted; });
+  return it != names.end() && it->first == expression ? &it->second : nullptr;
+}
+const std::string& CompiledBinary::log() const { return checked(m_state).log; }
+double CompiledBinary::seconds() const { return checked(m_state).seconds; }
+
 // ---- Kernel ------------------------------------------------------------------------------------------
 
 namespace {

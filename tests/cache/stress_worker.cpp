@@ -48,6 +48,10 @@ const char* origin_name(kiln::Origin origin) {
       return "disk";
     case kiln::Origin::compiled:
       return "compiled";
+    case kiln::Origin::pack:
+      return "pack";
+    case kiln::Origin::remote:
+      return "remote";
   }
   return "?";
 }

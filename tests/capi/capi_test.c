@@ -1,6 +1,7 @@
 /* The C API from C11, using only kiln.h: engine, sources, prewarm (the compile path, no GPU needed),
- * kernel get, errors (null/foreign/destroyed handles, unknown built-in, bad option, empty source,
- * compile errors with their log), statistics, thread-local errors. The GPU part (launch, argument
+ * compile-only binaries (kiln_compile: CUBIN, PTX, AMD code object), kernel get, errors
+ * (null/foreign/destroyed handles, unknown built-in, bad option, empty source, compile errors with
+ * their log), statistics, thread-local errors. The GPU part (launch, argument
  * checks, buffers, streams, use of a kernel of a destroyed engine) runs only when a device exists.
  *
  * Needs NVRTC for the compile checks; without it they are reported as skipped and the rest still
@@ -319,6 +320,211 @@ static int test_prewarm(kiln_engine engine) {
   return 1;
 }
 
+/* Whether `size` bytes at `data` contain `needle` (PTX text is not NUL-terminated). */
+static int contains(const void* data, size_t size, const char* needle) {
+  const size_t n = strlen(needle);
+  const char* bytes = (const char*)data;
+  for (size_t i = 0; i + n <= size; ++i) {
+    if (memcmp(bytes + i, needle, n) == 0) return 1;
+  }
+  return 0;
+}
+
+static kiln_binary_info binary_info(kiln_binary binary) {
+  kiln_binary_info info;
+  kiln_binary_info_init(&info);
+  EXPECT_STATUS(kiln_binary_get_info(binary, &info), KILN_OK, NULL);
+  return info;
+}
+
+/* kiln_compile: the binary itself for a named target, no device needed. Runs after test_prewarm (NVRTC
+ * is there) on an engine over `cache_dir`. */
+static void test_compile(kiln_engine engine, const char* cache_dir, int devices) {
+  printf("compile only (kiln_compile)\n");
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_saxpy.cu", kSaxpy, kHeaders, 1, &source), KILN_OK, NULL);
+  const char* options[] = {"-DCAPI_COMPILE_ONLY=1"};
+
+  /* A new request: compiled, a CUBIN (an ELF), stored under the key prewarm gives the same request. */
+  kiln_stats before, after;
+  kiln_stats_init(&before);
+  kiln_stats_init(&after);
+  EXPECT_STATUS(kiln_engine_stats(engine, &before), KILN_OK, NULL);
+  kiln_binary binary = NULL;
+  EXPECT_STATUS(kiln_compile(engine, source, options, 1, NULL, 0, "sm_90", &binary), KILN_OK, NULL);
+  if (binary == NULL) return;
+  kiln_binary_info info = binary_info(binary);
+  CHECK(info.kind == KILN_BINARY_CUBIN);
+  CHECK(info.origin == KILN_ORIGIN_COMPILED);
+  CHECK(info.data != NULL && info.data_size > 64);
+  CHECK(info.data != NULL && memcmp(info.data, "\177ELF", 4) == 0);
+  CHECK(strcmp(info.target, "sm_90") == 0);
+  CHECK(is_hex32(info.key));
+  CHECK(info.name_count == 0);
+  CHECK(info.seconds > 0);
+  printf("  compiled: CUBIN of %zu bytes for %s, key %s, %.3f s\n", info.data_size, info.target, info.key,
+         info.seconds);
+  const char* log = NULL;
+  EXPECT_STATUS(kiln_binary_log(binary, &log), KILN_OK, NULL);
+  CHECK(log != NULL);
+  kiln_prewarm_result prewarmed;
+  kiln_prewarm_result_init(&prewarmed);
+  EXPECT_STATUS(kiln_prewarm(engine, source, options, 1, NULL, 0, "sm_90", &prewarmed), KILN_OK, NULL);
+  CHECK(prewarmed.origin == KILN_ORIGIN_DISK);
+  CHECK(strcmp(prewarmed.key, info.key) == 0);
+  CHECK(prewarmed.binary_bytes == info.data_size);
+
+  /* The same request again: this engine's memory, the same bytes, no compile, no log. */
+  kiln_binary again = NULL;
+  EXPECT_STATUS(kiln_compile(engine, source, options, 1, NULL, 0, "sm_90", &again), KILN_OK, NULL);
+  const kiln_binary_info again_info = binary_info(again);
+  CHECK(again_info.origin == KILN_ORIGIN_MEMORY);
+  CHECK(again_info.data == info.data);
+  CHECK(again_info.data_size == info.data_size);
+  CHECK(strcmp(again_info.key, info.key) == 0);
+  EXPECT_STATUS(kiln_binary_log(again, &log), KILN_OK, NULL);
+  CHECK(log != NULL && log[0] == '\0');
+  EXPECT_STATUS(kiln_engine_stats(engine, &after), KILN_OK, NULL);
+  CHECK(after.compiles == before.compiles + 1);
+  CHECK(after.memory_hits == before.memory_hits + 1);
+
+  /* What prewarm stored earlier (no options): a disk hit with prewarm's key. */
+  kiln_prewarm_result_init(&prewarmed);
+  EXPECT_STATUS(kiln_prewarm(engine, source, NULL, 0, NULL, 0, "sm_90", &prewarmed), KILN_OK, NULL);
+  kiln_binary cached = NULL;
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "sm_90", &cached), KILN_OK, NULL);
+  info = binary_info(cached);
+  CHECK(info.origin == KILN_ORIGIN_DISK);
+  CHECK(strcmp(info.key, prewarmed.key) == 0);
+  EXPECT_STATUS(kiln_binary_log(cached, &log), KILN_OK, NULL);
+  CHECK(log != NULL && log[0] == '\0');
+  EXPECT_STATUS(kiln_binary_destroy(cached), KILN_OK, NULL);
+
+  /* A fresh engine over the same cache: a disk hit, not memory. It outlives its engine. */
+  kiln_engine_config config;
+  kiln_engine_config_init(&config);
+  config.cache_dir = cache_dir;
+  kiln_engine fresh = NULL;
+  EXPECT_STATUS(kiln_engine_create(&config, &fresh), KILN_OK, NULL);
+  kiln_binary from_disk = NULL;
+  const char* names[] = {"capi_scale<float>", "capi_scale<double>"};
+  EXPECT_STATUS(kiln_compile(fresh, source, options, 1, NULL, 0, "sm_90", &from_disk), KILN_OK, NULL);
+  info = binary_info(from_disk);
+  CHECK(info.origin == KILN_ORIGIN_DISK);
+  CHECK(strcmp(info.key, again_info.key) == 0);
+  CHECK(info.data != again_info.data); /* read again from disk: another copy */
+  kiln_binary templated = NULL;
+  EXPECT_STATUS(kiln_compile(fresh, source, NULL, 0, names, 2, "sm_90", &templated), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_engine_destroy(fresh), KILN_OK, NULL);
+  info = binary_info(from_disk);
+  CHECK(info.data != NULL && memcmp(info.data, "\177ELF", 4) == 0);
+  CHECK(info.data_size == again_info.data_size);
+  EXPECT_STATUS(kiln_binary_destroy(from_disk), KILN_OK, NULL);
+
+  /* Name expressions: sorted by expression, each with its lowered (mangled) symbol. */
+  info = binary_info(templated);
+  CHECK(info.origin == KILN_ORIGIN_COMPILED);
+  CHECK(info.name_count == 2);
+  const char* expression = NULL;
+  const char* lowered = NULL;
+  EXPECT_STATUS(kiln_binary_name(templated, 0, &expression, &lowered), KILN_OK, NULL);
+  CHECK(expression != NULL && strcmp(expression, "capi_scale<double>") == 0);
+  CHECK(lowered != NULL && strncmp(lowered, "_Z", 2) == 0);
+  const char* double_symbol = lowered;
+  EXPECT_STATUS(kiln_binary_name(templated, 1, &expression, NULL), KILN_OK, NULL);
+  CHECK(expression != NULL && strcmp(expression, "capi_scale<float>") == 0);
+  EXPECT_STATUS(kiln_binary_lowered_name(templated, "capi_scale<float>", &lowered), KILN_OK, NULL);
+  CHECK(lowered != NULL && strncmp(lowered, "_Z", 2) == 0 && strcmp(lowered, double_symbol) != 0);
+  CHECK(info.data != NULL && contains(info.data, info.data_size, lowered)); /* the symbol is in the ELF */
+  printf("  capi_scale<float> -> %s\n", lowered);
+  EXPECT_STATUS(kiln_binary_name(templated, 2, &expression, &lowered), KILN_ERROR_INVALID_ARGUMENT, "out of range");
+  EXPECT_STATUS(kiln_binary_lowered_name(templated, "capi_scale<int>", &lowered), KILN_ERROR_INVALID_ARGUMENT,
+                "capi_scale<float>");
+  EXPECT_STATUS(kiln_binary_lowered_name(templated, NULL, &lowered), KILN_ERROR_INVALID_ARGUMENT, "expression");
+  EXPECT_STATUS(kiln_binary_lowered_name(templated, "capi_scale<float>", NULL), KILN_ERROR_INVALID_ARGUMENT, "lowered");
+  EXPECT_STATUS(kiln_binary_destroy(templated), KILN_OK, NULL);
+
+  /* PTX for a compute_XX target. */
+  kiln_binary ptx = NULL;
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "compute_90", &ptx), KILN_OK, NULL);
+  if (ptx != NULL) {
+    info = binary_info(ptx);
+    CHECK(info.kind == KILN_BINARY_PTX);
+    CHECK(strcmp(info.target, "compute_90") == 0);
+    CHECK(info.data != NULL && contains(info.data, info.data_size, ".entry capi_saxpy"));
+    printf("  PTX of %zu bytes for %s\n", info.data_size, info.target);
+    EXPECT_STATUS(kiln_binary_destroy(ptx), KILN_OK, NULL);
+  }
+
+  /* An AMD code object through HIPRTC (skipped without it). */
+  kiln_binary amd = NULL;
+  const kiln_status amd_status = kiln_compile(engine, source, NULL, 0, NULL, 0, "gfx90a", &amd);
+  if (amd_status == KILN_ERROR_DEVICE_UNAVAILABLE) {
+    printf("  SKIPPED (gfx90a): no HIP compiler: %s\n", kiln_last_error());
+  } else {
+    EXPECT_STATUS(amd_status, KILN_OK, NULL);
+    if (amd != NULL) {
+      info = binary_info(amd);
+      CHECK(info.kind == KILN_BINARY_AMD_CODE_OBJECT);
+      CHECK(strncmp(info.target, "gfx90a", 6) == 0);
+      CHECK(info.data != NULL && info.data_size > 4 && memcmp(info.data, "\177ELF", 4) == 0);
+      printf("  AMD code object of %zu bytes for %s\n", info.data_size, info.target);
+      EXPECT_STATUS(kiln_binary_destroy(amd), KILN_OK, NULL);
+    }
+  }
+
+  /* Errors. */
+  kiln_binary none = NULL;
+  kiln_source broken = NULL;
+  EXPECT_STATUS(kiln_source_from_text(
+                    "capi_broken.cu",
+                    "#include <kiln/rtc.h>\nKILN_KERNEL void broken(float* x) { x[0] = compile_only_undeclared; }\n",
+                    NULL, 0, &broken),
+                KILN_OK, NULL);
+  EXPECT_STATUS(kiln_compile(engine, broken, NULL, 0, NULL, 0, "sm_90", &none), KILN_ERROR_COMPILE, NULL);
+  CHECK(strstr(kiln_last_compile_log(), "compile_only_undeclared") != NULL);
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "sm_1", &none), KILN_ERROR_CONFIG, "sm_1");
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "vax11", &none), KILN_ERROR_CONFIG, "vax11");
+  const char* bad_options[] = {"--no-such-option"};
+  EXPECT_STATUS(kiln_compile(engine, source, bad_options, 1, NULL, 0, "sm_90", &none), KILN_ERROR_CONFIG,
+                "--no-such-option");
+  const char* null_name[] = {NULL};
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, null_name, 1, "sm_90", &none), KILN_ERROR_INVALID_ARGUMENT,
+                "name_expressions[0]");
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 2, NULL, 0, "sm_90", &none), KILN_ERROR_INVALID_ARGUMENT, "options");
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "sm_90", NULL), KILN_ERROR_INVALID_ARGUMENT, "binary");
+  EXPECT_STATUS(kiln_compile(NULL, source, NULL, 0, NULL, 0, "sm_90", &none), KILN_ERROR_INVALID_HANDLE, "engine");
+  EXPECT_STATUS(kiln_compile(engine, NULL, NULL, 0, NULL, 0, "sm_90", &none), KILN_ERROR_INVALID_HANDLE, "source");
+  if (devices == 0) {
+    EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, NULL, &none), KILN_ERROR_DEVICE_UNAVAILABLE, NULL);
+    EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "native", &none), KILN_ERROR_DEVICE_UNAVAILABLE, NULL);
+  }
+  CHECK(none == NULL);
+  kiln_binary_info small;
+  kiln_binary_info_init(&small);
+  small.size = sizeof(size_t);
+  EXPECT_STATUS(kiln_binary_get_info(binary, &small), KILN_ERROR_INVALID_ARGUMENT, "size");
+  EXPECT_STATUS(kiln_binary_get_info(binary, NULL), KILN_ERROR_INVALID_ARGUMENT, "info");
+  EXPECT_STATUS(kiln_binary_log(binary, NULL), KILN_ERROR_INVALID_ARGUMENT, "log");
+  kiln_binary_info_init(NULL); /* must not crash */
+
+  /* Handles: destroyed twice, of the wrong kind, NULL. */
+  EXPECT_STATUS(kiln_source_destroy((kiln_source)(void*)binary), KILN_ERROR_INVALID_HANDLE, "kind binary");
+  EXPECT_STATUS(kiln_binary_destroy((kiln_binary)(void*)source), KILN_ERROR_INVALID_HANDLE, "kind source");
+  EXPECT_STATUS(kiln_binary_destroy(binary), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_binary_destroy(binary), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_binary_get_info(binary, &info), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_binary_log(binary, &log), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_binary_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
+  /* The other binary of the same request is unaffected. */
+  info = binary_info(again);
+  CHECK(info.data_size == again_info.data_size);
+  EXPECT_STATUS(kiln_binary_destroy(again), KILN_OK, NULL);
+
+  EXPECT_STATUS(kiln_source_destroy(broken), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
 static void test_no_device(kiln_engine engine) {
   printf("kernel get without a device\n");
   kiln_source source = NULL;
@@ -514,6 +720,7 @@ int main(void) {
   CHECK(devices == 0 ? device == -1 : device >= 0);
 
   const int compiled = test_prewarm(engine);
+  if (compiled) test_compile(engine, cache_dir, devices);
   if (devices == 0) {
     test_no_device(engine);
     printf("SKIPPED (GPU part): no GPU device\n");

@@ -15,6 +15,8 @@ const char* origin_name(kiln::Origin origin) {
     case kiln::Origin::memory: return "memory";
     case kiln::Origin::disk: return "disk";
     case kiln::Origin::compiled: return "compiled";
+    case kiln::Origin::pack: return "pack";
+    case kiln::Origin::remote: return "remote";
   }
   return "?";
 }

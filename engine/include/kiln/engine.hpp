@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,7 @@ struct StorageConfig;  // kiln/cache/storage.hpp
 namespace detail {
 struct KernelState;
 struct ProgramState;
+struct BinaryState;
 class EngineCore;
 struct EngineAccess;  // tests/support/engine_access.hpp: test-only
 }  // namespace detail
@@ -89,8 +91,16 @@ class Kernel {
   std::shared_ptr<const detail::KernelState> m_state;
 };
 
-/// Where a program's binary came from.
-enum class Origin : std::uint8_t { memory, disk, compiled };
+/// Where a binary came from. New values are only ever appended (the C API mirrors the numbers).
+/// Program and PrewarmResult report any cache tier's hit as `disk`; only CompiledBinary tells a
+/// mounted pack or the remote tier apart from the local disk cache.
+enum class Origin : std::uint8_t {
+  memory,    ///< this engine's memory (a loaded module, an earlier compile(), another thread's compile)
+  disk,      ///< the local disk cache (Program, PrewarmResult: any cache tier)
+  compiled,  ///< compiled by this call
+  pack,      ///< a mounted pack (EngineConfig::packs); CompiledBinary only
+  remote,    ///< the remote tier (EngineConfig::remote); CompiledBinary only
+};
 
 /// A compiled module (one source + options + name expressions) loaded on one device.
 class Program {
@@ -122,6 +132,47 @@ struct PrewarmResult {
   bool stored = false;               ///< written to the disk tier
 };
 
+/// What a compiled binary is. The values match cache::PayloadKind and the C API's kiln_binary_kind.
+enum class BinaryKind : std::uint8_t {
+  cubin = 1,            ///< an NVIDIA ELF for one sm_XX target
+  ptx = 2,              ///< NVIDIA PTX text (compute_XX targets), JIT-compiled by the driver at load
+  amd_code_object = 3,  ///< an AMDGPU code object (ELF) for one gfx target
+};
+
+/// A binary compiled (or found in a cache) for one target, not loaded anywhere: for runtimes that load
+/// modules themselves (CuPy, Numba, Warp). Immutable and cheap to copy (copies share one state); it
+/// owns its bytes, so it stays valid after its Engine is destroyed.
+class CompiledBinary {
+ public:
+  CompiledBinary() = default;
+
+  /// The binary: a CUBIN, PTX text (not NUL-terminated) or an AMDGPU code object, as kind() says.
+  /// Valid as long as any copy of this CompiledBinary lives.
+  [[nodiscard]] std::span<const std::byte> bytes() const;
+  [[nodiscard]] BinaryKind kind() const;
+  /// The resolved target: "sm_90", "compute_90", "gfx90a:sramecc+:xnack-" ("native" is resolved).
+  [[nodiscard]] const std::string& target() const;
+  /// The cache key (the same as prewarm() and program() give for the same request).
+  [[nodiscard]] const cache::Hash128& key() const;
+  /// memory (an earlier compile() of this request on this engine), disk, pack, remote or compiled.
+  [[nodiscard]] Origin origin() const;
+  /// Each name expression of the request and the symbol it lowered to, sorted by expression.
+  [[nodiscard]] const std::vector<std::pair<std::string, std::string>>& lowered_names() const;
+  /// The symbol of one name expression of the request, or null when it is not one of them.
+  [[nodiscard]] const std::string* lowered_name(std::string_view expression) const;
+  /// The compiler's log of this compile (warnings; often empty). Empty whenever the binary came from a
+  /// cache (origin other than compiled): logs are not cached.
+  [[nodiscard]] const std::string& log() const;
+  /// Time this compile() call took (lookups included).
+  [[nodiscard]] double seconds() const;
+  explicit operator bool() const noexcept { return m_state != nullptr; }
+
+ private:
+  friend class detail::EngineCore;
+  explicit CompiledBinary(std::shared_ptr<const detail::BinaryState> state) : m_state(std::move(state)) {}
+  std::shared_ptr<const detail::BinaryState> m_state;
+};
+
 class Engine {
  public:
   /// From the environment (EngineConfig::from_environment()).
@@ -145,6 +196,14 @@ class Engine {
   /// Needs no GPU for named targets. Throws CompileError, ConfigError, DeviceUnavailable.
   PrewarmResult prewarm(const Source& source, const Options& options,
                         const std::vector<std::string>& name_expressions, std::string_view target);
+
+  /// Compiles (or finds) the binary for a target ("sm_90", "compute_90", "gfx90a", or "native" for the
+  /// default device) and returns it without loading it. Needs no GPU for a named target. Looks in this
+  /// engine's memory first (the same request compiled earlier by this engine: origin memory, no disk
+  /// access), then every cache tier, then compiles and stores like prewarm().
+  /// Throws CompileError, ConfigError, DeviceUnavailable.
+  [[nodiscard]] CompiledBinary compile(const Source& source, const Options& options = {},
+                                       const std::vector<std::string>& names = {}, std::string_view target = "native");
 
   /// The cache key a request would have for a target, without compiling: (hash, canonical bytes).
   /// For `kiln cache why-miss`. Throws ConfigError / DeviceUnavailable like prewarm().

@@ -36,8 +36,9 @@ extern "C" {
 #endif
 
 /** The version of this header's API. Bumped when a function or struct field is added or changed.
- *  Compare with kiln_api_version() to detect a library older than the header. */
-#define KILN_API_VERSION 1
+ *  Compare with kiln_api_version() to detect a library older than the header.
+ *  2: kiln_compile and kiln_binary (compile-only binaries); KILN_ORIGIN_PACK and KILN_ORIGIN_REMOTE. */
+#define KILN_API_VERSION 2
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -81,6 +82,7 @@ typedef struct kiln_engine_s* kiln_engine;   /**< an engine: vendor lane, device
 typedef struct kiln_source_s* kiln_source;   /**< a kernel source; independent of any engine */
 typedef struct kiln_program_s* kiln_program; /**< a compiled module loaded on one device of one engine */
 typedef struct kiln_kernel_s* kiln_kernel;   /**< a launchable kernel of one engine */
+typedef struct kiln_binary_s* kiln_binary;   /**< a compiled binary, not loaded; outlives its engine */
 
 typedef enum kiln_vendor {
   KILN_VENDOR_AUTO = 0, /**< in a config: KILN_VENDOR, else the first lane with a device. As a result: none */
@@ -88,8 +90,15 @@ typedef enum kiln_vendor {
   KILN_VENDOR_HIP = 2
 } kiln_vendor;
 
-/** Where a program's binary came from. */
-typedef enum kiln_origin { KILN_ORIGIN_MEMORY = 0, KILN_ORIGIN_DISK = 1, KILN_ORIGIN_COMPILED = 2 } kiln_origin;
+/** Where a binary came from. Programs and prewarm report a hit of any cache tier (local disk, a
+ *  mounted pack, the remote) as KILN_ORIGIN_DISK; only a kiln_binary tells PACK and REMOTE apart. */
+typedef enum kiln_origin {
+  KILN_ORIGIN_MEMORY = 0,   /**< the engine's memory: a loaded module, or an earlier kiln_compile */
+  KILN_ORIGIN_DISK = 1,     /**< the local disk cache (programs, prewarm: any cache tier) */
+  KILN_ORIGIN_COMPILED = 2, /**< compiled by this call */
+  KILN_ORIGIN_PACK = 3,     /**< a mounted pack (KILN_CACHE_PACKS); kiln_binary only */
+  KILN_ORIGIN_REMOTE = 4    /**< the remote cache (KILN_REMOTE_CACHE); kiln_binary only */
+} kiln_origin;
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Engine                                                                                           */
@@ -162,7 +171,7 @@ KILN_API kiln_status kiln_engine_device_info(kiln_engine engine, int ordinal, ki
 /** Counters of one engine since it was created. Set `size` before the call (kiln_stats_init). */
 typedef struct kiln_stats {
   size_t size;          /**< sizeof(kiln_stats) */
-  uint64_t memory_hits; /**< requests served by the engine's loaded modules */
+  uint64_t memory_hits; /**< requests served by the engine's loaded modules (or kiln_compile's memory) */
   uint64_t disk_hits;   /**< requests served by the disk cache */
   uint64_t misses;      /**< requests that reached the compiler (or waited on another's compile) */
   uint64_t compiles;
@@ -343,6 +352,74 @@ KILN_API void kiln_prewarm_result_init(kiln_prewarm_result* result);
 KILN_API kiln_status kiln_prewarm(kiln_engine engine, kiln_source source, const char* const* options,
                                   size_t option_count, const char* const* name_expressions, size_t name_count,
                                   const char* target, kiln_prewarm_result* result);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Compile only: the binary itself, for runtimes that load modules themselves                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+/** What a binary is. */
+typedef enum kiln_binary_kind {
+  KILN_BINARY_CUBIN = 1,          /**< an NVIDIA ELF for one sm_XX target (cuModuleLoadData) */
+  KILN_BINARY_PTX = 2,            /**< NVIDIA PTX text for a compute_XX target; not NUL-terminated */
+  KILN_BINARY_AMD_CODE_OBJECT = 3 /**< an AMDGPU code object for one gfx target (hipModuleLoadData) */
+} kiln_binary_kind;
+
+/** Compiles (or finds) a source's binary for `target` and returns it without loading it: for
+ *  runtimes (CuPy, Numba, Warp) that load modules and launch through their own machinery. `target`
+ *  is "sm_90", "sm_90a", "compute_90" (PTX), "gfx90a", ..., or NULL / "native" for the engine's
+ *  default device. Needs no GPU for a named target. Lookup order: the engine's memory (the same
+ *  request compiled earlier by this engine: KILN_ORIGIN_MEMORY, no disk access; the engine keeps the
+ *  256 most recent), the disk cache and its tiers, then the compiler; a compiled binary is stored in
+ *  the disk cache like kiln_prewarm. `options`, `name_expressions` as kiln_program_create.
+ *  The caller owns `*binary` and destroys it with kiln_binary_destroy. A binary owns its bytes: it
+ *  stays valid after its engine is destroyed.
+ *  Errors: INVALID_HANDLE (engine, source), INVALID_ARGUMENT (binary NULL, NULL pointers or NULL
+ *  strings in the arrays), CONFIG (unknown target, bad option), COMPILE (log: kiln_last_compile_log),
+ *  DEVICE_UNAVAILABLE (no compiler for the target's vendor; "native" without a device). */
+KILN_API kiln_status kiln_compile(kiln_engine engine, kiln_source source, const char* const* options,
+                                  size_t option_count, const char* const* name_expressions, size_t name_count,
+                                  const char* target, kiln_binary* binary);
+
+/** Destroys a binary handle; its data and strings are released. Errors: INVALID_HANDLE (NULL, foreign,
+ *  or already destroyed). */
+KILN_API kiln_status kiln_binary_destroy(kiln_binary binary);
+
+/** Facts about a binary. Set `size` before the call (kiln_binary_info_init). */
+typedef struct kiln_binary_info {
+  size_t size;           /**< sizeof(kiln_binary_info) */
+  const void* data;      /**< the binary's bytes; owned by the binary handle, valid until kiln_binary_destroy */
+  size_t data_size;      /**< bytes at `data` */
+  kiln_binary_kind kind; /**< CUBIN, PTX or AMD code object */
+  char target[64];       /**< the resolved target: "sm_90", "gfx90a:sramecc+:xnack-" */
+  char key[33];          /**< the cache key: 32 lower-case hex digits (as kiln_prewarm gives) */
+  kiln_origin origin;    /**< MEMORY, DISK, PACK, REMOTE or COMPILED */
+  size_t name_count;     /**< name expressions of the request (kiln_binary_name) */
+  double seconds;        /**< time the kiln_compile call took */
+} kiln_binary_info;
+
+/** Sets `info->size`; does nothing when `info` is NULL. Never fails. */
+KILN_API void kiln_binary_info_init(kiln_binary_info* info);
+
+/** Describes a binary. `info->data` stays valid until the binary handle is destroyed.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (info NULL or info->size too small). */
+KILN_API kiln_status kiln_binary_get_info(kiln_binary binary, kiln_binary_info* info);
+
+/** Name expression `index` (< name_count, sorted by expression) of a binary's request and the symbol
+ *  it lowered to (what cuModuleGetFunction needs). Either out-pointer may be NULL. The strings are
+ *  owned by the binary handle and valid until it is destroyed.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (index out of range). */
+KILN_API kiln_status kiln_binary_name(kiln_binary binary, size_t index, const char** expression, const char** lowered);
+
+/** The symbol a name expression of the binary's request lowered to. Owned by the binary handle, valid
+ *  until it is destroyed. Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL pointers; `expression` is not
+ *  one of the request's name expressions: the message lists them). */
+KILN_API kiln_status kiln_binary_lowered_name(kiln_binary binary, const char* expression, const char** lowered);
+
+/** The compiler's log of the compile that made this binary (warnings; often ""). "" when the binary
+ *  came from a cache or the engine's memory (origin other than COMPILED): logs are not cached. Owned
+ *  by the binary handle, valid until it is destroyed. Errors: INVALID_HANDLE, INVALID_ARGUMENT (log
+ *  NULL). */
+KILN_API kiln_status kiln_binary_log(kiln_binary binary, const char** log);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Device memory and streams (for callers without their own)                                        */
