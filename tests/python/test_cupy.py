@@ -76,6 +76,19 @@ def test_name_expressions_mapping(routed):
     assert kiln.cupy.stats()["routed"] == {"compiled": 1}
 
 
+def test_include_folders_reach_kiln(routed, tmp_path):
+    # CuPy hands every compile its include folders (-I...); kiln resolves the headers in them itself.
+    cupy, engine = routed
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "defs.cuh").write_text("#pragma once\n#define BENCH_VALUE 7\n")
+    source = '#include <bench/defs.cuh>\nextern "C" __global__ void k(int* out) { *out = BENCH_VALUE; }\n'
+    options = ("-I" + str(tmp_path), "--std=c++17")
+    module = call(cupy, source=source, options=options)
+    expected = engine.compile(source, ["-I" + str(tmp_path), "-std=c++17", "-ftz=true"], target="sm_90")
+    assert module.image == expected.data and expected.origin == "memory"
+    assert cupy.cuda.compiler.calls == []
+
+
 def test_explicit_arch_and_ptx(routed, monkeypatch):
     cupy, _engine = routed
     module = call(cupy, arch="80")

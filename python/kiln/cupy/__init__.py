@@ -181,8 +181,8 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
     if isinstance(source, bytes):
         source = source.decode()
 
-    engine = _engine or _api.default_engine()
     try:
+        engine = _engine or _api.default_engine()
         kiln_source = _api.Source.from_text(source, name=SOURCE_NAME)
         binary = engine.compile(kiln_source, kiln_options, names=list(name_expressions or ()), target=target)
     except CompileError as error:
