@@ -328,7 +328,8 @@ def part_results(runner):
     problems = compare_outputs(plain["out"], routed["out"])
     stats = routed.get("kiln") or {}
     print(f"  {len(plain['outputs'])} outputs, {plain['calls']} kernel compiles in CuPy's run, "
-          f"{routed['calls']} in kiln's; kiln served {stats.get('routed')}, CuPy kept {stats.get('fallbacks') or 'none'}")
+          f"{routed['calls']} in kiln's; kiln served {stats.get('routed')}, "
+          f"CuPy kept {stats.get('fallbacks') or 'none'}")
     for name, problem in problems:
         print(f"  MISMATCH {name}: {problem}")
     if not problems:
@@ -368,7 +369,8 @@ def part_prewarm(runner, kiln_cli):
     result = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     seconds = time.perf_counter() - start
     if result.returncode != 0:
-        print(f"  FAILED: {' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        print(f"  FAILED: {' '.join(command)} exited {result.returncode}:\n"
+              f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
         return False
     print(f"  recorded {lines} request(s) from {recorded['calls']} compile calls; prewarm took {seconds:.2f} s")
     report = runner.run("kiln", runner.fresh("cupy-cache"), empty)

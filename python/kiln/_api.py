@@ -88,7 +88,8 @@ class Source(_Handle):
         array = (_native.Header * len(items))(*[_native.Header(k.encode(), v.encode()) for k, v in items]) \
             if items else None
         handle = H()
-        check(_native.lib().kiln_source_from_text(name.encode(), text.encode(), array, len(items), ctypes.byref(handle)))
+        check(_native.lib().kiln_source_from_text(name.encode(), text.encode(), array, len(items),
+                                                  ctypes.byref(handle)))
         return cls(handle.value)
 
     @classmethod

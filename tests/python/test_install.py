@@ -99,7 +99,8 @@ def test_not_found_says_where_it_looked(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(os.path.join(PACKAGE_DIR, "kiln"), str(site / "kiln"),
                     ignore=shutil.ignore_patterns("__pycache__"))
-    code = "import kiln\ntry:\n    kiln.library_path\nexcept OSError as error:\n    print(type(error).__name__, error)\n"
+    code = ("import kiln\ntry:\n    kiln.library_path\n"
+            "except OSError as error:\n    print(type(error).__name__, error)\n")
     probe = _run([sys.executable, "-c", code], PYTHONPATH=str(site), KILN_LIBRARY=None, LD_LIBRARY_PATH=None)
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.startswith("LibraryError libkiln.so not found: set KILN_LIBRARY"), probe.stdout
