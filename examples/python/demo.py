@@ -5,14 +5,20 @@ compiled for sm_90 into the kiln cache (prewarm) and not run.
 
     python3 examples/python/demo.py          (KILN_LIBRARY=/path/to/libkiln.so if not in ./build*)
 
+It uses the kiln package (python/): the installed one (pip install --no-build-isolation ./python), else
+the one in this checkout.
+
 Exit status: 0 when everything that ran was correct, 1 otherwise.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kiln  # noqa: E402
+try:
+    import kiln
+except ImportError:  # not installed: the package of this checkout
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import kiln
 
 SOURCE = r"""
 #include <kiln/rtc.h>
@@ -51,7 +57,7 @@ def run_cupy(engine, source):
         return True
     print(f"CuPy {cupy.__version__}:")
     saxpy = engine.kernel(source, "demo_saxpy")
-    axpby = engine.program(source, name_expressions=["demo_axpby<double>"]).kernel("demo_axpby<double>")
+    axpby = engine.program(source, names=["demo_axpby<double>"]).kernel("demo_axpby<double>")
     ok = True
     with cupy.cuda.Stream(non_blocking=True) as stream:  # kiln launches on CuPy's current stream
         assert cupy.cuda.get_current_stream().ptr == stream.ptr != 0
@@ -84,7 +90,7 @@ def run_torch(engine, source):
         return True
     print(f"PyTorch {torch.__version__}:")
     saxpy = engine.kernel(source, "demo_saxpy")
-    axpby = engine.program(source, name_expressions=["demo_axpby<float>"]).kernel("demo_axpby<float>")
+    axpby = engine.program(source, names=["demo_axpby<float>"]).kernel("demo_axpby<float>")
     ok = True
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # kiln launches on PyTorch's current stream
@@ -117,21 +123,25 @@ def main():
     if not devices:
         print("no GPU: compiling for sm_90 into the kiln cache (prewarm); the kernels cannot run here")
         for names in ([], ["demo_axpby<float>"], ["demo_axpby<double>"]):
-            result = engine.prewarm(source, "sm_90", name_expressions=names)
+            result = engine.prewarm(source, "sm_90", names=names)
             print(f"  {', '.join(names) or 'demo_saxpy'}: {result['origin']}, {result['binary_bytes']} bytes, "
                   f"key {result['key'][:12]}...")
+        if kiln.api_version() >= 2:  # compile only: the binary itself, for runtimes that load modules
+            binary = engine.compile(source, names=["demo_axpby<float>"], target="sm_90")
+            print(f"  compile only: {binary.kind}, {len(binary.data)} bytes from {binary.origin}, demo_axpby<float> "
+                  f"is {binary.lowered_names['demo_axpby<float>']}")
         # The bindings report errors as exceptions with kiln's message.
         try:
             engine.kernel(source, "demo_saxpy")
             print("unexpected: kernel get succeeded without a device")
             return 1
-        except kiln.KilnError as error:
+        except kiln.Error as error:
             print(f"  kernel get without a device: {error.status}")
         try:
             engine.prewarm(kiln.Source.from_text("#include <kiln/rtc.h>\nKILN_KERNEL void k() { nope; }\n"), "sm_90")
             print("unexpected: a broken source compiled")
             return 1
-        except kiln.KilnError as error:
+        except kiln.Error as error:
             print(f"  broken source: {error.status}, log has {len(error.log)} characters")
         print(f"statistics: {engine.stats()}")
         return 0

@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""CuPy with and without kiln: same results, kernel preparation time, and a prewarmed cache.
+
+Needs CuPy 14.2.x, NumPy, a GPU, libkiln (KILN_LIBRARY or a build of this repository) and, for part 3,
+the kiln CLI (--kiln, $KILN_CLI, `kiln` on PATH, or build*/tools/kiln). No network.
+
+    python3 bench/cupy_bench.py [--quick] [--runs N] [--work DIR] [--kiln PATH] [--keep] [--parts 1,2,3]
+
+Every run is a fresh Python process running the same CuPy workload (about 20 distinct kernels:
+ElementwiseKernel, ReductionKernel, RawKernel, RawModule with name expressions and options,
+cupyx.jit.rawkernel, @cupy.fuse, CuPy's own element-wise, reduction and scan routines, CUB block
+reductions). Mode `cupy` is CuPy as shipped; mode `kiln` is the same with kiln.cupy.enable(). Each
+process gets its own CUPY_CACHE_DIR and KILN_CACHE_DIR, as the part needs them.
+
+ 1. Results: one run per mode on empty caches; every output array is saved with numpy.save and the
+    files are compared byte for byte.
+ 2. Kernel preparation: the time spent in cupy.cuda.compiler._compile_with_cache_cuda (CuPy's own or
+    kiln's, wrapped with a timer in both modes), medians over N processes, cold (empty caches each run)
+    and warm (caches filled by one run before the N).
+ 3. Prewarm: one kiln run with KILN_RECORD writing a manifest, `kiln prewarm --manifest` into an empty
+    cache, then a kiln run on that cache: every kernel must come from disk (no compile, no fallback).
+
+--quick: one process per cell in part 2. Exit status: 0 when every check passed, 1 when one failed,
+2 when the run could not start (the message says what is missing).
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SUPPORTED_CUPY = "14.2"
+CHILD_TIMEOUT_S = 1800
+
+
+class SetupError(Exception):
+    """Something the benchmark needs is missing: exit status 2 with this message."""
+
+
+# --- pure helpers (unit-tested in tests/python/test_cupy_bench.py) ---------------------------------
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def format_table(rows, headers):
+    """A plain text table; numbers (floats) with 4 significant digits."""
+    def cell(value):
+        if isinstance(value, float):
+            return "-" if value != value else f"{value:.4g}"
+        return str(value)
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in body)) if body else len(str(h)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+    return "\n".join(out)
+
+
+def compare_outputs(reference_dir, other_dir):
+    """[(file, problem)] for the .npy files that are not byte-identical between the two folders (a file
+    missing on either side counts). Empty when all match."""
+    problems = []
+    names = sorted(set(os.listdir(reference_dir)) | set(os.listdir(other_dir)))
+    names = [n for n in names if n.endswith(".npy")]
+    if not names:
+        return [("*", "no .npy outputs")]
+    for name in names:
+        a, b = os.path.join(reference_dir, name), os.path.join(other_dir, name)
+        if not os.path.exists(a) or not os.path.exists(b):
+            problems.append((name, f"missing in {'reference' if not os.path.exists(a) else 'other'} run"))
+            continue
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            da, db = fa.read(), fb.read()
+        if da != db:
+            first = next((i for i, (x, y) in enumerate(zip(da, db)) if x != y), min(len(da), len(db)))
+            problems.append((name, f"differs from byte {first} ({len(da)} vs {len(db)} bytes)"))
+    return problems
+
+
+def prewarm_problems(report):
+    """What keeps a kiln run from being 'every kernel from disk': [] when it was."""
+    problems = []
+    kiln_stats = report.get("kiln") or {}
+    routed = kiln_stats.get("routed") or {}
+    not_disk = {origin: n for origin, n in routed.items() if origin not in ("disk", "memory")}
+    if not_disk:
+        problems.append(f"kernels not from disk: {not_disk}")
+    if not routed.get("disk"):
+        problems.append("no kernel came from disk")
+    if kiln_stats.get("fallbacks"):
+        problems.append(f"compiled by CuPy instead: {kiln_stats['fallbacks']}")
+    engine = kiln_stats.get("engine") or {}
+    if engine.get("compiles"):
+        problems.append(f"kiln compiled {engine['compiles']} kernel(s)")
+    if report.get("calls", 0) != sum(routed.values()) + sum((kiln_stats.get("fallbacks") or {}).values()):
+        problems.append(f"{report.get('calls')} compile calls but kiln.cupy counted {routed}")
+    return problems
+
+
+def find_kiln_cli(explicit=None):
+    candidates = [explicit, os.environ.get("KILN_CLI"), shutil.which("kiln")]
+    candidates += sorted(glob.glob(os.path.join(REPO, "build*", "tools", "kiln")), key=os.path.getmtime, reverse=True)
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def child_env(base, mode, cupy_cache, kiln_cache, record=None, pythonpath=None):
+    env = dict(base)
+    env["CUPY_CACHE_DIR"] = cupy_cache
+    env["KILN_CACHE_DIR"] = kiln_cache
+    env.pop("KILN_CUPY", None)  # the child enables kiln.cupy itself, in kiln mode only
+    env.pop("CUPY_CACHE_IN_MEMORY", None)
+    if record:
+        env["KILN_RECORD"] = record
+    else:
+        env.pop("KILN_RECORD", None)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["BENCH_MODE"] = mode
+    return env
+
+
+# --- the workload (child process) ---------------------------------------------------------------
+def workload(cupy, numpy, save):
+    """About 20 distinct kernels; each result goes to save(name, array)."""
+    import cupyx.jit
+
+    rng = numpy.random.default_rng(20240)
+    n = 1 << 16
+    xh = rng.standard_normal(n).astype(numpy.float32)
+    yh = rng.standard_normal(n).astype(numpy.float32)
+    x, y = cupy.asarray(xh), cupy.asarray(yh)
+    xd = cupy.asarray(rng.standard_normal(n))
+    m = cupy.asarray(rng.standard_normal((64, 1024)).astype(numpy.float32))
+    c = cupy.asarray((rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(numpy.complex64))
+    h = cupy.asarray(rng.standard_normal(n).astype(numpy.float16))
+
+    squared_diff = cupy.ElementwiseKernel("float32 a, float32 b", "float32 z", "z = (a - b) * (a - b)", "bench_sqdiff")
+    save("elementwise_sqdiff", squared_diff(x, y))
+    generic = cupy.ElementwiseKernel("T a, T b", "T z", "z = a * b + (T)1", "bench_fma_generic")
+    save("elementwise_generic_f64", generic(xd, xd))
+    l2 = cupy.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "bench_l2norm")
+    save("reduction_l2", l2(x))
+    complex_mul = cupy.ElementwiseKernel("complex64 a", "complex64 z", "z = a * a + a", "bench_cmul")
+    save("elementwise_complex", complex_mul(c))
+
+    saxpy = cupy.RawKernel(r'''
+extern "C" __global__ void bench_saxpy(float a, const float* x, const float* y, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a * x[i] + y[i];
+}''', "bench_saxpy", options=("--use_fast_math",))
+    out = cupy.empty_like(x)
+    saxpy(((n + 255) // 256,), (256,), (numpy.float32(2.5), x, y, out, numpy.int32(n)))
+    save("rawkernel_saxpy", out)
+
+    module = cupy.RawModule(code=r'''
+template <typename T>
+__global__ void bench_scale(const T* in, T* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * static_cast<T>(SCALE);
+}''', options=("-std=c++17", "-DSCALE=3"), name_expressions=("bench_scale<float>", "bench_scale<double>"))
+    out = cupy.empty_like(x)
+    module.get_function("bench_scale<float>")(((n + 255) // 256,), (256,), (x, out, numpy.int32(n)))
+    save("rawmodule_scale_f32", out)
+    outd = cupy.empty_like(xd)
+    module.get_function("bench_scale<double>")(((n + 255) // 256,), (256,), (xd, outd, numpy.int32(n)))
+    save("rawmodule_scale_f64", outd)
+
+    @cupyx.jit.rawkernel()
+    def jit_add(a, b, z, size):
+        tid = cupyx.jit.blockIdx.x * cupyx.jit.blockDim.x + cupyx.jit.threadIdx.x
+        if tid < size:
+            z[tid] = a[tid] + b[tid]
+    out = cupy.empty_like(x)
+    jit_add(((n + 255) // 256,), (256,), (x, y, out, numpy.uint32(n)))
+    save("jit_rawkernel_add", out)
+
+    @cupy.fuse()
+    def fused(a, b):
+        return cupy.sin(a) * b + cupy.cos(b)
+    save("fuse_sin_cos", fused(x, y))
+
+    save("op_arith", x * y + x)
+    save("op_exp", cupy.exp(x))
+    save("op_sqrt_abs", cupy.sqrt(cupy.abs(x)))
+    save("op_where", cupy.where(x > y, x, y))
+    save("op_half", h * h + h)
+    save("reduce_sum", cupy.sum(x))
+    save("reduce_max_axis", cupy.max(m, axis=1))
+    save("reduce_argmax", cupy.argmax(x))
+    save("reduce_mean_f64", cupy.mean(xd))
+    save("scan_cumsum_axis1", cupy.cumsum(m, axis=1))
+    save("scan_cumsum", cupy.cumsum(x))
+    cupy.cuda.Device().synchronize()
+
+
+def child_main(args):
+    import numpy
+    import cupy
+    from cupy.cuda import compiler
+
+    report = {"mode": args.mode, "cupy": cupy.__version__, "calls": 0, "compile_seconds": 0.0}
+    if args.mode == "kiln":
+        import kiln
+        import kiln.cupy
+        kiln.cupy.enable()
+        report["kiln_library"] = kiln.library_path
+    timed = compiler._compile_with_cache_cuda
+
+    def timer(*a, **k):
+        start = time.perf_counter()
+        try:
+            return timed(*a, **k)
+        finally:
+            report["compile_seconds"] += time.perf_counter() - start
+            report["calls"] += 1
+
+    compiler._compile_with_cache_cuda = timer
+    os.makedirs(args.out, exist_ok=True)
+    saved = []
+
+    def save(name, array):
+        path = os.path.join(args.out, f"{len(saved):02d}_{name}.npy")
+        numpy.save(path, cupy.asnumpy(array))
+        saved.append(name)
+
+    start = time.perf_counter()
+    workload(cupy, numpy, save)
+    report["workload_seconds"] = time.perf_counter() - start
+    report["outputs"] = saved
+    if args.mode == "kiln":
+        import kiln.cupy
+        report["kiln"] = kiln.cupy.stats()
+    with open(args.report, "w") as f:
+        json.dump(report, f)
+    return 0
+
+
+# --- the orchestrator -----------------------------------------------------------------------------
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work or tempfile.mkdtemp(prefix="kiln-cupy-bench-")
+        os.makedirs(self.work, exist_ok=True)
+        self.count = 0
+        self.pythonpath = None
+
+    def fresh(self, what):
+        self.count += 1
+        path = os.path.join(self.work, f"{self.count:03d}-{what}")
+        os.makedirs(path, mode=0o700)
+        return path
+
+    def run(self, mode, cupy_cache, kiln_cache, record=None):
+        """One fresh process; its report (dict). Raises RuntimeError with the child's output on failure."""
+        out = self.fresh(f"{mode}-out")
+        report_path = os.path.join(out, "report.json")
+        command = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, "--out", out,
+                   "--report", report_path]
+        env = child_env(os.environ, mode, cupy_cache, kiln_cache, record, self.pythonpath)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        if result.returncode != 0 or not os.path.exists(report_path):
+            raise RuntimeError(f"{mode} run failed (exit {result.returncode}):\n{result.stdout[-4000:]}"
+                               f"{result.stderr[-4000:]}")
+        if result.stderr.strip():
+            print(f"  ({mode} run said: {result.stderr.strip().splitlines()[-1][:200]})")
+        with open(report_path) as f:
+            report = json.load(f)
+        report["out"] = out
+        return report
+
+
+def check_setup(args, runner):
+    try:
+        import cupy
+    except ImportError as error:
+        raise SetupError(f"CuPy is not importable here ({error}): install CuPy {SUPPORTED_CUPY}.x") from None
+    if not cupy.__version__.startswith(SUPPORTED_CUPY + "."):
+        raise SetupError(f"CuPy {cupy.__version__} found; kiln.cupy supports {SUPPORTED_CUPY}.x")
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise SetupError("NumPy is not importable") from None
+    try:
+        import kiln
+    except ImportError:
+        sys.path.insert(0, os.path.join(REPO, "python"))
+        import kiln
+        runner.pythonpath = os.path.join(REPO, "python")
+    try:
+        version = kiln.api_version()
+    except kiln.Error as error:
+        raise SetupError(str(error)) from None
+    if version < 2:
+        raise SetupError(f"{kiln.library_path} has kiln API version {version}; kiln.cupy needs 2 (kiln_compile)")
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+        device_name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if devices else None
+    except Exception as error:  # CuPy's runtime errors have no common base worth naming here
+        raise SetupError(f"CuPy cannot use a GPU here: {error}") from None
+    if not devices:
+        raise SetupError("no GPU visible to CuPy")
+    kiln_cli = None
+    if "3" in args.parts:
+        kiln_cli = find_kiln_cli(args.kiln)
+        if kiln_cli is None:
+            raise SetupError("the kiln CLI was not found: pass --kiln PATH (or set KILN_CLI), or leave part 3 out "
+                             "(--parts 1,2)")
+    print(f"CuPy {cupy.__version__}, kiln {kiln.library_path} (API {version}), device {device_name}, "
+          f"work folder {runner.work}")
+    return kiln_cli
+
+
+def part_results(runner):
+    print("\n== 1. results: CuPy vs CuPy through kiln, empty caches, byte-for-byte")
+    plain = runner.run("cupy", runner.fresh("cupy-cache"), runner.fresh("kiln-cache"))
+    routed = runner.run("kiln", runner.fresh("cupy-cache"), runner.fresh("kiln-cache"))
+    problems = compare_outputs(plain["out"], routed["out"])
+    stats = routed.get("kiln") or {}
+    print(f"  {len(plain['outputs'])} outputs, {plain['calls']} kernel compiles in CuPy's run, "
+          f"{routed['calls']} in kiln's; kiln served {stats.get('routed')}, "
+          f"CuPy kept {stats.get('fallbacks') or 'none'}")
+    for name, problem in problems:
+        print(f"  MISMATCH {name}: {problem}")
+    if not problems:
+        print(f"  all {len(plain['outputs'])} outputs identical")
+    return not problems
+
+
+def part_timing(runner, runs):
+    print(f"\n== 2. kernel preparation (time in _compile_with_cache_cuda), median of {runs} fresh process(es)")
+    rows = []
+    for mode in ("cupy", "kiln"):
+        cold = [runner.run(mode, runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for _ in range(runs)]
+        cupy_cache, kiln_cache = runner.fresh("cupy-cache"), runner.fresh("kiln-cache")
+        runner.run(mode, cupy_cache, kiln_cache)  # fills the caches
+        warm = [runner.run(mode, cupy_cache, kiln_cache) for _ in range(runs)]
+        for label, reports in (("cold", cold), ("warm", warm)):
+            rows.append([mode, label, median([r["calls"] for r in reports]),
+                         median([r["compile_seconds"] for r in reports]) * 1e3,
+                         median([r["compile_seconds"] / max(r["calls"], 1) for r in reports]) * 1e3,
+                         median([r["workload_seconds"] for r in reports]) * 1e3])
+    print(format_table(rows, ["mode", "caches", "compiles", "prepare ms", "per kernel ms", "workload ms"]))
+    return True
+
+
+def part_prewarm(runner, kiln_cli):
+    print("\n== 3. KILN_RECORD, kiln prewarm --manifest into an empty cache, then a run from that cache")
+    manifest = os.path.join(runner.fresh("manifest"), "cupy.jsonl")
+    recorded = runner.run("kiln", runner.fresh("cupy-cache"), runner.fresh("kiln-cache"), record=manifest)
+    if not os.path.exists(manifest):
+        print(f"  FAILED: KILN_RECORD wrote no manifest ({manifest})")
+        return False
+    with open(manifest) as f:
+        lines = sum(1 for line in f if line.strip())
+    empty = runner.fresh("prewarmed-cache")
+    command = [kiln_cli, "prewarm", "--manifest", manifest, "--cache-dir", empty]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        print(f"  FAILED: {' '.join(command)} exited {result.returncode}:\n"
+              f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        return False
+    print(f"  recorded {lines} request(s) from {recorded['calls']} compile calls; prewarm took {seconds:.2f} s")
+    report = runner.run("kiln", runner.fresh("cupy-cache"), empty)
+    problems = prewarm_problems(report)
+    stats = report.get("kiln") or {}
+    print(f"  run on the prewarmed cache: kiln served {stats.get('routed')}, engine compiles "
+          f"{(stats.get('engine') or {}).get('compiles')}, disk hits {(stats.get('engine') or {}).get('disk_hits')}, "
+          f"preparation {report['compile_seconds'] * 1e3:.1f} ms")
+    for problem in problems:
+        print(f"  FAILED: {problem}")
+    outputs = compare_outputs(recorded["out"], report["out"])
+    for name, problem in outputs:
+        print(f"  MISMATCH {name}: {problem}")
+    return not problems and not outputs
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one process per timing cell")
+    parser.add_argument("--runs", type=int, default=5, help="processes per timing cell (default 5)")
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,3")
+    parser.add_argument("--work", help="folder for caches and outputs (default: a new temporary folder)")
+    parser.add_argument("--kiln", help="the kiln CLI (part 3)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("cupy", "kiln"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--report", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child_main(args)
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not args.parts <= {"1", "2", "3"}:
+        parser.error("--parts takes numbers from 1 to 3")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    runs = 1 if args.quick else args.runs
+    runner = Runner(args)
+    ok = True
+    try:
+        kiln_cli = check_setup(args, runner)
+        if "1" in args.parts:
+            ok &= part_results(runner)
+        if "2" in args.parts:
+            ok &= part_timing(runner, runs)
+        if "3" in args.parts:
+            ok &= part_prewarm(runner, kiln_cli)
+    except SetupError as error:
+        print(f"cupy_bench: cannot run: {error}", file=sys.stderr)
+        return 2
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"cupy_bench: {error}", file=sys.stderr)
+        ok = False
+    finally:
+        if not args.keep and not args.work:
+            shutil.rmtree(runner.work, ignore_errors=True)
+        elif os.path.isdir(runner.work):
+            print(f"\nwork folder kept: {runner.work}")
+    print("\nresult: " + ("every check passed" if ok else "a check FAILED (see above)"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""kiln from Python: JIT-compile GPU kernels with NVRTC/HIPRTC through kiln's content-hashed cache,
+over libkiln's C API (ctypes; no other dependency).
+
+    import kiln
+    engine = kiln.Engine()                                   # settings from the KILN_* environment
+    source = kiln.Source.from_text(KERNEL_TEXT, name="saxpy.cu")
+    kernel = engine.kernel(source, "saxpy")                  # compile or cache hit, then load
+    kernel((blocks,), (256,), [kiln.f32(2.0), x, y, kiln.u32(n)], stream=stream_ptr)
+
+    binary = kiln.compile(source, names=["scale<float>"], target="sm_90")   # compile only, no GPU needed
+    binary.data, binary.kind, binary.lowered_names["scale<float>"]
+
+Kernel arguments: CuPy arrays and PyTorch tensors pass as device pointers; ctypes values
+(kiln.f32/f64/i32/u32/i64/u64/ptr, any ctypes scalar or Structure) and NumPy scalars pass by value.
+Errors: kiln.Error and one subclass per kiln status (kiln.CompileError carries the compiler log).
+CuPy: see kiln.cupy (routes CuPy's own kernel compiles through kiln).
+
+libkiln is found through KILN_LIBRARY, next to the package or in its install tree, a kiln source tree
+the package belongs to, then the system loader (details: kiln._native). It is loaded on first use.
+`KILN_CUPY=1` in the environment makes `import kiln` route CuPy through kiln as soon as CuPy is
+imported (see kiln.cupy).
+"""
+
+import os as _os
+import warnings as _warnings
+
+from ._api import (Binary, Engine, Kernel, Program, Source, compile, default_engine, f32, f64, i32, i64, prewarm, ptr,
+                   stats, u32, u64)
+from .errors import (CompileError, ConfigError, DeviceUnavailableError, Error, InternalError, InvalidArgumentError,
+                     InvalidHandleError, LaunchError, LibraryError, LoadError, OutOfMemoryError)
+
+__version__ = "0.1.0"
+
+KilnError = Error  # the name the single-file example used
+
+__all__ = ["Engine", "Source", "Program", "Kernel", "Binary", "compile", "prewarm", "stats", "default_engine",
+           "api_version", "library_path", "Error", "KilnError", "InvalidArgumentError", "InvalidHandleError",
+           "CompileError", "LoadError", "LaunchError", "ConfigError", "DeviceUnavailableError", "OutOfMemoryError",
+           "InternalError", "LibraryError", "f32", "f64", "i32", "u32", "i64", "u64", "ptr"]
+
+
+def api_version():
+    """kiln_api_version() of the loaded libkiln (loads it)."""
+    from . import _native
+    return _native.load()[2]
+
+
+def __getattr__(name):
+    if name == "library_path":  # the path of the loaded libkiln; loads it on first access
+        from . import _native
+        return _native.load()[1]
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+def _cupy_switch():
+    value = _os.environ.get("KILN_CUPY", "")
+    if value == "1":
+        from .cupy import _enable_when_imported
+        _enable_when_imported()
+    elif value not in ("", "0"):
+        _warnings.warn(f"KILN_CUPY={value!r} ignored: use 1 (route CuPy's compiles through kiln) or 0", RuntimeWarning,
+                       stacklevel=3)
+
+
+_cupy_switch()

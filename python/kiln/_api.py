@@ -1,0 +1,350 @@
+"""The objects of the kiln package: Engine, Source, Program, Kernel and Binary."""
+
+import ctypes
+import os
+import threading
+
+from . import _native
+from ._native import H, check, sized, strings
+
+f32, f64 = ctypes.c_float, ctypes.c_double
+i32, u32, i64, u64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64
+ptr = ctypes.c_void_p
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return None
+    if isinstance(stream, int):
+        return stream or None
+    for attribute in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, generic
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value or None
+    raise TypeError(f"cannot use {type(stream).__name__} as a stream: pass an int handle, a CuPy or a PyTorch stream")
+
+
+def _argument(value):
+    """A ctypes object holding the argument's bytes."""
+    if isinstance(value, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return value
+    if hasattr(value, "data_ptr") and callable(value.data_ptr):  # torch.Tensor
+        return ctypes.c_void_p(value.data_ptr())
+    data = getattr(value, "data", None)
+    if data is not None and isinstance(getattr(data, "ptr", None), int):  # cupy.ndarray
+        return ctypes.c_void_p(data.ptr)
+    if hasattr(value, "dtype") and hasattr(value, "tobytes") and getattr(value, "shape", None) == ():  # NumPy scalar
+        raw = value.tobytes()
+        return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
+    if isinstance(value, (bool, int, float)):
+        raise TypeError(f"a bare Python {type(value).__name__} ({value!r}) has no C width: wrap it, e.g. kiln.f32(x), "
+                        "kiln.u32(n) or numpy.float32(x)")
+    raise TypeError(f"cannot pass {type(value).__name__} as a kernel argument")
+
+
+def _dim3(value, what):
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"{what} needs 1 to 3 dimensions, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+def _text(value):
+    return value.decode(errors="replace") if value is not None else ""
+
+
+class _Handle:
+    """Owns one C handle; destroyed by close(), `with`, or garbage collection."""
+    _destroy = None
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def close(self):
+        """Destroys the handle now (it is also destroyed when garbage collected)."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        loaded = _native._loaded
+        if handle and loaded is not None:
+            getattr(loaded[0], self._destroy)(handle)  # an error here (engine already gone) changes nothing
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Source(_Handle):
+    """A kernel source: text with in-memory headers, or a built-in by name. Independent of engines."""
+    _destroy = "kiln_source_destroy"
+
+    @classmethod
+    def from_text(cls, text, name="source.cu", headers=None):
+        """`headers`: {include name: text}, what `#include "name"` resolves to before any -I folder."""
+        items = list((headers or {}).items())
+        array = (_native.Header * len(items))(*[_native.Header(k.encode(), v.encode()) for k, v in items]) \
+            if items else None
+        handle = H()
+        check(_native.lib().kiln_source_from_text(name.encode(), text.encode(), array, len(items),
+                                                  ctypes.byref(handle)))
+        return cls(handle.value)
+
+    @classmethod
+    def builtin(cls, name):
+        """A source embedded in libkiln, e.g. "saxpy" (see builtin_names())."""
+        handle = H()
+        check(_native.lib().kiln_source_builtin(name.encode(), ctypes.byref(handle)))
+        return cls(handle.value)
+
+    @staticmethod
+    def builtin_names():
+        library = _native.lib()
+        count = ctypes.c_size_t()
+        check(library.kiln_builtin_source_name(0, ctypes.byref(count), None))
+        names = []
+        for index in range(count.value):
+            name = ctypes.c_char_p()
+            check(library.kiln_builtin_source_name(index, None, ctypes.byref(name)))
+            names.append(name.value.decode())
+        return names
+
+
+def _as_source(source):
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, str):
+        return Source.from_text(source)
+    raise TypeError(f"expected a kiln.Source or the source text, got {type(source).__name__}")
+
+
+class Kernel(_Handle):
+    """A launchable kernel. Call it: kernel(grid, block, args, shared=0, stream=None)."""
+    _destroy = "kiln_kernel_destroy"
+
+    def __init__(self, handle, engine):
+        super().__init__(handle)
+        self._engine = engine  # keeps the engine alive as long as its kernels
+
+    def info(self):
+        info = sized(_native.KernelInfo)
+        check(_native.lib().kiln_kernel_get_info(self._handle, ctypes.byref(info)))
+        return {"name": _text(info.name), "lowered_name": _text(info.lowered_name), "device": info.device,
+                "max_threads_per_block": info.max_threads_per_block,
+                "param_count": None if info.param_count < 0 else info.param_count}
+
+    def __call__(self, grid, block, args, shared=0, stream=None):
+        """Queues a launch on `stream` (asynchronous). Arguments are checked against the binary.
+
+        CuPy arrays and PyTorch tensors pass as device pointers; ctypes values (kiln.f32, kiln.u32, ...)
+        and NumPy scalars by value. A bare Python int or float is refused: its C width would be a guess.
+        """
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        held = [_argument(a) for a in args]  # kept alive until the call returns
+        pointers = (ctypes.c_void_p * len(held))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in held])
+        sizes = (ctypes.c_size_t * len(held))(*[ctypes.sizeof(h) for h in held])
+        check(_native.lib().kiln_kernel_launch(self._handle, *grid, *block, shared, _stream_handle(stream),
+                                               pointers if held else None, sizes if held else None, len(held)))
+
+
+class Program(_Handle):
+    """A compiled module on one device; kernels by name or name expression."""
+    _destroy = "kiln_program_destroy"
+
+    def __init__(self, handle, engine):
+        super().__init__(handle)
+        self._engine = engine
+
+    def info(self):
+        library = _native.lib()
+        info = sized(_native.ProgramInfo)
+        check(library.kiln_program_get_info(self._handle, ctypes.byref(info)))
+        names = []
+        for i in range(info.kernel_count):
+            name = ctypes.c_char_p()
+            check(library.kiln_program_kernel_name(self._handle, i, ctypes.byref(name)))
+            names.append(_text(name.value))
+        return {"key": _text(info.key), "target": _text(info.target), "device": info.device,
+                "origin": _native.ORIGINS.get(info.origin, "?"), "kernels": names}
+
+    def kernel(self, name):
+        handle = H()
+        check(_native.lib().kiln_program_get_kernel(self._handle, name.encode(), ctypes.byref(handle)))
+        return Kernel(handle.value, self._engine)
+
+
+class Binary:
+    """A compiled binary, not loaded (Engine.compile): for runtimes that load modules themselves.
+
+    data           the bytes (bytes): a CUBIN, PTX text (not NUL-terminated) or an AMD code object
+    kind           "cubin", "ptx" or "amd_code_object"
+    target         the resolved target, e.g. "sm_90"
+    key            the cache key, 32 hex digits
+    origin         "memory", "disk", "pack", "remote" or "compiled"
+    lowered_names  {name expression: symbol in the binary}
+    log            the compiler's log when this call compiled ("" from any cache)
+    seconds        the time the compile call took
+    """
+
+    __slots__ = ("data", "kind", "target", "key", "origin", "lowered_names", "log", "seconds")
+
+    def __init__(self, data, kind, target, key, origin, lowered_names, log, seconds):
+        self.data = data
+        self.kind = kind
+        self.target = target
+        self.key = key
+        self.origin = origin
+        self.lowered_names = lowered_names
+        self.log = log
+        self.seconds = seconds
+
+    def __repr__(self):
+        return (f"kiln.Binary({self.kind}, {len(self.data)} bytes, target={self.target}, key={self.key}, "
+                f"origin={self.origin}, names={len(self.lowered_names)})")
+
+
+def _read_binary(library, handle):
+    info = sized(_native.BinaryInfo)
+    check(library.kiln_binary_get_info(handle, ctypes.byref(info)))
+    data = ctypes.string_at(info.data, info.data_size) if info.data_size else b""
+    lowered = {}
+    for index in range(info.name_count):
+        expression, symbol = ctypes.c_char_p(), ctypes.c_char_p()
+        check(library.kiln_binary_name(handle, index, ctypes.byref(expression), ctypes.byref(symbol)))
+        lowered[_text(expression.value)] = _text(symbol.value)
+    log = ctypes.c_char_p()
+    check(library.kiln_binary_log(handle, ctypes.byref(log)))
+    return Binary(data, _native.BINARY_KINDS.get(info.kind, f"unknown ({info.kind})"), _text(info.target),
+                  _text(info.key), _native.ORIGINS.get(info.origin, f"unknown ({info.origin})"), lowered,
+                  _text(log.value), info.seconds)
+
+
+class Engine(_Handle):
+    """A kiln engine: one vendor lane, a device, the disk cache. Settings default to the environment
+    (KILN_VENDOR, KILN_DEVICE, KILN_CACHE_DIR, KILN_CACHE_*, KILN_CACHE_PACKS, KILN_REMOTE_CACHE, ...).
+    An engine is created without a GPU too: it compiles and prewarms for named targets."""
+    _destroy = "kiln_engine_destroy"
+
+    def __init__(self, vendor=None, device=-1, cache_dir=None, cache_disable=False, cache_readonly=False):
+        if vendor not in _native.VENDORS:
+            raise ValueError(f"vendor must be None, 'auto', 'cuda' or 'hip', not {vendor!r}")
+        library = _native.lib()
+        config = sized(_native.EngineConfig)
+        config.vendor = _native.VENDORS[vendor]
+        config.device = device
+        config.cache_dir = os.fsencode(cache_dir) if cache_dir else None
+        config.flags = ((_native.ENGINE_CACHE_DISABLE if cache_disable else 0)
+                        | (_native.ENGINE_CACHE_READONLY if cache_readonly else 0))
+        handle = H()
+        check(library.kiln_engine_create(ctypes.byref(config), ctypes.byref(handle)))
+        super().__init__(handle.value)
+
+    @property
+    def vendor(self):
+        """"cuda", "hip", or None without a device."""
+        value = ctypes.c_int()
+        check(_native.lib().kiln_engine_vendor(self._handle, ctypes.byref(value)))
+        return _native.VENDOR_NAMES.get(value.value)
+
+    def devices(self):
+        """[info dict] of the engine's lane, one per device; empty without a GPU."""
+        library = _native.lib()
+        count, default = ctypes.c_int(), ctypes.c_int()
+        check(library.kiln_engine_device_count(self._handle, ctypes.byref(count), ctypes.byref(default)))
+        result = []
+        for ordinal in range(count.value):
+            info = sized(_native.DeviceInfo)
+            check(library.kiln_engine_device_info(self._handle, ordinal, ctypes.byref(info)))
+            result.append({"ordinal": info.ordinal, "name": _text(info.name), "target": _text(info.target),
+                           "warp_size": info.warp_size, "multiprocessors": info.multiprocessors,
+                           "total_memory": info.total_memory, "default": ordinal == default.value})
+        return result
+
+    def stats(self):
+        """The engine's counters since it was created: memory_hits, disk_hits, misses, compiles, ..."""
+        stats = sized(_native.Stats)
+        check(_native.lib().kiln_engine_stats(self._handle, ctypes.byref(stats)))
+        return {name: getattr(stats, name) for name in _native.STAT_NAMES}
+
+    def program(self, source, options=(), names=(), device=-1):
+        """Compiles (or finds in the cache) and loads a module on `device` (-1: the default)."""
+        source = _as_source(source)
+        opts, nopts = strings(options, "options")
+        exprs, nexprs = strings(names, "names")
+        handle = H()
+        check(_native.lib().kiln_program_create(self._handle, source._handle, opts, nopts, exprs, nexprs, device,
+                                                ctypes.byref(handle)))
+        return Program(handle.value, self)
+
+    def kernel(self, source, name, options=(), device=-1):
+        """Compiles (or finds in the cache) and loads one kernel: a plain name or a name expression."""
+        source = _as_source(source)
+        opts, nopts = strings(options, "options")
+        handle = H()
+        check(_native.lib().kiln_kernel_get(self._handle, source._handle, name.encode(), opts, nopts, device,
+                                            ctypes.byref(handle)))
+        return Kernel(handle.value, self)
+
+    def prewarm(self, source, target, options=(), names=()):
+        """Compiles into the disk cache for a named target ("sm_90", "gfx90a"); needs no GPU."""
+        source = _as_source(source)
+        opts, nopts = strings(options, "options")
+        exprs, nexprs = strings(names, "names")
+        result = sized(_native.PrewarmResult)
+        check(_native.lib().kiln_prewarm(self._handle, source._handle, opts, nopts, exprs, nexprs, target.encode(),
+                                         ctypes.byref(result)))
+        return {"key": _text(result.key), "target": _text(result.target),
+                "origin": _native.ORIGINS.get(result.origin, "?"), "seconds": result.seconds,
+                "binary_bytes": result.binary_bytes, "stored": bool(result.stored)}
+
+    def compile(self, source, options=(), names=(), target="native"):
+        """Compiles (or finds: engine memory, disk cache, packs, remote) a source's binary for `target`
+        ("sm_90", "compute_90" for PTX, "gfx90a", or "native" for the engine's device) and returns it
+        as a kiln.Binary without loading it. Needs no GPU for a named target. `names`: name
+        expressions (e.g. "scale<float>"), whose symbols come back in Binary.lowered_names."""
+        library = _native.require(_native.COMPILE_API_VERSION, "kiln.Engine.compile (kiln_compile)")
+        source = _as_source(source)
+        opts, nopts = strings(options, "options")
+        exprs, nexprs = strings(names, "names")
+        handle = H()
+        check(library.kiln_compile(self._handle, source._handle, opts, nopts, exprs, nexprs,
+                                   target.encode() if target else None, ctypes.byref(handle)))
+        try:
+            return _read_binary(library, handle.value)
+        finally:
+            library.kiln_binary_destroy(handle.value)
+
+    def synchronize(self, stream=None, device=-1):
+        check(_native.lib().kiln_synchronize(self._handle, _stream_handle(stream), device))
+
+
+_default_lock = threading.Lock()
+_default = None
+
+
+def default_engine():
+    """The process's shared engine (created on first use, settings from the environment); kiln.compile,
+    kiln.prewarm, kiln.stats and kiln.cupy use it."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Engine()
+    return _default
+
+
+def compile(source, options=(), names=(), target="native"):  # noqa: A001 (kiln.compile is the API's name)
+    """Engine.compile on the default engine."""
+    return default_engine().compile(source, options, names, target)
+
+
+def prewarm(source, target, options=(), names=()):
+    """Engine.prewarm on the default engine."""
+    return default_engine().prewarm(source, target, options, names)
+
+
+def stats():
+    """Engine.stats of the default engine."""
+    return default_engine().stats()

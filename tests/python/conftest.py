@@ -1,0 +1,114 @@
+"""Fixtures of the Python tests (label `python`). CTest runs them with KILN_LIBRARY set to the build's
+libkiln and PYTHONPATH to python/; run by hand from the repository root with
+
+    KILN_LIBRARY=build/engine/libkiln.so PYTHONPATH=python python3 -m pytest tests/python -q
+
+No GPU and no CuPy are needed: compiles are for named targets (sm_90), and kiln.cupy is tested
+against tests/python/stand_in/cupy.
+"""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+STAND_IN = os.path.join(HERE, "stand_in")
+
+import kiln  # noqa: E402
+from kiln import _native  # noqa: E402
+
+KERNELS = r"""
+#include <kiln/rtc.h>
+
+KILN_KERNEL void py_fill(float* out, float value, unsigned int n) {
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+template <typename T>
+__global__ void py_scale(T* data, T factor, unsigned int n) {
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] *= factor;
+}
+"""
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """An empty kiln cache of this test's own."""
+    path = tmp_path / "kiln-cache"
+    path.mkdir(mode=0o700)
+    return str(path)
+
+
+@pytest.fixture
+def engine(cache_dir):
+    with kiln.Engine(cache_dir=cache_dir) as value:
+        yield value
+
+
+_nvrtc_state = {}
+
+
+def nvrtc_reason():
+    """None when this machine's kiln can compile for sm_90 (NVRTC loads), else why not."""
+    if "reason" not in _nvrtc_state:
+        try:
+            with kiln.Engine(cache_disable=True) as probe:
+                probe.prewarm(kiln.Source.from_text("extern \"C\" __global__ void probe() {}\n"), "sm_90")
+            _nvrtc_state["reason"] = None
+        except kiln.DeviceUnavailableError as error:
+            _nvrtc_state["reason"] = f"no NVRTC: {error.message}"
+    return _nvrtc_state["reason"]
+
+
+@pytest.fixture
+def nvrtc():
+    reason = nvrtc_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def compile_api(nvrtc):
+    """Skips when libkiln predates kiln_compile (API version 2)."""
+    version = kiln.api_version()
+    if version < _native.COMPILE_API_VERSION:
+        pytest.skip(f"{kiln.library_path} has kiln API version {version}: kiln_compile needs 2")
+
+
+def _forget_cupy():
+    for name in [name for name in sys.modules if name == "cupy" or name.startswith("cupy.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def stand_in_cupy():
+    """The stand-in CuPy, freshly imported (ahead of any real CuPy), and kiln.cupy disabled after."""
+    import kiln.cupy
+    _forget_cupy()
+    sys.path.insert(0, STAND_IN)
+    try:
+        import cupy
+        assert cupy.__file__.startswith(STAND_IN), cupy.__file__
+        yield cupy
+    finally:
+        kiln.cupy.disable()
+        kiln.cupy.reset_stats()
+        sys.path.remove(STAND_IN)
+        _forget_cupy()
+
+
+def subprocess_env(**changes):
+    """os.environ for a child Python: PYTHONPATH as this process sees the package, plus `changes`
+    (a value of None removes the variable)."""
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env

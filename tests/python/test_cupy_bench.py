@@ -1,0 +1,91 @@
+"""The pure-Python parts of bench/cupy_bench.py (the benchmark itself needs CuPy and a GPU)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, subprocess_env
+
+BENCH = os.path.join(REPO, "bench", "cupy_bench.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("cupy_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_median_and_table(bench):
+    assert bench.median([3.0, 1.0, 2.0]) == 2.0
+    assert bench.median([]) != bench.median([])  # nan
+    table = bench.format_table([["cupy", "cold", 20, 1234.5678], ["kiln", "warm", 20, float("nan")]],
+                               ["mode", "caches", "compiles", "prepare ms"])
+    lines = table.splitlines()
+    assert lines[0].split() == ["mode", "caches", "compiles", "prepare", "ms"]
+    assert "1235" in lines[2] and lines[3].rstrip().endswith("-")
+    assert len({len(line) for line in lines}) == 1  # aligned columns
+
+
+def test_compare_outputs(bench, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    assert bench.compare_outputs(str(a), str(b)) == [("*", "no .npy outputs")]
+    (a / "00_x.npy").write_bytes(b"same")
+    (b / "00_x.npy").write_bytes(b"same")
+    (a / "report.json").write_text("{}")  # not an output
+    assert bench.compare_outputs(str(a), str(b)) == []
+    (a / "01_y.npy").write_bytes(b"abcd")
+    (b / "01_y.npy").write_bytes(b"abXd")
+    (a / "02_z.npy").write_bytes(b"only here")
+    assert bench.compare_outputs(str(a), str(b)) == [("01_y.npy", "differs from byte 2 (4 vs 4 bytes)"),
+                                                     ("02_z.npy", "missing in other run")]
+
+
+def test_prewarm_problems(bench):
+    good = {"calls": 3, "kiln": {"routed": {"disk": 3}, "fallbacks": {}, "engine": {"compiles": 0}}}
+    assert bench.prewarm_problems(good) == []
+    compiled = {"calls": 3, "kiln": {"routed": {"disk": 2, "compiled": 1}, "fallbacks": {},
+                                     "engine": {"compiles": 1}}}
+    problems = bench.prewarm_problems(compiled)
+    assert any("not from disk" in p for p in problems) and any("compiled 1" in p for p in problems)
+    fallback = {"calls": 3, "kiln": {"routed": {"disk": 2}, "fallbacks": {"jitify": 1}, "engine": {"compiles": 0}}}
+    assert bench.prewarm_problems(fallback) == ["compiled by CuPy instead: {'jitify': 1}"]
+    assert "no kernel came from disk" in bench.prewarm_problems({"calls": 0, "kiln": None})
+
+
+def test_child_env(bench):
+    env = bench.child_env({"KILN_CUPY": "1", "KILN_RECORD": "/x", "PYTHONPATH": "/p", "KEEP": "k"}, "kiln", "/c", "/k",
+                          pythonpath="/repo/python")
+    assert env["CUPY_CACHE_DIR"] == "/c" and env["KILN_CACHE_DIR"] == "/k" and env["KEEP"] == "k"
+    assert "KILN_CUPY" not in env and "KILN_RECORD" not in env
+    assert env["PYTHONPATH"] == os.pathsep.join(["/repo/python", "/p"])
+    assert bench.child_env({}, "kiln", "/c", "/k", record="/m.jsonl")["KILN_RECORD"] == "/m.jsonl"
+
+
+def test_find_kiln_cli(bench, tmp_path):
+    fake = tmp_path / "kiln"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert bench.find_kiln_cli(str(fake)) == str(fake)
+
+
+def test_refuses_unsupported_cupy_with_exit_2(tmp_path):
+    fake = tmp_path / "cupy"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '13.0.0'\n")
+    result = subprocess.run([sys.executable, BENCH, "--quick"], env=subprocess_env(PYTHONPATH=str(tmp_path)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot run: CuPy 13.0.0 found; kiln.cupy supports 14.2.x" in result.stderr
+
+
+def test_bad_arguments(bench):
+    with pytest.raises(SystemExit) as caught:
+        bench.main(["--parts", "4"])
+    assert caught.value.code == 2
