@@ -38,6 +38,17 @@ if [[ "${KILN_H200_ONLY:-}" == include ]]; then
   include_benches
   exit 0
 fi
+# KILN_H200_ONLY=cupy: the GPU tests, then CuPy with and without kiln.cupy (bench/cupy_bench.py:
+# outputs bit for bit, kernel preparation cold and warm, KILN_RECORD + kiln prewarm --manifest).
+if [[ "${KILN_H200_ONLY:-}" == cupy ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli $gpu_tests >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== ctest -L gpu"; (cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tail -12)
+  echo "== cupy_bench"
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-420}" python3 "$root/bench/cupy_bench.py" \
+    --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
+  exit 0
+fi
 # One `kiln prewarm -j 16` of the 64 cli_bench requests, each progress line time-stamped on arrival.
 timeline() {
   local variants=(); for v in 1 2 3 4 5 6 7 8; do variants+=("--option-set=-DKILN_BENCH_VARIANT=$v"); done
