@@ -577,10 +577,57 @@ std::string describe(const Mismatch& m) {
   return {};
 }
 
+/// What this process learned by stat(2) about header and absent paths, shared by the lookups of one
+/// DependencyManifests: a path stat'ed less than `ttl` ago (CLOCK_REALTIME) is not stat'ed again. Many
+/// kernels of one program include the same tree (a runtime's own headers, CCCL), so a burst of lookups
+/// stats each path once instead of once per kernel. Only present-with-stat and absent are remembered;
+/// a failed stat is asked again. Bounded: cleared when it reaches kMaxPaths.
+class StatMemo {
+ public:
+  struct Seen {
+    bool present = false;
+    FileStat stat;
+    std::int64_t at_ns = 0;
+  };
+  static constexpr std::size_t kMaxPaths = 1 << 18;
+
+  std::optional<Seen> find(std::string_view path, std::int64_t now_ns, std::chrono::nanoseconds ttl) const {
+    if (ttl.count() <= 0) return std::nullopt;
+    const std::lock_guard lock(m_mutex);
+    const auto it = m_seen.find(path);
+    if (it == m_seen.end()) return std::nullopt;
+    const std::int64_t age = now_ns - it->second.at_ns;
+    if (age < 0 || age >= ttl.count()) return std::nullopt;
+    return it->second;
+  }
+  void remember(std::string_view path, const Seen& seen) {
+    const std::lock_guard lock(m_mutex);
+    if (m_seen.size() >= kMaxPaths) m_seen.clear();
+    auto it = m_seen.find(path);
+    if (it == m_seen.end()) m_seen.emplace(std::string(path), seen);
+    else it->second = seen;
+  }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  };
+  mutable std::mutex m_mutex;
+  std::unordered_map<std::string, Seen, Hash, std::equal_to<>> m_seen;
+};
+
 class Checker {
  public:
-  Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window)
-      : m_view(view), m_limits(limits), m_now_ns(now_ns), m_window(window), m_probes(view.paths.size()) {}
+  Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window,
+          StatMemo* memo = nullptr, std::chrono::nanoseconds memo_ttl = {})
+      : m_view(view),
+        m_limits(limits),
+        m_now_ns(now_ns),
+        m_window(window),
+        m_memo(memo),
+        m_memo_ttl(memo_ttl),
+        m_probes(view.paths.size()) {}
 
   /// Checks one result: absent paths first, then every header's stat, then re-hashes the headers whose
   /// stat differs or is not trusted (so a vanished header costs no read).
@@ -632,6 +679,7 @@ class Checker {
   };
   std::vector<Refresh> refreshes;  ///< header infos re-hashed with their recorded digest (may repeat)
   std::uint32_t stats = 0;
+  std::uint32_t memo_hits = 0;  ///< paths answered by the process's stat memo instead of stat(2)
   std::uint32_t reads = 0;
   std::uint64_t bytes_hashed = 0;
 
@@ -644,13 +692,24 @@ class Checker {
   const PathProbe& stat_path(std::uint32_t path) {
     PathProbe& probe = m_probes[path];
     if (probe.stat_state != PathProbe::Stat::unknown) return probe;
+    if (m_memo != nullptr) {
+      if (const std::optional<StatMemo::Seen> seen = m_memo->find(m_view.paths[path], m_now_ns, m_memo_ttl)) {
+        probe.stat_state = seen->present ? PathProbe::Stat::present : PathProbe::Stat::absent;
+        probe.stat = seen->stat;
+        ++memo_hits;
+        return probe;
+      }
+    }
     ++stats;
     struct stat st {};
+    const std::int64_t at_ns = realtime_now_ns();
     if (::stat(c_path(path), &st) == 0) {
       probe.stat_state = PathProbe::Stat::present;
       probe.stat = to_file_stat(st);
+      if (m_memo != nullptr) m_memo->remember(m_view.paths[path], StatMemo::Seen{true, probe.stat, at_ns});
     } else if (is_absence(errno)) {
       probe.stat_state = PathProbe::Stat::absent;
+      if (m_memo != nullptr) m_memo->remember(m_view.paths[path], StatMemo::Seen{false, {}, at_ns});
     } else {
       probe.stat_state = PathProbe::Stat::failed;
       probe.error = errno;
@@ -723,6 +782,8 @@ class Checker {
   const ManifestLimits& m_limits;
   std::int64_t m_now_ns;
   std::chrono::nanoseconds m_window;
+  StatMemo* m_memo;
+  std::chrono::nanoseconds m_memo_ttl;
   std::vector<PathProbe> m_probes;
   std::vector<std::uint32_t> m_pending;
   std::string m_path_buffer;
@@ -942,6 +1003,7 @@ struct DependencyManifests::State {
   std::string reason;
   std::atomic<bool> write_failure_warned{false};
   std::atomic<bool> refusal_warned{false};
+  StatMemo stat_memo;  ///< shared by this instance's lookups (ManifestConfig::stat_memo)
 
   /// Lowers the mode (never raises it) and records why; `warn`: says so at warning level.
   void degrade(StoreMode to, const std::string& why, bool warn) {
@@ -1018,7 +1080,7 @@ struct DependencyManifests::State {
       }
       return false;
     }
-    detail::AtomicFile file(path);
+    detail::AtomicFile file(path, detail::AtomicFile::Sync::none);  // checksummed: as the entries (store.cpp)
     if (file.write(bytes)) (void)file.commit();
     if (file.error() != 0) {
       if (is_permission_error(file.error())) {
@@ -1136,7 +1198,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       return std::nullopt;
     }
     ManifestView& view = std::get<ManifestView>(parsed);
-    Checker checker(view, m_config.limits, now_ns, m_config.trust_window);
+    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, &s.stat_memo, m_config.stat_memo);
     std::optional<Hash128> answer;
     const ResultRefs* answer_refs = nullptr;
     std::vector<std::pair<Hash128, Mismatch>> misses;
@@ -1151,6 +1213,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       misses.emplace_back(result.key, mismatch);
     }
     out.stats = checker.stats;
+    out.memo_hits = checker.memo_hits;
     out.reads = checker.reads;
     out.bytes_hashed = checker.bytes_hashed;
     // Refreshed stats are written back (hit or miss), so the next lookup trusts them without reading.

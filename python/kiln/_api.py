@@ -63,12 +63,17 @@ class _Handle:
     def close(self):
         """Destroys the handle now (it is also destroyed when garbage collected)."""
         handle, self._handle = getattr(self, "_handle", None), None
-        loaded = _native._loaded
+        # At interpreter exit the module's globals may already be gone: then the process is ending and
+        # the library releases everything with it.
+        loaded = getattr(_native, "_loaded", None) if _native is not None else None
         if handle and loaded is not None:
             getattr(loaded[0], self._destroy)(handle)  # an error here (engine already gone) changes nothing
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # a destructor must not raise (and at exit there is nobody to tell)
+            pass
 
     def __enter__(self):
         return self

@@ -55,6 +55,7 @@ ManifestConfig config_for(const fs::path& root, std::chrono::nanoseconds window 
   ManifestConfig config;
   config.root = root;
   config.trust_window = window;
+  config.stat_memo = 0ns;  // every lookup stats (the memo has its own test case)
   return config;
 }
 
@@ -925,4 +926,28 @@ TEST_CASE("manifest: lookup time for 2,000 headers and 2,000 absent paths (print
       floor * 1e3, lookup / floor);
   std::fflush(stdout);
   CHECK(stats.stats == 2 * kHeaders);
+}
+
+TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing header is seen once the memo's "
+          "time has passed, and at once by another instance",
+          "[include]") {
+  Fixture f;
+  ManifestConfig config = config_for(f.root);
+  config.stat_memo = std::chrono::milliseconds(300);
+  DependencyManifests manifests(config);
+  manifests.record(f.request.key, f.request.canonical, f.standard_deps(), result_key("A"));
+  LookupStats first;
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &first) == result_key("A"));
+  CHECK(first.stats == 5);
+  LookupStats second;
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &second) == result_key("A"));
+  CHECK(second.stats == 0);
+  CHECK(second.memo_hits == 5);
+  write_text(f.inc0 / "b.h", "#pragma once\n#include \"c/d.h\"\n");
+  DependencyManifests other(config_for(f.root));  // another process: no memo
+  CHECK_FALSE(other.lookup(f.request.key, f.request.canonical));
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  LookupStats third;
+  CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &third));
+  CHECK(third.outcome == ManifestOutcome::no_match);
 }

@@ -17,7 +17,7 @@
 // on every lookup until a lookup outside the window refreshes it.
 //
 // Files: <root>/manifests/<2 hex>/<30 hex>.kman (hex of the request key), directories 0700, files 0600,
-// published atomically (temp file beside the target, O_EXCL, fsync, rename) and opened with O_NOFOLLOW.
+// published atomically (temp file beside the target, O_EXCL, rename; not fsync'ed: a torn manifest fails its checksum) and opened with O_NOFOLLOW.
 // The contracts are the entry store's (store.hpp): a content error (bad magic, short file, checksum,
 // request key mismatch, not a regular file, not ours) is a miss and removes the manifest; an I/O error is
 // a miss that deletes nothing; a read-only instance writes, refreshes and deletes nothing; a memory-only
@@ -91,6 +91,9 @@ inline constexpr std::uint64_t kManifestChecksumSeed = 0x6b696c6e2d6d616eULL;  /
 /// outside the window refreshes it.
 inline constexpr std::chrono::seconds kStatTrustWindow{2};
 
+/// ManifestConfig::stat_memo's default.
+inline constexpr std::chrono::milliseconds kStatMemo{1000};
+
 /// The FileStat of a stat(2) result (times in nanoseconds since the epoch).
 [[nodiscard]] FileStat to_file_stat(const struct ::stat& st) noexcept;
 /// Whether a stat may be trusted: its mtime and ctime lie more than `window` before `now_ns` (CLOCK_REALTIME,
@@ -151,6 +154,12 @@ struct ManifestConfig {
   std::size_t max_results = 16;  ///< results kept per manifest; recording more drops the oldest
   /// kStatTrustWindow; tests shorten it (a freshly written or touched file's ctime is always "now").
   std::chrono::nanoseconds trust_window = kStatTrustWindow;
+  /// How long a lookup may reuse what an earlier lookup of this instance learned by stat(2) about a path
+  /// (present with its stat, or absent) instead of stat'ing it again: the kernels of one program mostly
+  /// include the same tree, so a burst of lookups stats each path once. Within this time an edit is seen
+  /// by the first lookup after it only when that path was not stat'ed in the last `stat_memo`. Zero: every
+  /// lookup stats every path.
+  std::chrono::nanoseconds stat_memo = kStatMemo;
 };
 
 enum class ManifestOutcome : std::uint8_t {
@@ -170,6 +179,7 @@ struct LookupStats {
   std::string detail;                 ///< why, when it is not a hit: the content error, or each result's first change
   std::uint32_t results_checked = 0;  ///< results looked at (up to and including the matching one)
   std::uint32_t stats = 0;            ///< stat(2) calls on header and absent paths (each path at most once)
+  std::uint32_t memo_hits = 0;        ///< paths answered from the stat memo (ManifestConfig::stat_memo)
   std::uint32_t reads = 0;            ///< headers read and re-hashed
   std::uint64_t bytes_hashed = 0;     ///< their bytes
   std::uint32_t refreshed = 0;        ///< header infos whose stat or trust was refreshed
