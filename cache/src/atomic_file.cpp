@@ -23,8 +23,7 @@ std::uint64_t random_suffix() noexcept {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string target_path, Sync sync) noexcept
-    : m_target_path(std::move(target_path)), m_sync(sync) {
+AtomicFile::AtomicFile(std::string target_path) noexcept : m_target_path(std::move(target_path)) {
   try {
     create();
   } catch (...) {  // std::bad_alloc from formatting the name
@@ -80,10 +79,9 @@ bool AtomicFile::write(std::span<const std::byte> bytes) noexcept {
 
 bool AtomicFile::commit() noexcept {
   if (m_fd < 0 || m_error != 0) return false;
-  // fsync before rename (Sync::data): after a crash the target holds either the old file or the complete
-  // new one.
+  // fsync before rename: after a crash the target holds either the old file or the complete new one.
   // The directory is not fsync'ed: losing a fresh rename in a crash only costs a recompile.
-  if (m_sync == Sync::data && ::fsync(m_fd) != 0) {
+  if (::fsync(m_fd) != 0) {
     fail(errno, "fsync", m_temp_path);
     return false;
   }

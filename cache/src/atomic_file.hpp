@@ -1,12 +1,9 @@
 #pragma once
 // Private to cache/: publishing a file atomically. A temp file is created beside the target
-// (".<name>.tmp.<pid>.<random>", O_EXCL, mode 0600), written, fsync'ed (Sync::data) or not (Sync::none)
-// and renamed over the target by commit(). Without the fsync a power loss can leave the target empty or
-// partly written; that is only acceptable for files whose readers verify every byte (cache entries and
-// dependency manifests carry their size and a checksum, and a bad one is a miss that is removed). A file that was never committed is removed by the destructor, so no failure path (an
+// (".<name>.tmp.<pid>.<random>", O_EXCL, mode 0600), written, fsync'ed and renamed over the target by
+// commit(). A file that was never committed is removed by the destructor, so no failure path (an
 // exception, a full disk, a cancelled compile) can leave a partial file under the target's name.
 #include <cstddef>
-#include <cstdint>
 #include <span>
 #include <string>
 
@@ -17,10 +14,8 @@ inline constexpr std::string_view kTempMarker = ".tmp.";
 
 class AtomicFile {
  public:
-  /// Whether commit() makes the bytes durable before the rename.
-  enum class Sync : std::uint8_t { data, none };
   /// Creates the temp file. On failure error() is the errno and nothing exists on disk.
-  explicit AtomicFile(std::string target_path, Sync sync = Sync::data) noexcept;
+  explicit AtomicFile(std::string target_path) noexcept;
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -34,7 +29,7 @@ class AtomicFile {
 
   /// Appends bytes (retrying short writes and EINTR). Returns false and sets error() on failure.
   bool write(std::span<const std::byte> bytes) noexcept;
-  /// fsync (Sync::data) + close + rename over the target. Returns false and sets error() on failure; the temp
+  /// fsync + close + rename over the target. Returns false and sets error() on failure; the temp
   /// file is then removed by the destructor.
   bool commit() noexcept;
 
@@ -48,7 +43,6 @@ class AtomicFile {
   int m_error = 0;
   std::string m_error_text;
   bool m_committed = false;
-  Sync m_sync = Sync::data;
 };
 
 /// The pid a temp file name records, or -1 when the name is not a temp file's.

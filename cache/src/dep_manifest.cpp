@@ -1080,7 +1080,7 @@ struct DependencyManifests::State {
       }
       return false;
     }
-    detail::AtomicFile file(path, detail::AtomicFile::Sync::none);  // checksummed: as the entries (store.cpp)
+    detail::AtomicFile file(path);
     if (file.write(bytes)) (void)file.commit();
     if (file.error() != 0) {
       if (is_permission_error(file.error())) {

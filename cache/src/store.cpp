@@ -892,10 +892,7 @@ bool Store::put(const Entry& entry) {
     struct stat previous {};
     std::uint64_t replaced_bytes = 0;
     {
-      // Not fsync'ed: an entry is verified whole (size, checksum, key) on every read, so one a power loss
-      // damaged is a miss that is removed, never served; an fsync per compiled entry costs more than a
-      // small compile on some disks (see bench/RESULTS.md).
-      detail::AtomicFile file(path, detail::AtomicFile::Sync::none);
+      detail::AtomicFile file(path);
       if (file.write(bytes)) {
         if (::lstat(path.c_str(), &previous) == 0 && S_ISREG(previous.st_mode)) {
           replaced_bytes = static_cast<std::uint64_t>(previous.st_size);

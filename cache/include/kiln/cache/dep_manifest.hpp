@@ -17,7 +17,7 @@
 // on every lookup until a lookup outside the window refreshes it.
 //
 // Files: <root>/manifests/<2 hex>/<30 hex>.kman (hex of the request key), directories 0700, files 0600,
-// published atomically (temp file beside the target, O_EXCL, rename; not fsync'ed: a torn manifest fails its checksum) and opened with O_NOFOLLOW.
+// published atomically (temp file beside the target, O_EXCL, fsync, rename) and opened with O_NOFOLLOW.
 // The contracts are the entry store's (store.hpp): a content error (bad magic, short file, checksum,
 // request key mismatch, not a regular file, not ours) is a miss and removes the manifest; an I/O error is
 // a miss that deletes nothing; a read-only instance writes, refreshes and deletes nothing; a memory-only

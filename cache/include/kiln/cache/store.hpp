@@ -6,8 +6,7 @@
 //    EIO must never destroy a valid entry); a permission error switches the store to read-only.
 //    Entries are opened with O_NOFOLLOW: a symbolic link at an entry path is never followed (it is
 //    removed, with a warning). get() never throws.
-//  - put(): temp file beside the target (O_EXCL, 0600), write, rename (no fsync: every read verifies the
-//    whole entry, so one a power loss tore is a miss that is removed, never served). A failed put leaves no
+//  - put(): temp file beside the target (O_EXCL, 0600), write, fsync, rename. A failed put leaves no
 //    temp file and never throws; it returns false and warns once per store.
 //  - Security: directories 0700, files 0600. A root (or v1/, lock/) not owned by the current user, or
 //    group/world-writable, is refused: the store is memory-only and says why once (warning). A shard
