@@ -130,6 +130,14 @@ def main():
             binary = engine.compile(source, names=["demo_axpby<float>"], target="sm_90")
             print(f"  compile only: {binary.kind}, {len(binary.data)} bytes from {binary.origin}, demo_axpby<float> "
                   f"is {binary.lowered_names['demo_axpby<float>']}")
+            # Header trees from folders: -I (kiln records every header read; a later process checks them by
+            # stat) and --toolkit-includes (the CUDA toolkit's own headers: CUB, libcu++, cuda_fp16.h).
+            cub = engine.compile('#include <cub/block/block_reduce.cuh>\n'
+                                 'extern "C" __global__ void demo_sum(const int* in, int* out) {\n'
+                                 '  using R = cub::BlockReduce<int, 128>; __shared__ typename R::TempStorage t;\n'
+                                 '  int v = R(t).Sum(in[threadIdx.x]); if (threadIdx.x == 0) *out = v; }\n',
+                                 options=["--toolkit-includes"], target="sm_90")
+            print(f"  CUB through --toolkit-includes: {cub.kind}, {len(cub.data)} bytes from {cub.origin}")
         # The bindings report errors as exceptions with kiln's message.
         try:
             engine.kernel(source, "demo_saxpy")

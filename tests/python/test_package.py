@@ -120,6 +120,27 @@ def test_compile_from_disk_in_a_new_engine(cache_dir, compile_api):
     assert found.data == compiled.data and found.lowered_names == {}
 
 
+def test_compile_with_an_include_folder(cache_dir, compile_api, tmp_path):
+    """-I through the Python package: a new engine is served by stat; an edited header is another key."""
+    header = tmp_path / "inc" / "lib" / "value.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("#define VALUE 1\n")
+    source = '#include <lib/value.h>\nextern "C" __global__ void k(int* o) { *o = VALUE; }\n'
+    options = ["-I" + str(tmp_path / "inc")]
+    with kiln.Engine(cache_dir=cache_dir) as first:
+        compiled = first.compile(source, options=options, target="sm_90")
+    with kiln.Engine(cache_dir=cache_dir) as second:
+        found = second.compile(source, options=options, target="sm_90")
+        assert second.stats()["compiles"] == 0
+    assert compiled.origin == "compiled" and found.origin == "disk" and found.key == compiled.key
+    header.write_text("#define VALUE 2\n")
+    with kiln.Engine(cache_dir=cache_dir) as third:
+        edited = third.compile(source, options=options, target="sm_90")
+    assert edited.origin == "compiled" and edited.key != compiled.key
+    with pytest.raises(kiln.ConfigError, match="does not exist"):
+        kiln.Engine(cache_dir=cache_dir).compile(source, options=["-I" + str(tmp_path / "nowhere")], target="sm_90")
+
+
 def test_compile_ptx_and_options(engine, compile_api):
     binary = engine.compile(KERNELS, options=["--fast-math", "-DEXTRA=1"], target="compute_90")
     assert binary.kind == "ptx" and binary.target == "compute_90"
