@@ -787,7 +787,9 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
                                                                 std::string_view target) {
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
-  settle_includes(r, /*use_manifest=*/false);  // the key of the headers as they are now
+  // The key of the headers as they are now: from the manifest when it still matches them by stat (as a
+  // request would find it), else by resolving. Callers ask this for every request they plan or check.
+  settle_includes(r, /*use_manifest=*/true);
   return {r.hash, r.key.bytes()};
 }
 

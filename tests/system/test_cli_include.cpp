@@ -51,6 +51,15 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   REQUIRE(prewarm.rc == 0);
   const std::string key = prewarm.parsed().at("requests").at(0).at("key").get<std::string>();
   CHECK(manifest_files(cache) == 1);
+  // Prewarm again: settled by the manifest (stat only), no header read, nothing compiled.
+  const auto lifetime = [&] { return kiln({"cache", "stats", "--json"}, false).parsed().at("lifetime"); };
+  const json before = lifetime();
+  const Result again = kiln({"prewarm", "--json"});
+  REQUIRE(again.rc == 0);
+  CHECK(again.parsed().at("summary").at("cached") == 1);
+  const json after = lifetime();
+  CHECK(after.at("include_resolves") == before.at("include_resolves"));
+  CHECK(after.at("manifest_hits").get<std::uint64_t>() > before.at("manifest_hits").get<std::uint64_t>());
 
   // A pack of this cache serves another machine with the same tree at the same paths: it has no
   // manifest, resolves once (same headers, same key) and hits the pack without compiling.
