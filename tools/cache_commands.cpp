@@ -45,6 +45,24 @@ json headers_json(const std::optional<cache::DependencySet>& dependencies) {
   return out;
 }
 
+/// For an entry of a request with include folders (its key ends in a "dependencies" part, which holds
+/// only their digest): the headers and absent paths its request's dependency manifest recorded for it.
+/// nullopt when the key has no such part, or the manifest is not here (an entry from a pack or another
+/// cache) or no longer holds this result.
+std::optional<cache::DependencySet> recorded_dependencies(const cache::Store& store,
+                                                          const std::vector<cache::KeyPart>& parts,
+                                                          const cache::Hash128& entry_key) {
+  cache::CanonicalKey request_key;  // every part but the dependencies: the first level of the key
+  bool two_level = false;
+  for (const cache::KeyPart& part : parts) {
+    if (part.name == "dependencies") two_level = true;
+    else request_key.add(part.name, part.value);
+  }
+  if (!two_level || store.mode() == cache::StoreMode::memory_only) return std::nullopt;
+  const cache::DependencyManifests manifests(store.config().root, /*read_only=*/true);
+  return manifests.recorded(request_key.hash(), request_key.bytes(), entry_key);
+}
+
 std::uint64_t total_size(const std::vector<cache::EntryFile>& files) {
   std::uint64_t total = 0;
   for (const cache::EntryFile& file : files) total += file.size;
@@ -400,10 +418,15 @@ int run_show(const ShowArgs& args) {
                              format_bytes(entry.payload.size()), args.dump);
   }
 
-  // A request with include folders: its key names every header it read (path and digest).
+  // A request with include folders: its key holds the digest of every header it read; the list (path and
+  // digest) is in the request's dependency manifest.
+  std::optional<cache::DependencySummary> summary;
   std::optional<cache::DependencySet> dependencies;
   if (parts) {
-    if (const std::string* text = find_part(*parts, "dependencies")) dependencies = cache::parse_canonical_dependencies(*text);
+    if (const std::string* text = find_part(*parts, "dependencies")) {
+      summary = cache::parse_canonical_dependencies(*text);
+      dependencies = recorded_dependencies(*store, *parts, entry.key_hash);
+    }
   }
 
   if (args.json) {
@@ -432,6 +455,9 @@ int run_show(const ShowArgs& args) {
                 {"key_parts", std::move(key_parts)},
                 {"headers", headers_json(dependencies)},
                 {"absent_paths", dependencies ? json(dependencies->absent) : json::array()},
+                {"headers_count", summary ? json(summary->headers) : json(nullptr)},
+                {"absent_count", summary ? json(summary->absent) : json(nullptr)},
+                {"headers_listed", dependencies.has_value()},
                 {"refused", refusal}});
     return found;
   }
@@ -454,11 +480,16 @@ int run_show(const ShowArgs& args) {
     text += fmt::format("{}{} -> {}\n", i == 0 ? "kernels   " : "          ", entry.names[i].expression,
                         entry.names[i].lowered);
   }
-  if (dependencies) {
-    text += fmt::format("headers   {} read from include folders ({} paths probed and found absent):\n",
-                        dependencies->headers.size(), dependencies->absent.size());
-    for (const cache::HeaderRecord& header : dependencies->headers) {
-      text += fmt::format("          {}  {}\n", header.digest.hex(), header.path);
+  if (summary) {
+    text += fmt::format("headers   {} read from include folders ({} paths probed and found absent)", summary->headers,
+                        summary->absent);
+    if (dependencies) {
+      text += ":\n";
+      for (const cache::HeaderRecord& header : dependencies->headers) {
+        text += fmt::format("          {}  {}\n", header.digest.hex(), header.path);
+      }
+    } else {
+      text += "; the list is in the request's dependency manifest, which this cache does not hold\n";
     }
   }
   if (!parts) {
@@ -991,7 +1022,8 @@ int run_why_miss(const WhyMissArgs& args) {
 
   const EngineConfig config = EngineConfig::from_environment();
   Engine engine(config);
-  const auto [hash, canonical] = engine.describe_key(*source, options, names, args.target);
+  cache::DependencySet current;  // with include folders: what the key names now
+  const auto [hash, canonical] = engine.describe_key(*source, options, names, args.target, &current);
   const cache::Store& store = engine.store();
   const std::string request_label =
       fmt::format("{} [{}] {}{}", source->name(), fmt::join(args.kernels, ", "), args.target,
@@ -1068,6 +1100,30 @@ int run_why_miss(const WhyMissArgs& args) {
       nearest = Nearest{rank, files[i], entry->target, describe_source(*parts), std::move(differences)};
     }
   });
+
+  // The headers' key part holds a digest: say header by header what differs from the nearest entry's,
+  // as its manifest recorded them.
+  if (nearest && find_part(*request_parts, "dependencies") != nullptr) {
+    auto& differences = nearest->differences;
+    const auto at = std::find_if(differences.begin(), differences.end(),
+                                 [](const cache::KeyDifference& d) { return d.name == "dependencies"; });
+    if (at != differences.end()) {
+      auto parsed = store.read_file(nearest->file.path);
+      const auto* entry = std::get_if<cache::Entry>(&parsed);
+      const auto parts = entry ? cache::CanonicalKey::parse(entry->canonical_key) : std::nullopt;
+      const std::optional<cache::DependencySet> recorded =
+          parts ? recorded_dependencies(store, *parts, entry->key_hash) : std::nullopt;
+      if (recorded) {
+        std::vector<cache::KeyDifference> lines;
+        for (std::string& line : cache::describe_dependency_changes(*recorded, current)) {
+          lines.push_back({"dependencies", std::move(line)});
+        }
+        const auto index = at - differences.begin();
+        differences.erase(at);
+        differences.insert(differences.begin() + index, lines.begin(), lines.end());
+      }
+    }
+  }
 
   // 4. With include folders: the request's dependency manifest, each recorded result against the files now.
   std::optional<cache::ManifestExplanation> explanation;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -529,16 +530,23 @@ RawManifest read_raw(const std::string& path, const ManifestLimits& limits) {
 
 // ---- checking dependencies against the file system --------------------------------------------------------
 
-/// What a lookup learned about one path (each path is stat'ed, and read, at most once per lookup).
+/// What a lookup learned about one path by stat(2) (each path is stat'ed, and read, at most once per
+/// lookup). Kept small: a lookup holds one per path of the manifest, and reads are rare (ReadProbe).
 struct PathProbe {
   enum class Stat : std::uint8_t { unknown, present, absent, failed } stat_state = Stat::unknown;
-  enum class Read : std::uint8_t { not_read, ok, failed } read_state = Read::not_read;
-  int error = 0;                                          ///< errno of the failed stat, or of the failed read
-  DependencyChange read_change = DependencyChange::none;  ///< why the read failed
-  const char* read_what = "";                             ///< static text for a failed read
-  FileStat stat;                                          ///< from stat(2)
-  FileStat read_stat;  ///< from fstat(2) of the file read (unchanged across the read)
-  Hash128 digest;      ///< of the bytes read
+  std::uint32_t read = 0;  ///< 0: not read; else 1 + the index of its ReadProbe
+  int error = 0;           ///< errno of the failed stat
+  FileStat stat;           ///< from stat(2)
+};
+
+/// What re-reading one header gave.
+struct ReadProbe {
+  bool ok = false;
+  int error = 0;                                     ///< errno of the failed read
+  DependencyChange change = DependencyChange::none;  ///< why the read failed
+  const char* what = "";                             ///< static text for a failed read
+  FileStat read_stat;                                ///< from fstat(2) of the file read (unchanged across the read)
+  Hash128 digest;                                    ///< of the bytes read
 };
 
 /// The first dependency of a result that does not match (change == none: the result matches).
@@ -582,6 +590,10 @@ std::string describe(const Mismatch& m) {
 /// kernels of one program include the same tree (a runtime's own headers, CCCL), so a burst of lookups
 /// stats each path once instead of once per kernel. Only present-with-stat and absent are remembered;
 /// a failed stat is asked again. Bounded: cleared when it reaches kMaxPaths.
+///
+/// A process that makes one lookup (a CLI call, a short program) should not pay for building the memo:
+/// the first lookup does not use it, and hands over its probes as they are (defer: the manifest's bytes
+/// the paths point into, and the probe table). They become memo entries only when a second lookup asks.
 class StatMemo {
  public:
   struct Seen {
@@ -591,9 +603,20 @@ class StatMemo {
   };
   static constexpr std::size_t kMaxPaths = 1 << 18;
 
-  std::optional<Seen> find(std::string_view path, std::int64_t now_ns, std::chrono::nanoseconds ttl) const {
+  /// True exactly once per memo: that lookup neither asks nor tells the memo, and calls defer() at its end.
+  bool first_lookup() noexcept { return !m_started.exchange(true, std::memory_order_acq_rel); }
+
+  /// The first lookup's probes (probes[i] is what it learned about paths[i], at or after at_ns).
+  void defer(std::unique_ptr<std::byte[]> bytes, std::vector<std::string_view> paths, std::vector<PathProbe> probes,
+             std::int64_t at_ns) {
+    const std::lock_guard lock(m_mutex);
+    m_pending.emplace(Pending{std::move(bytes), std::move(paths), std::move(probes), at_ns});
+  }
+
+  std::optional<Seen> find(std::string_view path, std::int64_t now_ns, std::chrono::nanoseconds ttl) {
     if (ttl.count() <= 0) return std::nullopt;
     const std::lock_guard lock(m_mutex);
+    if (m_pending) materialize();
     const auto it = m_seen.find(path);
     if (it == m_seen.end()) return std::nullopt;
     const std::int64_t age = now_ns - it->second.at_ns;
@@ -602,18 +625,42 @@ class StatMemo {
   }
   void remember(std::string_view path, const Seen& seen) {
     const std::lock_guard lock(m_mutex);
-    if (m_seen.size() >= kMaxPaths) m_seen.clear();
-    auto it = m_seen.find(path);
-    if (it == m_seen.end()) m_seen.emplace(std::string(path), seen);
-    else it->second = seen;
+    if (m_pending) materialize();
+    put(path, seen);
   }
 
  private:
+  struct Pending {
+    std::unique_ptr<std::byte[]> bytes;  ///< what `paths` point into
+    std::vector<std::string_view> paths;
+    std::vector<PathProbe> probes;
+    std::int64_t at_ns = 0;
+  };
+
+  void put(std::string_view path, const Seen& seen) {
+    if (m_seen.size() >= kMaxPaths) m_seen.clear();
+    auto it = m_seen.find(path);
+    if (it == m_seen.end()) m_seen.emplace(std::string(path), seen);
+    else if (it->second.at_ns <= seen.at_ns) it->second = seen;
+  }
+
+  void materialize() {
+    Pending pending = std::move(*m_pending);
+    m_pending.reset();
+    for (std::size_t i = 0; i < pending.paths.size() && i < pending.probes.size(); ++i) {
+      const PathProbe& probe = pending.probes[i];
+      if (probe.stat_state == PathProbe::Stat::present) put(pending.paths[i], Seen{true, probe.stat, pending.at_ns});
+      if (probe.stat_state == PathProbe::Stat::absent) put(pending.paths[i], Seen{false, {}, pending.at_ns});
+    }
+  }
+
   struct Hash {
     using is_transparent = void;
     std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
   };
-  mutable std::mutex m_mutex;
+  std::mutex m_mutex;
+  std::atomic<bool> m_started{false};
+  std::optional<Pending> m_pending;
   std::unordered_map<std::string, Seen, Hash, std::equal_to<>> m_seen;
 };
 
@@ -653,10 +700,8 @@ class Checker {
     }
     for (const std::uint32_t file : m_pending) {
       const FileInfo& info = m_view.files[file];
-      const PathProbe& probe = read_path(info.path);
-      if (probe.read_state == PathProbe::Read::failed) {
-        return Mismatch::at(probe.read_change, info.path, probe.error, probe.read_what);
-      }
+      const ReadProbe& probe = read_path(info.path);
+      if (!probe.ok) return Mismatch::at(probe.change, info.path, probe.error, probe.what);
       if (probe.digest != info.digest) {
         Mismatch m = Mismatch::at(DependencyChange::changed, info.path);
         m.recorded = info.digest;
@@ -717,15 +762,16 @@ class Checker {
     return probe;
   }
 
-  const PathProbe& read_path(std::uint32_t path) {
-    PathProbe& probe = m_probes[path];
-    if (probe.read_state != PathProbe::Read::not_read) return probe;
+  const ReadProbe& read_path(std::uint32_t path) {
+    PathProbe& path_probe = m_probes[path];
+    if (path_probe.read != 0) return m_reads[path_probe.read - 1];
     ++reads;
-    probe.read_state = PathProbe::Read::failed;
-    const auto fail = [&probe](DependencyChange change, int error, const char* what) -> const PathProbe& {
-      probe.read_change = change;
+    ReadProbe& probe = m_reads.emplace_back();  // a deque: references to earlier ones stay valid
+    path_probe.read = static_cast<std::uint32_t>(m_reads.size());
+    const auto fail = [&probe](DependencyChange change, int error, const char* what) -> const ReadProbe& {
+      probe.change = change;
       probe.error = error;
-      probe.read_what = what;
+      probe.what = what;
       return probe;
     };
     // O_NONBLOCK: a FIFO planted at a header path cannot block the lookup (it is not a regular file).
@@ -774,9 +820,15 @@ class Checker {
     probe.digest =
         whole_in_buffer ? detail::xxh3_128(m_buffer.get(), static_cast<std::size_t>(total), kKeySeed) : stream.digest();
     probe.read_stat = read_stat;
-    probe.read_state = PathProbe::Read::ok;
+    probe.ok = true;
     return probe;
   }
+
+ public:
+  /// The probe table, for StatMemo::defer (the checker is done with it).
+  std::vector<PathProbe> take_probes() noexcept { return std::move(m_probes); }
+
+ private:
 
   const ManifestView& m_view;
   const ManifestLimits& m_limits;
@@ -785,6 +837,7 @@ class Checker {
   StatMemo* m_memo;
   std::chrono::nanoseconds m_memo_ttl;
   std::vector<PathProbe> m_probes;
+  std::deque<ReadProbe> m_reads;
   std::vector<std::uint32_t> m_pending;
   std::string m_path_buffer;
   std::unique_ptr<std::byte[]> m_buffer;
@@ -1158,7 +1211,7 @@ std::filesystem::path DependencyManifests::manifest_path(const Hash128& request_
 }
 
 std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, std::string_view request_canonical,
-                                                   LookupStats* stats, DependencySet* matched) {
+                                                   LookupStats* stats, std::string* matched) {
   State& s = *m_state;
   LookupStats local;
   LookupStats& out = stats != nullptr ? *stats : local;
@@ -1198,7 +1251,11 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       return std::nullopt;
     }
     ManifestView& view = std::get<ManifestView>(parsed);
-    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, &s.stat_memo, m_config.stat_memo);
+    // This instance's first lookup stats everything itself and hands its probes to the memo at the end.
+    const bool memo_on = m_config.stat_memo.count() > 0;
+    const bool first = memo_on && s.stat_memo.first_lookup();
+    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, memo_on && !first ? &s.stat_memo : nullptr,
+                    m_config.stat_memo);
     std::optional<Hash128> answer;
     const ResultRefs* answer_refs = nullptr;
     std::vector<std::pair<Hash128, Mismatch>> misses;
@@ -1239,28 +1296,26 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     if (answer) {
       out.outcome = ManifestOutcome::hit;
       if (matched != nullptr) {
-        matched->headers.clear();
-        matched->absent.clear();
-        matched->headers.reserve(answer_refs->files_count);
+        DependencyDigest digest;
         for (const std::uint32_t index : view.result_files(*answer_refs)) {
           const FileInfo& info = view.files[index];
-          matched->headers.push_back(HeaderRecord{std::string(view.paths[info.path]), info.stat, info.trusted, info.digest});
+          digest.add_header(view.paths[info.path], info.digest);
         }
-        matched->absent.reserve(answer_refs->absent_count);
-        for (const std::uint32_t index : view.result_absent(*answer_refs)) {
-          matched->absent.emplace_back(view.paths[view.absent[index]]);
-        }
+        for (const std::uint32_t index : view.result_absent(*answer_refs)) digest.add_absent(view.paths[view.absent[index]]);
+        *matched = digest.text();
       }
-      return answer;
+    } else {
+      out.outcome = ManifestOutcome::no_match;
+      out.detail = view.results.empty() ? "the manifest holds no result" : "";
+      for (std::size_t i = 0; i < misses.size(); ++i) {
+        const auto& [key, mismatch] = misses[i];
+        out.detail += fmt::format("{}result {} ({}): {} {} {}", i == 0 ? "" : "; ", i + 1, key.hex(),
+                                  to_string(mismatch.change), view.paths[mismatch.path], describe(mismatch));
+      }
     }
-    out.outcome = ManifestOutcome::no_match;
-    out.detail = view.results.empty() ? "the manifest holds no result" : "";
-    for (std::size_t i = 0; i < misses.size(); ++i) {
-      const auto& [key, mismatch] = misses[i];
-      out.detail += fmt::format("{}result {} ({}): {} {} {}", i == 0 ? "" : "; ", i + 1, key.hex(),
-                                to_string(mismatch.change), view.paths[mismatch.path], describe(mismatch));
-    }
-    return std::nullopt;
+    // Done with the view: its paths (into raw's bytes) and the probes go to the memo as they are.
+    if (first) s.stat_memo.defer(std::move(raw.bytes), std::move(view.paths), checker.take_probes(), now_ns);
+    return answer;
   } catch (const std::exception& error) {
     out.outcome = ManifestOutcome::io_error;
     try {
@@ -1361,6 +1416,29 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
     } catch (...) {
     }
   }
+}
+
+std::optional<DependencySet> DependencyManifests::recorded(const Hash128& request_key, std::string_view request_canonical,
+                                                          const Hash128& result_key) const {
+  const State& s = *m_state;
+  if (s.mode.load() == StoreMode::memory_only) return std::nullopt;
+  const RawManifest raw = read_raw(s.path_of(request_key), m_config.limits);
+  if (raw.kind != RawManifest::Kind::ok) return std::nullopt;
+  const ExpectedRequest expected{request_key, request_canonical};
+  std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), m_config.limits, &expected);
+  const ManifestView* view = std::get_if<ManifestView>(&parsed);
+  if (view == nullptr) return std::nullopt;
+  for (const ResultRefs& result : view->results) {
+    if (result.key != result_key) continue;
+    DependencySet set;
+    for (const std::uint32_t index : view->result_files(result)) {
+      const FileInfo& info = view->files[index];
+      set.headers.push_back(HeaderRecord{std::string(view->paths[info.path]), info.stat, info.trusted, info.digest});
+    }
+    for (const std::uint32_t index : view->result_absent(result)) set.absent.emplace_back(view->paths[view->absent[index]]);
+    return set;
+  }
+  return std::nullopt;
 }
 
 ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std::string_view request_canonical) const {

@@ -6,62 +6,94 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/base/xxh3.hpp"
+
 namespace kiln::cache {
 
+struct DependencyDigest::Stream {
+  detail::Xxh3Stream xxh3{kKeySeed};
+};
+
+DependencyDigest::DependencyDigest() : m_stream(std::make_unique<Stream>()) {}
+DependencyDigest::~DependencyDigest() = default;
+
+namespace {
+
+/// One record of the digest: a tag, the length (8 bytes, little endian), the bytes; a header adds its
+/// digest. Lengths make the encoding unambiguous whatever bytes a path holds.
+void put_record(detail::Xxh3Stream& stream, char tag, std::string_view path, const Hash128* digest) noexcept {
+  unsigned char head[1 + 8 + 16];
+  std::size_t n = 0;
+  head[n++] = static_cast<unsigned char>(tag);
+  const std::uint64_t length = path.size();
+  for (int i = 0; i < 8; ++i) head[n++] = static_cast<unsigned char>(length >> (8 * i));
+  if (digest != nullptr) {
+    for (int i = 0; i < 8; ++i) head[n++] = static_cast<unsigned char>(digest->high >> (8 * i));
+    for (int i = 0; i < 8; ++i) head[n++] = static_cast<unsigned char>(digest->low >> (8 * i));
+  }
+  stream.update(head, n);
+  stream.update(path.data(), path.size());
+}
+
+constexpr std::string_view kHead = "dependencies/2 headers=";
+
+}  // namespace
+
+void DependencyDigest::add_header(std::string_view path, const Hash128& digest) noexcept {
+  put_record(m_stream->xxh3, 'h', path, &digest);
+  ++m_headers;
+}
+
+void DependencyDigest::add_absent(std::string_view path) noexcept {
+  put_record(m_stream->xxh3, 'a', path, nullptr);
+  ++m_absent;
+}
+
+std::string DependencyDigest::text() const {
+  return fmt::format("{}{} absent={} xxh3={}", kHead, m_headers, m_absent, m_stream->xxh3.digest().hex());
+}
+
 std::string canonical_dependencies(const DependencySet& set) {
-  std::string out = "dependencies/1\n";
-  for (const HeaderRecord& h : set.headers) {
-    out += fmt::format("h {} {} {}\n", h.digest.hex(), h.path.size(), h.path);  // length first: any byte may follow
-  }
-  for (const std::string& path : set.absent) {
-    out += fmt::format("a {} {}\n", path.size(), path);
-  }
-  return out;
+  DependencyDigest digest;
+  for (const HeaderRecord& h : set.headers) digest.add_header(h.path, h.digest);
+  for (const std::string& path : set.absent) digest.add_absent(path);
+  return digest.text();
 }
 
 namespace {
 
-/// "<decimal length> <bytes>\n" at the front of `text`: the bytes, consumed. nullopt when malformed.
-std::optional<std::string> take_counted(std::string_view& text) {
-  const std::size_t space = text.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  std::size_t length = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + space, length);
-  if (error != std::errc() || end != text.data() + space) return std::nullopt;
-  text.remove_prefix(space + 1);
-  if (text.size() < length + 1 || text[length] != '\n') return std::nullopt;
-  std::string out(text.substr(0, length));
-  text.remove_prefix(length + 1);
-  return out;
+/// A decimal number at the front of `text`, consumed.
+std::optional<std::uint64_t> take_number(std::string_view& text) noexcept {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data()) return std::nullopt;
+  text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+  return value;
+}
+
+bool take(std::string_view& text, std::string_view literal) noexcept {
+  if (!text.starts_with(literal)) return false;
+  text.remove_prefix(literal.size());
+  return true;
 }
 
 std::string short_hex(const Hash128& digest) { return digest.hex().substr(0, 12); }
 
 }  // namespace
 
-std::optional<DependencySet> parse_canonical_dependencies(std::string_view text) {
-  constexpr std::string_view kHead = "dependencies/1\n";
-  if (!text.starts_with(kHead)) return std::nullopt;
-  text.remove_prefix(kHead.size());
-  DependencySet set;
-  while (!text.empty()) {
-    if (text.starts_with("h ") && text.size() > 2 + 32 + 1) {
-      const std::optional<Hash128> digest = Hash128::from_hex(text.substr(2, 32));
-      if (!digest || text[34] != ' ') return std::nullopt;
-      text.remove_prefix(35);
-      std::optional<std::string> path = take_counted(text);
-      if (!path || !set.absent.empty()) return std::nullopt;  // every header comes before every absent path
-      set.headers.push_back(HeaderRecord{std::move(*path), {}, false, *digest});
-    } else if (text.starts_with("a ")) {
-      text.remove_prefix(2);
-      std::optional<std::string> path = take_counted(text);
-      if (!path) return std::nullopt;
-      set.absent.push_back(std::move(*path));
-    } else {
-      return std::nullopt;
-    }
-  }
-  return set;
+std::optional<DependencySummary> parse_canonical_dependencies(std::string_view text) noexcept {
+  DependencySummary summary;
+  if (!take(text, kHead)) return std::nullopt;
+  const std::optional<std::uint64_t> headers = take_number(text);
+  if (!headers || !take(text, " absent=")) return std::nullopt;
+  const std::optional<std::uint64_t> absent = take_number(text);
+  if (!absent || !take(text, " xxh3=")) return std::nullopt;
+  const std::optional<Hash128> digest = Hash128::from_hex(text);
+  if (!digest) return std::nullopt;
+  summary.headers = *headers;
+  summary.absent = *absent;
+  summary.digest = *digest;
+  return summary;
 }
 
 std::vector<std::string> describe_dependency_changes(const DependencySet& a, const DependencySet& b,

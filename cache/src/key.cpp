@@ -160,13 +160,13 @@ std::vector<KeyDifference> diff_keys(const std::vector<KeyPart>& a, const std::v
     matched[j] = true;
     if (b[j].value == part.value) continue;
     if (part.name == "dependencies") {
-      // Header by header: which file changed, appeared or vanished, not where two texts first differ.
-      const std::optional<DependencySet> first = parse_canonical_dependencies(part.value);
-      const std::optional<DependencySet> second = parse_canonical_dependencies(b[j].value);
+      // The key holds the headers' digest only (their list is in the dependency manifest).
+      const std::optional<DependencySummary> first = parse_canonical_dependencies(part.value);
+      const std::optional<DependencySummary> second = parse_canonical_dependencies(b[j].value);
       if (first && second) {
-        for (std::string& line : describe_dependency_changes(*first, *second)) {
-          differences.push_back({part.name, std::move(line)});
-        }
+        differences.push_back(
+            {part.name, fmt::format("the headers read differ ({} header(s), {} path(s) probed absent -> {}, {})",
+                                    first->headers, first->absent, second->headers, second->absent)});
         continue;
       }
     }

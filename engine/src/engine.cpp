@@ -91,9 +91,10 @@ struct EngineCore::Request {
   /// but the headers' bytes (the include folders are part of it); it names the dependency manifest.
   cache::CanonicalKey request_key;
   cache::Hash128 request_hash;
-  /// What the compile reads from the folders: from the manifest (a hit by stat) or the resolver. Null
-  /// while not settled (settle_includes); `key` then is the request key.
-  std::shared_ptr<const cache::DependencySet> dependencies;
+  /// The key part naming what the compile reads from the folders (cache::canonical_dependencies): from
+  /// the manifest (a hit by stat) or the resolver. Empty while not settled (settle_includes); `key` then
+  /// is the request key.
+  std::string dependency_part;
   /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
   /// resolves again first (obtain_uncached).
   std::shared_ptr<const ResolvedIncludes> includes;
@@ -345,11 +346,11 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
   if (use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
     // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
-    auto dependencies = std::make_shared<cache::DependencySet>();
+    std::string dependency_part;
     const std::optional<cache::Hash128> result =
-        m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), nullptr, dependencies.get());
+        m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), nullptr, &dependency_part);
     if (result) {
-      r.dependencies = std::move(dependencies);
+      r.dependency_part = std::move(dependency_part);
       r.includes.reset();
       make_key(r, r.compiler);
       if (r.hash == *result) {
@@ -368,9 +369,10 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
   input.vendor = r.target.vendor;
   input.folders = r.include_folders;
   input.retry_names = r.retry_names;
+  input.file_cache = &m_header_files;
   auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
   m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
-  r.dependencies = std::shared_ptr<const cache::DependencySet>(resolved, &resolved->dependencies);
+  r.dependency_part = cache::canonical_dependencies(resolved->dependencies);
   r.includes = std::move(resolved);
   make_key(r, r.compiler);
 }
@@ -385,7 +387,7 @@ std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const R
   Request retried = r;
   retried.retry_names.push_back(*missing);
   settle_includes(retried, /*use_manifest=*/false);
-  if (retried.dependencies->headers.size() <= r.dependencies->headers.size()) {
+  if (retried.includes->dependencies.headers.size() <= r.includes->dependencies.headers.size()) {
     return std::nullopt;  // no folder has it (only new absent probes): the error stands
   }
   KILN_LOG(debug, "{}: the compiler asked for '{}', which the include scan could not see; compiling again with it",
@@ -395,7 +397,7 @@ std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const R
 
 void EngineCore::note_dependencies(const Request& r) noexcept {
   // Only what the resolver read is recorded: a manifest hit is already recorded (and refreshed).
-  if (r.includes) m_storage.manifests().record(r.request_hash, r.request_key.bytes(), *r.dependencies, r.hash);
+  if (r.includes) m_storage.manifests().record(r.request_hash, r.request_key.bytes(), r.includes->dependencies, r.hash);
 }
 
 KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
@@ -433,7 +435,7 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
     r.key.add("include-folders", folders);
     r.request_key = r.key;
     r.request_hash = r.key.hash();
-    if (r.dependencies) r.key.add("dependencies", cache::canonical_dependencies(*r.dependencies));
+    if (!r.dependency_part.empty()) r.key.add("dependencies", r.dependency_part);
   }
   try {
     cache::check_canonical_key(r.key.bytes());  // the readers' limit: refuse before compiling what no one could read
@@ -784,12 +786,27 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
 
 std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& source, const Options& options,
                                                                 const std::vector<std::string>& names,
-                                                                std::string_view target) {
+                                                                std::string_view target,
+                                                                cache::DependencySet* dependencies) {
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
   // The key of the headers as they are now: from the manifest when it still matches them by stat (as a
   // request would find it), else by resolving. Callers ask this for every request they plan or check.
   settle_includes(r, /*use_manifest=*/true);
+  if (dependencies != nullptr) {
+    *dependencies = cache::DependencySet();
+    if (r.includes) {
+      *dependencies = r.includes->dependencies;
+    } else if (!r.include_folders.empty()) {
+      std::optional<cache::DependencySet> recorded =
+          m_storage.manifests().recorded(r.request_hash, r.request_key.bytes(), r.hash);
+      if (!recorded) {  // the manifest changed since it matched: resolve
+        settle_includes(r, /*use_manifest=*/false);
+        recorded = r.includes->dependencies;
+      }
+      *dependencies = std::move(*recorded);
+    }
+  }
   return {r.hash, r.key.bytes()};
 }
 
@@ -878,8 +895,8 @@ PrewarmResult Engine::prewarm(const Source& source, const Options& options, cons
 }
 std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
                                                             const std::vector<std::string>& names,
-                                                            std::string_view target) {
-  return m_core->describe_key(source, options, names, target);
+                                                            std::string_view target, cache::DependencySet* dependencies) {
+  return m_core->describe_key(source, options, names, target, dependencies);
 }
 Vendor Engine::vendor() const { return m_core->vendor(); }
 std::vector<DeviceInfo> Engine::devices() const { return m_core->devices(); }

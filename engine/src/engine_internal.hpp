@@ -18,6 +18,7 @@
 #include "kiln/cache/storage.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
+#include "includes.hpp"
 #include "lanes/lane.hpp"
 
 namespace kiln::detail {
@@ -91,7 +92,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   CompiledBinary compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                          std::string_view target);
   std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
-                                                      const std::vector<std::string>& names, std::string_view target);
+                                                      const std::vector<std::string>& names, std::string_view target,
+                                                      cache::DependencySet* dependencies);
 
   [[nodiscard]] Vendor vendor() const noexcept { return m_runtime ? m_runtime->vendor() : Vendor::none; }
   [[nodiscard]] std::vector<DeviceInfo> devices() const;
@@ -153,6 +155,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   EngineConfig m_config;
   cache::Storage m_storage;          // the local store, the tiers under it, the compile lease
+  HeaderFileCache m_header_files;    // headers the resolves of this engine read (by path and stat)
   cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
   std::unique_ptr<Lane> m_cuda;
   std::unique_ptr<Lane> m_hip;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -547,6 +548,90 @@ std::optional<HeaderFile> read_header(const std::string& path) {
   return out;
 }
 
+// ---- the process's header files ------------------------------------------------------------------
+
+}  // namespace
+
+struct HeaderFileCache::File {
+  cache::HeaderRecord record;  ///< path, stat and digest as read
+  std::string bytes;
+  ScanResult scan;  ///< of bytes
+};
+
+struct HeaderFileCache::State {
+  mutable std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<const File>> files;
+  std::uint64_t bytes = 0;
+  mutable std::uint64_t hits = 0;
+};
+
+HeaderFileCache::HeaderFileCache() : m_state(std::make_unique<State>()) {}
+HeaderFileCache::~HeaderFileCache() = default;
+
+std::shared_ptr<const HeaderFileCache::File> HeaderFileCache::find(const std::string& path,
+                                                                   const cache::FileStat& stat) const {
+  const std::lock_guard lock(m_state->mutex);
+  const auto it = m_state->files.find(path);
+  if (it == m_state->files.end() || it->second->record.stat != stat) return nullptr;
+  ++m_state->hits;
+  return it->second;
+}
+
+void HeaderFileCache::put(const std::string& path, std::shared_ptr<const File> file) {
+  const std::lock_guard lock(m_state->mutex);
+  State& s = *m_state;
+  if (file->bytes.size() > kMaxBytes) return;
+  if (s.bytes + file->bytes.size() > kMaxBytes) {
+    s.files.clear();
+    s.bytes = 0;
+  }
+  auto [it, inserted] = s.files.try_emplace(path, file);
+  if (!inserted) {
+    s.bytes -= it->second->bytes.size();
+    it->second = file;
+  }
+  s.bytes += file->bytes.size();
+}
+
+HeaderFileCache::Usage HeaderFileCache::usage() const {
+  const std::lock_guard lock(m_state->mutex);
+  return {m_state->files.size(), m_state->bytes, m_state->hits};
+}
+
+namespace {
+
+cache::FileStat to_file_stat(const struct stat& st) {
+  cache::FileStat out;
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  out.mtime_ns = nanoseconds(st.st_mtim);
+  out.ctime_ns = nanoseconds(st.st_ctim);
+  out.inode = static_cast<std::uint64_t>(st.st_ino);
+  out.device = static_cast<std::uint64_t>(st.st_dev);
+  return out;
+}
+
+/// The header at `path` (null when there is no regular file there): from the cache when the file still
+/// has the stat it was read with, else read and scanned (and kept when its stat is trusted).
+std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path, HeaderFileCache* cache) {
+  if (cache != nullptr) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      if (!S_ISREG(st.st_mode)) return nullptr;
+      if (auto hit = cache->find(path, to_file_stat(st))) return hit;
+    } else if (errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG || errno == ELOOP) {
+      return nullptr;
+    }  // another error: read_header says what it is
+  }
+  std::optional<HeaderFile> read = read_header(path);
+  if (!read) return nullptr;
+  auto file = std::make_shared<HeaderFileCache::File>();
+  file->record = std::move(read->record);
+  file->bytes = std::move(read->bytes);
+  Scanner(file->bytes).run(file->scan);
+  if (cache != nullptr && file->record.trusted_stat) cache->put(path, file);
+  return file;
+}
+
 // ---- resolving ------------------------------------------------------------------------------------
 
 /// A file whose includes are scanned: the source, a memory header, or a file read from a folder.
@@ -556,8 +641,8 @@ struct Unit {
   std::string name;                   ///< source/memory: the name as given; disk: the absolute, normal path
   std::string dir;                    ///< where its quoted includes are looked up first (in-memory names or disk)
   std::optional<std::size_t> folder;  ///< disk: the folder it was found in (#include_next goes on after it)
-  std::string_view text;              ///< what is scanned (source/memory: the input's; disk: bytes)
-  std::string bytes;                  ///< disk: the file's bytes
+  std::string_view text;              ///< what is scanned (source/memory: the input's; disk: the file's bytes)
+  std::shared_ptr<const HeaderFileCache::File> file;  ///< disk: the file read (bytes, record, scan)
   std::string compiler_name;          ///< disk: the name the compiler gets it under
   bool named_by_include = false;      ///< disk: compiler_name is a name a computed include asks for
   std::vector<std::pair<IncludeRef, std::size_t>> links;  ///< includes that lead to a disk unit
@@ -676,7 +761,7 @@ class Resolver {
       if (it->second == npos) m_absent.push_back(path);
       return it->second == npos ? Found{} : Found{Where::disk, it->second};
     }
-    std::optional<HeaderFile> file = read_header(path);
+    std::shared_ptr<const HeaderFileCache::File> file = load_header(path, m_input.file_cache);
     if (!file) {
       m_absent.push_back(path);
       return {};
@@ -695,11 +780,11 @@ class Resolver {
           "the in-memory header '{}' has the name kiln gives the header read from '{}'; rename the in-memory header",
           unit.compiler_name, path));
     }
-    unit.bytes = std::move(file->bytes);
-    m_records.push_back(std::move(file->record));
+    unit.text = file->bytes;
+    m_records.push_back(file->record);
+    unit.file = std::move(file);
     const std::size_t index = m_units.size();
-    Unit& placed = m_units.emplace_back(std::move(unit));
-    placed.text = placed.bytes;  // after the move: a short string's bytes live inside the object
+    m_units.push_back(std::move(unit));
     it->second = index;
     return {Where::disk, index};
   }
@@ -760,16 +845,20 @@ class Resolver {
   }
 
   void scan(std::size_t index) {
-    Unit& unit = m_units[index];
-    ScanResult found;
-    Scanner(unit.text).run(found);
-    for (auto& [name, text] : found.defines) m_defines[std::move(name)].push_back(std::move(text));
-    for (std::string& operand : found.computed) m_computed.push_back({index, std::move(operand)});
-    for (IncludeRef& ref : found.refs) {
-      const Found target = resolve(unit, ref);
+    ScanResult scanned;
+    const ScanResult* found = &scanned;
+    if (m_units[index].file) {
+      found = &m_units[index].file->scan;  // a file from disk was scanned when it was read
+    } else {
+      Scanner(m_units[index].text).run(scanned);
+    }
+    for (const auto& [name, text] : found->defines) m_defines[name].push_back(text);
+    for (const std::string& operand : found->computed) m_computed.push_back({index, operand});
+    for (const IncludeRef& ref : found->refs) {
+      const Found target = resolve(m_units[index], ref);  // (m_units is a deque: references stay valid)
       if (target.where == Where::none) m_unresolved.push_back(ref.name);
       // Memory headers keep the names they are included by: only includes of disk files change.
-      if (target.where == Where::disk) unit.links.emplace_back(std::move(ref), target.index);
+      if (target.where == Where::disk) m_units[index].links.emplace_back(ref, target.index);
     }
   }
 
@@ -782,8 +871,8 @@ class Resolver {
     }
     unit.rewritten = apply_edits(unit.text, edits);
     unit.links = {};
-    unit.bytes = {};  // the rewritten text is all that is kept
-    unit.text = {};
+    unit.text = {};  // the rewritten text is all that is kept
+    unit.file.reset();
   }
 
   const IncludeInput& m_input;

@@ -15,6 +15,7 @@
 // (missing_include_from_log, IncludeInput::retry_names).
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,37 @@ namespace kiln::detail {
 /// The largest header file kiln reads. Real headers are far below it; a bigger file named by an
 /// include is almost certainly not a header, and reading it whole would hold that much memory.
 inline constexpr std::uint64_t kMaxHeaderBytes = 64ULL << 20;
+
+/// Header files read by earlier resolves of this process: their bytes, digest and include scan, reused
+/// by a later resolve while the file keeps the stat it had when read (size, mtime, ctime, inode, device),
+/// so a program whose kernels include one tree reads and scans it once, not once per kernel. Only files
+/// whose stat was trusted when read (cache::HeaderRecord::trusted_stat: untouched for the trust window)
+/// are kept, the rule the dependency manifests judge headers by. Thread-safe. Bounded: cleared when the
+/// bytes it holds would pass kMaxBytes.
+class HeaderFileCache {
+ public:
+  struct File;  ///< includes.cpp
+  static constexpr std::uint64_t kMaxBytes = 256ULL << 20;
+
+  HeaderFileCache();
+  ~HeaderFileCache();
+  HeaderFileCache(const HeaderFileCache&) = delete;
+  HeaderFileCache& operator=(const HeaderFileCache&) = delete;
+
+  /// The file read from `path` when it had exactly this stat; null otherwise.
+  [[nodiscard]] std::shared_ptr<const File> find(const std::string& path, const cache::FileStat& stat) const;
+  void put(const std::string& path, std::shared_ptr<const File> file);
+  struct Usage {
+    std::size_t files = 0;    ///< held
+    std::uint64_t bytes = 0;  ///< held
+    std::uint64_t hits = 0;   ///< find() calls that returned a file
+  };
+  [[nodiscard]] Usage usage() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> m_state;
+};
 
 struct IncludeInput {
   std::string_view source_name;
@@ -47,6 +79,8 @@ struct IncludeInput {
   /// Each is looked up like <name> and handed to the compiler under that very name, since the
   /// include that asks for it is not rewritten.
   std::vector<std::string> retry_names;
+  /// Files earlier resolves read (optional): a file whose stat is unchanged is not read or scanned again.
+  HeaderFileCache* file_cache = nullptr;
 };
 
 struct ResolvedIncludes {

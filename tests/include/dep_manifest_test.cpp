@@ -951,3 +951,61 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
   CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &third));
   CHECK(third.outcome == ManifestOutcome::no_match);
 }
+
+TEST_CASE("the dependencies key part: counts and a digest that tells every set apart; the lookup gives the "
+          "matched result's, recorded() its list",
+          "[include]") {
+  using kiln::cache::canonical_dependencies;
+  using kiln::cache::parse_canonical_dependencies;
+  const auto header = [](std::string path, std::string_view bytes) {
+    return HeaderRecord{std::move(path), FileStat{}, true, kiln::cache::hash128(bytes)};
+  };
+  DependencySet base;
+  base.headers = {header("/inc/a.h", "a"), header("/inc/b.h", "b")};
+  base.absent = {"/inc0/a.h", "/inc0/b.h"};
+  const std::string text = canonical_dependencies(base);
+  CHECK(text.starts_with("dependencies/2 headers=2 absent=2 xxh3="));
+  CHECK(text.size() < 100);  // however many headers: the list lives in the manifest
+  const auto summary = parse_canonical_dependencies(text);
+  REQUIRE(summary);
+  CHECK(summary->headers == 2);
+  CHECK(summary->absent == 2);
+
+  DependencySet same = base;
+  same.headers[0].stat.size = 99;  // stats are not part of it
+  same.headers[1].trusted_stat = false;
+  CHECK(canonical_dependencies(same) == text);
+  std::vector<DependencySet> others(6, base);
+  others[0].headers[1] = header("/inc/b.h", "B");               // other bytes
+  others[1].headers[1] = header("/inc/c.h", "b");               // another path, same bytes
+  std::swap(others[2].headers[0], others[2].headers[1]);        // another order
+  others[3].absent = {"/inc0/a.h"};                              // one absence less
+  others[4].absent = {"/inc0/a.h/inc0", "/b.h"};                // the same characters, other paths
+  others[5].absent.push_back("/inc/a.h");                        // a path both read and absent
+  for (const DependencySet& other : others) CHECK(canonical_dependencies(other) != text);
+
+  CHECK_FALSE(parse_canonical_dependencies("dependencies/1\nh 0 1 x\n"));
+  CHECK_FALSE(parse_canonical_dependencies("dependencies/2 headers=x absent=0 xxh3=0"));
+  CHECK_FALSE(parse_canonical_dependencies(text + " "));
+  CHECK_FALSE(parse_canonical_dependencies(text.substr(0, text.size() - 1)));
+
+  Fixture f;
+  DependencyManifests manifests(config_for(f.root));
+  manifests.record(f.request.key, f.request.canonical, f.standard_deps(), result_key("A"));
+  manifests.record(f.request.key, f.request.canonical, f.standard_deps(), result_key("B"));
+  std::string matched;
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, nullptr, &matched) == result_key("B"));
+  CHECK(matched == canonical_dependencies(f.standard_deps()));
+  const auto recorded = manifests.recorded(f.request.key, f.request.canonical, result_key("A"));
+  REQUIRE(recorded);
+  CHECK(canonical_dependencies(*recorded) == matched);
+  REQUIRE(recorded->headers.size() == f.standard_deps().headers.size());
+  for (std::size_t i = 0; i < recorded->headers.size(); ++i) {
+    CHECK(recorded->headers[i].path == f.standard_deps().headers[i].path);
+    CHECK(recorded->headers[i].digest == f.standard_deps().headers[i].digest);
+  }
+  CHECK(recorded->absent == f.standard_deps().absent);
+  CHECK_FALSE(manifests.recorded(f.request.key, f.request.canonical, result_key("C")));  // no such result
+  const Request other = make_request("int other;\n");
+  CHECK_FALSE(manifests.recorded(other.key, other.canonical, result_key("A")));  // no such manifest
+}

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <ctime>
+#include <thread>
 
 #include "include_test_support.hpp"
 #include "kiln/base/hash.hpp"
@@ -507,4 +508,54 @@ TEST_CASE("toolkit include folders: CUDA lib64, lib, targets/<triple>/lib; HIP m
   CHECK_THROWS_WITH(toolkit_include_dirs(bare / "lib64/libnvrtc.so.13"),
                     Catch::Contains((bare / "include").string()) && Catch::Contains("cuda_runtime.h"));
   CHECK_THROWS_AS(toolkit_include_dirs(dir.path() / "libfoo.so"), ConfigError);
+}
+
+TEST_CASE("the header file cache: a file read once is not read again while its stat holds; an edit is seen",
+          "[include]") {
+  // Files written just now are never kept (their stat is not trusted yet): the first resolve of a fresh
+  // tree reads everything, and so does the second.
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "lib/a.h", "#pragma once\n#include \"b.h\"\nint a;\n");
+  write_file(f, "lib/b.h", "#pragma once\nint b;\n");
+  kiln::detail::HeaderFileCache cache;
+  IncludeInput input;
+  input.source_name = "main.cu";
+  const std::string source = "#include <lib/a.h>\n#include <lib/missing.h>\n";
+  input.source_text = source;
+  input.folders = {f};
+  input.file_cache = &cache;
+  const ResolvedIncludes fresh = resolve_includes(input);
+  CHECK(read_paths(fresh) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/b.h"});
+  CHECK(cache.usage().files == 0);
+
+  // Once the files are older than the trust window they are kept, and a later resolve takes them from
+  // the cache: the same result, byte for byte, with no file read.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kiln::cache::kStatTrustWindowNs + 200'000'000));
+  const ResolvedIncludes first = resolve_includes(input);
+  CHECK(cache.usage().files == 2);
+  CHECK(cache.usage().hits == 0);
+  const ResolvedIncludes second = resolve_includes(input);
+  CHECK(cache.usage().hits == 2);
+  CHECK(second.dependencies == first.dependencies);
+  CHECK(second.compiler_source == first.compiler_source);
+  REQUIRE(second.compiler_headers.size() == first.compiler_headers.size());
+  for (std::size_t i = 0; i < first.compiler_headers.size(); ++i) {
+    CHECK(second.compiler_headers[i].name == first.compiler_headers[i].name);
+    CHECK(second.compiler_headers[i].text == first.compiler_headers[i].text);
+  }
+  CHECK(second.dependencies == resolve(source, {f}).dependencies);  // as without the cache
+
+  // An edit changes the file's stat: it is read again, and what it includes now is followed.
+  write_file(f, "lib/b.h", "#pragma once\n#include \"c.h\"\nint b2;\n");
+  write_file(f, "lib/c.h", "int c;\n");
+  const ResolvedIncludes edited = resolve_includes(input);
+  CHECK(read_paths(edited) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/b.h", f + "/lib/c.h"});
+  CHECK(edited.dependencies.headers[1].digest == kiln::cache::hash128(std::string("#pragma once\n#include \"c.h\"\nint b2;\n")));
+  CHECK(cache.usage().hits == 3);  // a.h alone came from the cache
+  // A vanished header is absent again, not served from the cache.
+  std::filesystem::remove(f + "/lib/a.h");
+  const ResolvedIncludes vanished = resolve_includes(input);
+  CHECK(vanished.dependencies.headers.empty());
+  CHECK(has(vanished.dependencies.absent, f + "/lib/a.h"));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/base/hash.hpp"
+#include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/device.hpp"
@@ -214,10 +215,14 @@ class Engine {
                                        const std::vector<std::string>& names = {}, std::string_view target = "native");
 
   /// The cache key a request would have for a target, without compiling: (hash, canonical bytes).
-  /// For `kiln cache why-miss`. Throws ConfigError / DeviceUnavailable like prewarm().
+  /// For `kiln cache why-miss`. `dependencies` (optional), for a request with include folders, receives
+  /// the headers and absent paths the key names (as the dependency manifest recorded them when it still
+  /// matches, else as resolved now); it is left empty for a request without include folders.
+  /// Throws ConfigError / DeviceUnavailable like prewarm().
   [[nodiscard]] std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
                                                                     const std::vector<std::string>& name_expressions,
-                                                                    std::string_view target);
+                                                                    std::string_view target,
+                                                                    cache::DependencySet* dependencies = nullptr);
 
   /// The vendor lane that runs kernels (none when there is no device).
   [[nodiscard]] Vendor vendor() const;

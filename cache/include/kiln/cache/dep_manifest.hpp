@@ -245,11 +245,18 @@ class DependencyManifests {
   /// header only when its stat differs from the recorded one or is not trusted. When a re-read header still
   /// has its recorded digest, its stat is refreshed and the manifest rewritten (best effort; read-write
   /// only). Never throws. `stats` (optional) says what it did and, on a miss, why.
-  /// `matched` (optional) receives, on a hit, the dependency set of the matching result as recorded
-  /// (headers in resolution order, absent paths in recorded order): canonical_dependencies() of it is the
-  /// text the result key was made with, so the caller can rebuild and check that key.
+  /// `matched` (optional) receives, on a hit, canonical_dependencies() of the matching result as recorded
+  /// (computed from the file's bytes, no per-header allocation): the text the result key was made with,
+  /// so the caller can rebuild and check that key.
   [[nodiscard]] std::optional<Hash128> lookup(const Hash128& request_key, std::string_view request_canonical,
-                                              LookupStats* stats = nullptr, DependencySet* matched = nullptr);
+                                              LookupStats* stats = nullptr, std::string* matched = nullptr);
+
+  /// The dependency set recorded for one result of the request's manifest (headers in resolution order
+  /// with their recorded stats, absent paths in recorded order), or nullopt when the manifest is absent,
+  /// unreadable, damaged or holds no such result. Reads only. `kiln cache show` and `why-miss` list an
+  /// entry's headers with it. Never throws but std::bad_alloc.
+  [[nodiscard]] std::optional<DependencySet> recorded(const Hash128& request_key, std::string_view request_canonical,
+                                                      const Hash128& result_key) const;
 
   /// Records that the request, with these dependencies, compiled to `result_key`: merged into the
   /// request's manifest (the new result first; the same result key replaces its older record; beyond

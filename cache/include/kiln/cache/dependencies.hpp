@@ -4,6 +4,7 @@
 // there later would shadow the recorded one). The include resolver (engine) produces it on a miss;
 // the dependency manifest (cache) records it and re-checks it on a lookup.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,15 +44,42 @@ struct DependencySet {
 /// it is re-hashed on every check instead of being judged by its stat.
 inline constexpr std::int64_t kStatTrustWindowNs = 2'000'000'000;
 
-/// The canonical-key field naming a dependency set: each header's path and digest (in order), then
-/// each absent path. Two sets give equal text exactly when they name the same files with the same
-/// bytes and the same absences. Stats are not part of it.
+/// The canonical-key field naming a dependency set, "dependencies/2 headers=N absent=M xxh3=HEX": the
+/// counts and an XXH3-128 (kKeySeed) over each header's path and digest (in order), then each absent
+/// path, length-prefixed. Two sets give equal text exactly when they name the same files with the same
+/// bytes and the same absences (up to a 128-bit collision, as for every digest in a key). Stats are not
+/// part of it. The list itself lives in the dependency manifest (DependencyManifests::recorded), so an
+/// entry's key stays small however many headers it read.
 [[nodiscard]] std::string canonical_dependencies(const DependencySet& set);
 
-/// The inverse of canonical_dependencies for what the CLI shows (stats are not in the text: they stay
-/// zero, and no header is trusted). nullopt when the text does not follow the form. Never throws but
-/// std::bad_alloc.
-[[nodiscard]] std::optional<DependencySet> parse_canonical_dependencies(std::string_view text);
+/// canonical_dependencies built one record at a time, with no allocation per record (a manifest lookup
+/// streams the matched result straight from the file's bytes). Headers first, in order, then absents.
+class DependencyDigest {
+ public:
+  DependencyDigest();  ///< throws std::bad_alloc
+  ~DependencyDigest();
+  DependencyDigest(const DependencyDigest&) = delete;
+  DependencyDigest& operator=(const DependencyDigest&) = delete;
+  void add_header(std::string_view path, const Hash128& digest) noexcept;
+  void add_absent(std::string_view path) noexcept;
+  [[nodiscard]] std::string text() const;
+
+ private:
+  struct Stream;
+  std::unique_ptr<Stream> m_stream;
+  std::uint64_t m_headers = 0;
+  std::uint64_t m_absent = 0;
+};
+
+/// What canonical_dependencies' text says: the counts and the digest. nullopt when the text does not
+/// follow the form (an older key's dependency list, say). Never throws.
+struct DependencySummary {
+  std::uint64_t headers = 0;
+  std::uint64_t absent = 0;
+  Hash128 digest;
+  friend bool operator==(const DependencySummary&, const DependencySummary&) = default;
+};
+[[nodiscard]] std::optional<DependencySummary> parse_canonical_dependencies(std::string_view text) noexcept;
 
 /// What differs between two dependency sets, header by header, each one line read from `a` to `b`:
 /// "/x/y.h: bytes differ (3f12.. -> 9a07..)", "/x/z.h: only in the second (read now)", "/x/w.h: only in
