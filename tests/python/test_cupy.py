@@ -61,6 +61,9 @@ def test_routed_module_gets_kiln_cubin(routed):
     assert cupy.cuda.compiler.calls == []  # CuPy's own compiler never ran
     stats = kiln.cupy.stats()
     assert stats["routed"] == {"memory": 1} and stats["fallbacks"] == {}
+    assert stats["seconds"]["kiln"] > 0 and stats["seconds"]["load"] > 0  # the routed call was timed
+    kiln.cupy.reset_stats()
+    assert kiln.cupy.stats()["seconds"] == {"kiln": 0.0, "load": 0.0}
 
 
 def test_name_expressions_mapping(routed):

@@ -59,6 +59,23 @@ def test_prewarm_problems(bench):
     assert "no kernel came from disk" in bench.prewarm_problems({"calls": 0, "kiln": None})
 
 
+def test_breakdown_and_step_differences(bench):
+    plain = {"mode": "cupy", "compile_seconds": 1.0, "preprocess_seconds": 0.5, "nvrtc_seconds": 0.25,
+             "cache_read_seconds": 0.05, "steps": [["a", 0.3, 0.1], ["b", 0.2, 0.0]]}
+    parts = bench.breakdown(plain)
+    assert list(parts) == ["preprocess", "nvrtc", "cache read", "rest"]
+    assert parts["rest"] == pytest.approx(0.2)
+    routed = {"mode": "kiln", "compile_seconds": 0.4, "steps": [["a", 0.5, 0.1], ["b", 0.2, 0.1]],
+              "kiln": {"seconds": {"kiln": 0.3, "load": 0.05}, "engine": {"compile_nanoseconds": 100_000_000}}}
+    parts = bench.breakdown(routed)
+    assert parts["nvrtc"] == pytest.approx(0.1) and parts["kiln"] == pytest.approx(0.2)
+    assert parts["load"] == pytest.approx(0.05) and parts["rest"] == pytest.approx(0.05)
+    # step a: 200 ms outside preparation with CuPy, 400 ms with kiln; step b: 200 -> 100
+    rows = bench.step_differences([plain], [routed])
+    assert [row[0] for row in rows] == ["a", "b"]
+    assert rows[0][1] == pytest.approx(200.0) and rows[0][2] == pytest.approx(400.0)
+
+
 def test_child_env(bench):
     env = bench.child_env({"KILN_CUPY": "1", "KILN_RECORD": "/x", "PYTHONPATH": "/p", "KEEP": "k"}, "kiln", "/c", "/k",
                           pythonpath="/repo/python")

@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 
 from .. import _api, _native
@@ -52,7 +53,7 @@ _lock = threading.RLock()
 _enabled = False
 _original = None  # CuPy's function, saved by the first enable()
 _engine = None  # None: kiln.default_engine()
-_counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0}
+_counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"kiln": 0.0, "load": 0.0}}
 _warned = set()
 
 # --- options ---------------------------------------------------------------------------------------
@@ -181,6 +182,7 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
     if isinstance(source, bytes):
         source = source.decode()
 
+    started = time.perf_counter()
     try:
         engine = _engine or _api.default_engine()
         kiln_source = _api.Source.from_text(source, name=SOURCE_NAME)
@@ -203,12 +205,17 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
     data = binary.data
     if binary.kind == "ptx" and not data.endswith(b"\0"):
         data += b"\0"  # cuModuleLoadData reads PTX as a C string
+    compiled = time.perf_counter()
     module = function.Module()
     module.load(data)
     if name_expressions:
         module._set_mapping({expression: binary.lowered_names[expression] for expression in name_expressions})
     if log_stream is not None:
         log_stream.write(binary.log)
+    loaded = time.perf_counter()
+    with _lock:
+        _counts["seconds"]["kiln"] += compiled - started
+        _counts["seconds"]["load"] += loaded - compiled
     _count("routed", binary.origin)
     return module
 
@@ -293,11 +300,13 @@ def enabled():
 def stats():
     """What this module did since the process started (or reset_stats()): `routed` {origin: count} for
     the compiles kiln served (origin "compiled", "memory", "disk", "pack" or "remote"), `fallbacks`
-    {reason: count} for those handed to CuPy, `compile_errors`; and `engine`, the kiln engine's own
-    counters (None before the first routed compile)."""
+    {reason: count} for those handed to CuPy, `compile_errors`; `seconds` {"kiln": time in kiln's
+    compile call (cache lookups and compiles), "load": time loading the binaries into CuPy modules} over
+    the routed compiles; and `engine`, the kiln engine's own counters (None before the first routed
+    compile)."""
     with _lock:
         result = {"routed": dict(_counts["routed"]), "fallbacks": dict(_counts["fallbacks"]),
-                  "compile_errors": _counts["compile_errors"]}
+                  "compile_errors": _counts["compile_errors"], "seconds": dict(_counts["seconds"])}
     engine = _engine or _api._default
     result["engine"] = engine.stats() if engine is not None else None
     return result
@@ -308,6 +317,7 @@ def reset_stats():
         _counts["routed"].clear()
         _counts["fallbacks"].clear()
         _counts["compile_errors"] = 0
+        _counts["seconds"] = {"kiln": 0.0, "load": 0.0}
 
 
 # --- KILN_CUPY=1: enable once CuPy is imported ------------------------------------------------------
