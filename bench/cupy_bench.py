@@ -236,6 +236,19 @@ def child_main(args):
         setattr(owner, name, wrapper)
 
     timed(compiler, "_compile_with_cache_cuda", "compile_seconds")
+    if args.mode == "kiln":
+        from kiln import _api
+        timed(_api, "default_engine", "engine_seconds")  # the first call creates kiln's engine
+        inner = _api.Engine.compile
+        per_call = report["kiln_call_ms"] = []
+
+        def compile_timed(self, *a, **k):
+            start = time.perf_counter()
+            try:
+                return inner(self, *a, **k)
+            finally:
+                per_call.append(round((time.perf_counter() - start) * 1e3, 3))
+        _api.Engine.compile = compile_timed
     if args.mode == "cupy":
         # Where CuPy's own preparation goes: its key's preprocessing run of NVRTC (once per option set
         # and process), the compiles, and the cache file reads; the rest is hashing and module loads.

@@ -49,6 +49,27 @@ if [[ "${KILN_H200_ONLY:-}" == cupy ]]; then
     --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
   exit 0
 fi
+# KILN_H200_ONLY=cupydiag: single cupy_bench children with KILN_LOG=debug (kiln cold, kiln warm), a clean
+# kiln warm child and a CuPy warm child; their reports and logs land in the output folder.
+if [[ "${KILN_H200_ONLY:-}" == cupydiag ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  diag=/tmp/kiln-cupy-diag; rm -rf "$diag"; mkdir -p "$diag"
+  child() {  # mode label cupy_cache kiln_cache [KILN_LOG]
+    mkdir -p "$diag/$2"
+    env KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python" CUPY_CACHE_DIR="$3" KILN_CACHE_DIR="$4" \
+      KILN_LOG="${5:-warn}" python3 "$root/bench/cupy_bench.py" --child --mode "$1" --out "$diag/$2" \
+      --report "$out/$2.json" 2>"$out/$2.log"
+    echo "$2: exit $?, $(wc -l <"$out/$2.log") log lines"
+  }
+  child kiln kiln-cold "$diag/c1" "$diag/k1" debug
+  child kiln kiln-warm-debug "$diag/c1" "$diag/k1" debug
+  child kiln kiln-warm "$diag/c1" "$diag/k1"
+  child kiln kiln-warm2 "$diag/c1" "$diag/k1"
+  child cupy cupy-cold "$diag/c2" "$diag/k2"
+  child cupy cupy-warm "$diag/c2" "$diag/k2"
+  child cupy cupy-warm2 "$diag/c2" "$diag/k2"
+  exit 0
+fi
 # One `kiln prewarm -j 16` of the 64 cli_bench requests, each progress line time-stamped on arrival.
 timeline() {
   local variants=(); for v in 1 2 3 4 5 6 7 8; do variants+=("--option-set=-DKILN_BENCH_VARIANT=$v"); done

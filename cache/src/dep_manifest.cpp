@@ -664,6 +664,36 @@ class StatMemo {
   std::unordered_map<std::string, Seen, Hash, std::equal_to<>> m_seen;
 };
 
+/// Dependency sets this process checked against the file system, by their canonical text (the key
+/// part: every header's path and digest, every absent path), each with the moment the oldest stat
+/// that check relied on was taken. The kernels of one program often read the very same set under
+/// different requests; a set checked less than the stat memo's time ago is not checked again, path by
+/// path (the same promise as the stat memo: inside one process an edit may go unseen that long).
+/// Bounded: cleared at kMaxSets.
+class ValidatedSets {
+ public:
+  static constexpr std::size_t kMaxSets = 4096;
+
+  bool fresh(const std::string& set, std::int64_t now_ns, std::chrono::nanoseconds ttl) const {
+    if (ttl.count() <= 0) return false;
+    const std::lock_guard lock(m_mutex);
+    const auto it = m_sets.find(set);
+    if (it == m_sets.end()) return false;
+    const std::int64_t age = now_ns - it->second;
+    return age >= 0 && age < ttl.count();
+  }
+  void remember(const std::string& set, std::int64_t at_ns) {
+    const std::lock_guard lock(m_mutex);
+    if (m_sets.size() >= kMaxSets) m_sets.clear();
+    auto [it, inserted] = m_sets.try_emplace(set, at_ns);
+    if (!inserted && it->second < at_ns) it->second = at_ns;
+  }
+
+ private:
+  mutable std::mutex m_mutex;
+  std::unordered_map<std::string, std::int64_t> m_sets;
+};
+
 class Checker {
  public:
   Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window,
@@ -674,7 +704,9 @@ class Checker {
         m_window(window),
         m_memo(memo),
         m_memo_ttl(memo_ttl),
-        m_probes(view.paths.size()) {}
+        m_probes(view.paths.size()) {
+    oldest_ns = now_ns;
+  }
 
   /// Checks one result: absent paths first, then every header's stat, then re-hashes the headers whose
   /// stat differs or is not trusted (so a vanished header costs no read).
@@ -725,6 +757,8 @@ class Checker {
   std::vector<Refresh> refreshes;  ///< header infos re-hashed with their recorded digest (may repeat)
   std::uint32_t stats = 0;
   std::uint32_t memo_hits = 0;  ///< paths answered by the process's stat memo instead of stat(2)
+  /// The oldest moment a stat this checker relied on was taken (a memo's answer may be older than now).
+  std::int64_t oldest_ns = 0;
   std::uint32_t reads = 0;
   std::uint64_t bytes_hashed = 0;
 
@@ -742,6 +776,7 @@ class Checker {
         probe.stat_state = seen->present ? PathProbe::Stat::present : PathProbe::Stat::absent;
         probe.stat = seen->stat;
         ++memo_hits;
+        oldest_ns = std::min(oldest_ns, seen->at_ns);
         return probe;
       }
     }
@@ -1048,6 +1083,17 @@ std::string_view to_string(DependencyChange change) noexcept {
 
 // ---- DependencyManifests ------------------------------------------------------------------------------------
 
+/// canonical_dependencies() of one result of a manifest, from the file's bytes.
+std::string dependency_text(const ManifestView& view, const ResultRefs& result) {
+  DependencyDigest digest;
+  for (const std::uint32_t index : view.result_files(result)) {
+    const FileInfo& info = view.files[index];
+    digest.add_header(view.paths[info.path], info.digest);
+  }
+  for (const std::uint32_t index : view.result_absent(result)) digest.add_absent(view.paths[view.absent[index]]);
+  return digest.text();
+}
+
 struct DependencyManifests::State {
   std::string root;
   std::string directory;  ///< <root>/manifests
@@ -1057,6 +1103,7 @@ struct DependencyManifests::State {
   std::atomic<bool> write_failure_warned{false};
   std::atomic<bool> refusal_warned{false};
   StatMemo stat_memo;  ///< shared by this instance's lookups (ManifestConfig::stat_memo)
+  ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
 
   /// Lowers the mode (never raises it) and records why; `warn`: says so at warning level.
   void degrade(StoreMode to, const std::string& why, bool warn) {
@@ -1257,14 +1304,22 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     Checker checker(view, m_config.limits, now_ns, m_config.trust_window, memo_on && !first ? &s.stat_memo : nullptr,
                     m_config.stat_memo);
     std::optional<Hash128> answer;
-    const ResultRefs* answer_refs = nullptr;
+    std::string answer_set;  // canonical_dependencies of the answer
     std::vector<std::pair<Hash128, Mismatch>> misses;
     for (const ResultRefs& result : view.results) {
       ++out.results_checked;
+      std::string set = dependency_text(view, result);
+      if (memo_on && s.validated.fresh(set, now_ns, m_config.stat_memo)) {
+        ++out.validated_hits;
+        answer = result.key;
+        answer_set = std::move(set);
+        break;
+      }
       const Mismatch mismatch = checker.check(result);
       if (mismatch.change == DependencyChange::none) {
+        if (memo_on) s.validated.remember(set, checker.oldest_ns);
         answer = result.key;
-        answer_refs = &result;
+        answer_set = std::move(set);
         break;
       }
       misses.emplace_back(result.key, mismatch);
@@ -1295,15 +1350,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     }
     if (answer) {
       out.outcome = ManifestOutcome::hit;
-      if (matched != nullptr) {
-        DependencyDigest digest;
-        for (const std::uint32_t index : view.result_files(*answer_refs)) {
-          const FileInfo& info = view.files[index];
-          digest.add_header(view.paths[info.path], info.digest);
-        }
-        for (const std::uint32_t index : view.result_absent(*answer_refs)) digest.add_absent(view.paths[view.absent[index]]);
-        *matched = digest.text();
-      }
+      if (matched != nullptr) *matched = std::move(answer_set);
     } else {
       out.outcome = ManifestOutcome::no_match;
       out.detail = view.results.empty() ? "the manifest holds no result" : "";

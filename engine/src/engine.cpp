@@ -347,8 +347,15 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
     // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
     std::string dependency_part;
+    cache::LookupStats looked;
+    const auto started = std::chrono::steady_clock::now();
     const std::optional<cache::Hash128> result =
-        m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), nullptr, &dependency_part);
+        m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), &looked, &dependency_part);
+    KILN_LOG(debug,
+             "{}: dependency manifest {}: {} in {:.3f} ms ({} stat, {} from the stat memo, {} header(s) re-read{})",
+             r.source.name(), r.request_hash.hex(), cache::to_string(looked.outcome),
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(), looked.stats,
+             looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
     if (result) {
       r.dependency_part = std::move(dependency_part);
       r.includes.reset();
@@ -370,8 +377,19 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
   input.folders = r.include_folders;
   input.retry_names = r.retry_names;
   input.file_cache = &m_header_files;
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t cached_before = log::enabled(log::Level::debug) ? m_header_files.usage().hits : 0;
   auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(input));
   m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms: {} header(s) ({} unchanged since an earlier resolve), {} "
+           "path(s) probed absent, {} byte(s) handed to the compiler",
+           r.source.name(), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+           resolved->dependencies.headers.size(), m_header_files.usage().hits - cached_before,
+           resolved->dependencies.absent.size(), [&] {
+             std::size_t bytes = resolved->compiler_source.size();
+             for (const Header& h : resolved->compiler_headers) bytes += h.text.size();
+             return bytes;
+           }());
   r.dependency_part = cache::canonical_dependencies(resolved->dependencies);
   r.includes = std::move(resolved);
   make_key(r, r.compiler);
@@ -566,8 +584,11 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     reservation.abandon();
     return obtain_uncached(*retried, bypass_cache);
   }
+  const auto storing = std::chrono::steady_clock::now();
   const bool stored = reservation.put(*entry);
   note_dependencies(*work);
+  KILN_LOG(debug, "{}: stored the entry and its dependency manifest in {:.3f} ms", work->source.name(),
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - storing).count());
   return {entry, Origin::compiled, seconds(), stored, cache::HitOrigin::local, std::move(log)};
 }
 
@@ -580,6 +601,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
     if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
       note_dependencies(r);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      KILN_LOG(debug, "{}: disk hit {} in {:.3f} ms", r.source.name(), r.hash.hex(), elapsed * 1e3);
       return {entry, Origin::disk, elapsed, false, cache::HitOrigin::local, {}};
     }
   }

@@ -942,7 +942,25 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
   LookupStats second;
   REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &second) == result_key("A"));
   CHECK(second.stats == 0);
-  CHECK(second.memo_hits == 5);
+  CHECK(second.validated_hits == 1);  // the set the first lookup checked: no path looked at
+  CHECK(second.memo_hits == 0);
+  // Another request that read the very same set (another kernel over the same headers): taken as the
+  // set checked a moment ago, with no path looked at.
+  const Request sibling = make_request("#include <a.h>\n#include <b.h>\nint sibling;\n");
+  manifests.record(sibling.key, sibling.canonical, f.standard_deps(), result_key("S"));
+  LookupStats by_set;
+  REQUIRE(manifests.lookup(sibling.key, sibling.canonical, &by_set) == result_key("S"));
+  CHECK(by_set.validated_hits == 1);
+  CHECK(by_set.stats == 0);
+  CHECK(by_set.memo_hits == 0);
+  // Another set over some of the same paths is checked path by path, each path from the stat memo.
+  const Request cousin = make_request("#include <a.h>\nint cousin;\n");
+  manifests.record(cousin.key, cousin.canonical, deps({f.inc / "a.h"}, {f.inc0 / "a.h"}), result_key("C"));
+  LookupStats by_paths;
+  REQUIRE(manifests.lookup(cousin.key, cousin.canonical, &by_paths) == result_key("C"));
+  CHECK(by_paths.validated_hits == 0);
+  CHECK(by_paths.memo_hits == 2);
+  CHECK(by_paths.stats == 0);
   write_text(f.inc0 / "b.h", "#pragma once\n#include \"c/d.h\"\n");
   DependencyManifests other(config_for(f.root));  // another process: no memo
   CHECK_FALSE(other.lookup(f.request.key, f.request.canonical));
@@ -950,6 +968,7 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
   LookupStats third;
   CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &third));
   CHECK(third.outcome == ManifestOutcome::no_match);
+  CHECK_FALSE(manifests.lookup(sibling.key, sibling.canonical));  // the checked set is too old to be taken
 }
 
 TEST_CASE("the dependencies key part: counts and a digest that tells every set apart; the lookup gives the "

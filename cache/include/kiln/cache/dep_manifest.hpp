@@ -157,8 +157,10 @@ struct ManifestConfig {
   /// How long a lookup may reuse what an earlier lookup of this instance learned by stat(2) about a path
   /// (present with its stat, or absent) instead of stat'ing it again: the kernels of one program mostly
   /// include the same tree, so a burst of lookups stats each path once. Within this time an edit is seen
-  /// by the first lookup after it only when that path was not stat'ed in the last `stat_memo`. Zero: every
-  /// lookup stats every path.
+  /// by the first lookup after it only when that path was not stat'ed in the last `stat_memo`. The same
+  /// time applies to whole dependency sets: a result whose set (the same headers with the same digests,
+  /// the same absent paths) another request's lookup checked within it is taken without checking a
+  /// path. Zero: every lookup stats every path.
   std::chrono::nanoseconds stat_memo = kStatMemo;
 };
 
@@ -180,6 +182,9 @@ struct LookupStats {
   std::uint32_t results_checked = 0;  ///< results looked at (up to and including the matching one)
   std::uint32_t stats = 0;            ///< stat(2) calls on header and absent paths (each path at most once)
   std::uint32_t memo_hits = 0;        ///< paths answered from the stat memo (ManifestConfig::stat_memo)
+  /// Results answered because this instance checked the same dependency set (same headers with the same
+  /// digests, same absent paths) for another request within the stat memo's time: no path checked.
+  std::uint32_t validated_hits = 0;
   std::uint32_t reads = 0;            ///< headers read and re-hashed
   std::uint64_t bytes_hashed = 0;     ///< their bytes
   std::uint32_t refreshed = 0;        ///< header infos whose stat or trust was refreshed
