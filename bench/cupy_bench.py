@@ -384,7 +384,8 @@ def breakdown(report):
         seconds = (report.get("kiln") or {}).get("seconds") or {}
         engine = (report.get("kiln") or {}).get("engine") or {}
         nvrtc = engine.get("compile_nanoseconds", 0) / 1e9
-        known = {"nvrtc": nvrtc, "kiln": max(seconds.get("kiln", 0.0) - nvrtc, 0.0), "load": seconds.get("load", 0.0)}
+        known = {"nvrtc": nvrtc, "kiln": max(seconds.get("kiln", 0.0) - nvrtc, 0.0), "load": seconds.get("load", 0.0),
+                 "kiln.cupy": seconds.get("python", 0.0)}
     known["rest"] = max(report["compile_seconds"] - sum(known.values()), 0.0)
     return known
 
@@ -430,7 +431,7 @@ def part_timing(runner, runs):
                               "outside prepare ms"]))
     print("\n  where the preparation goes (medians, ms; cupy: its key's preprocessing runs, NVRTC, cache file "
           "reads, the rest (hashing, module loads); kiln: NVRTC, the rest of kiln's call (keys, includes, cache), "
-          "module loads, the rest (Python))")
+          "module loads, kiln.cupy's own work before the call, the rest)")
     for row in parts:
         print("  " + "  ".join(str(cell) for cell in row))
     for label in ("cold", "warm"):

@@ -15,6 +15,7 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
 #include "atomic_file.hpp"
@@ -696,9 +697,14 @@ class ValidatedSets {
 
 class Checker {
  public:
+  /// Fewer unprobed paths than this in a result are stat'ed one by one (threads would cost more).
+  static constexpr std::size_t kParallelStatPaths = 256;
+  static constexpr std::size_t kStatBatch = 64;  ///< paths a thread takes at a time
+
   Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window,
-          StatMemo* memo = nullptr, std::chrono::nanoseconds memo_ttl = {})
-      : m_view(view),
+          StatMemo* memo = nullptr, std::chrono::nanoseconds memo_ttl = {}, unsigned stat_threads = 1)
+      : m_stat_threads(std::min(stat_threads, std::max(1u, std::thread::hardware_concurrency()))),
+        m_view(view),
         m_limits(limits),
         m_now_ns(now_ns),
         m_window(window),
@@ -711,6 +717,7 @@ class Checker {
   /// Checks one result: absent paths first, then every header's stat, then re-hashes the headers whose
   /// stat differs or is not trusted (so a vanished header costs no read).
   Mismatch check(const ResultRefs& result) {
+    prefetch(result);
     for (const std::uint32_t absent : m_view.result_absent(result)) {
       const std::uint32_t path = m_view.absent[absent];
       const PathProbe& probe = stat_path(path);
@@ -768,33 +775,91 @@ class Checker {
     return m_path_buffer.c_str();
   }
 
+  /// Stats, on several threads, every path of `result` not probed yet and not answered by the memo,
+  /// when there are enough of them to pay for the threads (a big tree in a fresh process: each stat(2)
+  /// is a path walk in the kernel, and they run side by side). check() then finds them probed.
+  void prefetch(const ResultRefs& result) {
+    if (m_stat_threads < 2) return;
+    std::vector<std::uint32_t> todo;
+    const auto want = [&](std::uint32_t path) {
+      if (m_probes[path].stat_state == PathProbe::Stat::unknown && !from_memo(path)) todo.push_back(path);
+    };
+    for (const std::uint32_t absent : m_view.result_absent(result)) want(m_view.absent[absent]);
+    for (const std::uint32_t file : m_view.result_files(result)) want(m_view.files[file].path);
+    if (todo.size() < kParallelStatPaths) return;
+    std::sort(todo.begin(), todo.end());
+    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+    const std::int64_t at_ns = realtime_now_ns();
+    std::atomic<std::size_t> next{0};
+    const auto work = [&] {
+      std::string buffer;
+      for (;;) {
+        const std::size_t begin = next.fetch_add(kStatBatch, std::memory_order_relaxed);
+        if (begin >= todo.size()) return;
+        for (std::size_t i = begin; i < std::min(todo.size(), begin + kStatBatch); ++i) {
+          buffer.assign(m_view.paths[todo[i]]);
+          stat_into(m_probes[todo[i]], buffer.c_str());
+        }
+      }
+    };
+    std::vector<std::thread> helpers;
+    const std::size_t wanted = std::min<std::size_t>(m_stat_threads, todo.size() / kStatBatch + 1) - 1;
+    try {
+      for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      // No more threads: the ones started and this one share the work all the same.
+    }
+    work();
+    for (std::thread& helper : helpers) helper.join();
+    stats += static_cast<std::uint32_t>(todo.size());
+    if (m_memo != nullptr) {
+      for (const std::uint32_t path : todo) remember(path, m_probes[path], at_ns);
+    }
+  }
+
   const PathProbe& stat_path(std::uint32_t path) {
     PathProbe& probe = m_probes[path];
     if (probe.stat_state != PathProbe::Stat::unknown) return probe;
-    if (m_memo != nullptr) {
-      if (const std::optional<StatMemo::Seen> seen = m_memo->find(m_view.paths[path], m_now_ns, m_memo_ttl)) {
-        probe.stat_state = seen->present ? PathProbe::Stat::present : PathProbe::Stat::absent;
-        probe.stat = seen->stat;
-        ++memo_hits;
-        oldest_ns = std::min(oldest_ns, seen->at_ns);
-        return probe;
-      }
-    }
+    if (from_memo(path)) return probe;
     ++stats;
-    struct stat st {};
     const std::int64_t at_ns = realtime_now_ns();
-    if (::stat(c_path(path), &st) == 0) {
+    stat_into(probe, c_path(path));
+    if (m_memo != nullptr) remember(path, probe, at_ns);
+    return probe;
+  }
+
+  /// Fills the probe from the stat memo; false when the memo does not know the path (or is off).
+  bool from_memo(std::uint32_t path) {
+    if (m_memo == nullptr) return false;
+    const std::optional<StatMemo::Seen> seen = m_memo->find(m_view.paths[path], m_now_ns, m_memo_ttl);
+    if (!seen) return false;
+    PathProbe& probe = m_probes[path];
+    probe.stat_state = seen->present ? PathProbe::Stat::present : PathProbe::Stat::absent;
+    probe.stat = seen->stat;
+    ++memo_hits;
+    oldest_ns = std::min(oldest_ns, seen->at_ns);
+    return true;
+  }
+
+  static void stat_into(PathProbe& probe, const char* path) noexcept {
+    struct stat st {};
+    if (::stat(path, &st) == 0) {
       probe.stat_state = PathProbe::Stat::present;
       probe.stat = to_file_stat(st);
-      if (m_memo != nullptr) m_memo->remember(m_view.paths[path], StatMemo::Seen{true, probe.stat, at_ns});
     } else if (is_absence(errno)) {
       probe.stat_state = PathProbe::Stat::absent;
-      if (m_memo != nullptr) m_memo->remember(m_view.paths[path], StatMemo::Seen{false, {}, at_ns});
     } else {
       probe.stat_state = PathProbe::Stat::failed;
       probe.error = errno;
     }
-    return probe;
+  }
+
+  void remember(std::uint32_t path, const PathProbe& probe, std::int64_t at_ns) {
+    if (probe.stat_state == PathProbe::Stat::present) {
+      m_memo->remember(m_view.paths[path], StatMemo::Seen{true, probe.stat, at_ns});
+    } else if (probe.stat_state == PathProbe::Stat::absent) {
+      m_memo->remember(m_view.paths[path], StatMemo::Seen{false, {}, at_ns});
+    }
   }
 
   const ReadProbe& read_path(std::uint32_t path) {
@@ -865,6 +930,7 @@ class Checker {
 
  private:
 
+  unsigned m_stat_threads;
   const ManifestView& m_view;
   const ManifestLimits& m_limits;
   std::int64_t m_now_ns;
@@ -1301,8 +1367,15 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     // This instance's first lookup stats everything itself and hands its probes to the memo at the end.
     const bool memo_on = m_config.stat_memo.count() > 0;
     const bool first = memo_on && s.stat_memo.first_lookup();
-    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, memo_on && !first ? &s.stat_memo : nullptr,
-                    m_config.stat_memo);
+    // Built only when a result needs its paths checked (its probe table has a slot per path).
+    std::optional<Checker> checker_slot;
+    const auto checker = [&]() -> Checker& {
+      if (!checker_slot) {
+        checker_slot.emplace(view, m_config.limits, now_ns, m_config.trust_window,
+                             memo_on && !first ? &s.stat_memo : nullptr, m_config.stat_memo, m_config.stat_threads);
+      }
+      return *checker_slot;
+    };
     std::optional<Hash128> answer;
     std::string answer_set;  // canonical_dependencies of the answer
     std::vector<std::pair<Hash128, Mismatch>> misses;
@@ -1315,22 +1388,24 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
         answer_set = std::move(set);
         break;
       }
-      const Mismatch mismatch = checker.check(result);
+      const Mismatch mismatch = checker().check(result);
       if (mismatch.change == DependencyChange::none) {
-        if (memo_on) s.validated.remember(set, checker.oldest_ns);
+        if (memo_on) s.validated.remember(set, checker().oldest_ns);
         answer = result.key;
         answer_set = std::move(set);
         break;
       }
       misses.emplace_back(result.key, mismatch);
     }
-    out.stats = checker.stats;
-    out.memo_hits = checker.memo_hits;
-    out.reads = checker.reads;
-    out.bytes_hashed = checker.bytes_hashed;
+    if (checker_slot) {
+      out.stats = checker_slot->stats;
+      out.memo_hits = checker_slot->memo_hits;
+      out.reads = checker_slot->reads;
+      out.bytes_hashed = checker_slot->bytes_hashed;
+    }
     // Refreshed stats are written back (hit or miss), so the next lookup trusts them without reading.
-    if (!checker.refreshes.empty()) {
-      for (const Checker::Refresh& refresh : checker.refreshes) {
+    if (checker_slot && !checker_slot->refreshes.empty()) {
+      for (const Checker::Refresh& refresh : checker_slot->refreshes) {
         FileInfo& info = view.files[refresh.file];
         if (info.stat != refresh.stat || info.trusted != refresh.trusted) {
           info.stat = refresh.stat;
@@ -1361,7 +1436,9 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       }
     }
     // Done with the view: its paths (into raw's bytes) and the probes go to the memo as they are.
-    if (first) s.stat_memo.defer(std::move(raw.bytes), std::move(view.paths), checker.take_probes(), now_ns);
+    if (first && checker_slot) {
+      s.stat_memo.defer(std::move(raw.bytes), std::move(view.paths), checker_slot->take_probes(), now_ns);
+    }
     return answer;
   } catch (const std::exception& error) {
     out.outcome = ManifestOutcome::io_error;
@@ -1519,7 +1596,7 @@ ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std
       return out;
     }
     const ManifestView& view = std::get<ManifestView>(parsed);
-    Checker checker(view, m_config.limits, now_ns, m_config.trust_window);
+    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, nullptr, {}, m_config.stat_threads);
     out.outcome = ManifestOutcome::no_match;
     for (const ResultRefs& result : view.results) {
       const Mismatch mismatch = checker.check(result);

@@ -1028,3 +1028,35 @@ TEST_CASE("the dependencies key part: counts and a digest that tells every set a
   const Request other = make_request("int other;\n");
   CHECK_FALSE(manifests.recorded(other.key, other.canonical, result_key("A")));  // no such manifest
 }
+
+TEST_CASE("manifest: a large result's paths are stat'ed on several threads, and a change among them is still found",
+          "[include]") {
+  Fixture f;
+  std::vector<fs::path> headers, absent;
+  for (int i = 0; i < 300; ++i) {
+    headers.push_back(f.inc / fmt::format("many/h{}.h", i));
+    write_text(headers.back(), fmt::format("int h{};\n", i));
+    absent.push_back(f.inc0 / fmt::format("many/h{}.h", i));
+  }
+  for (const unsigned threads : {1u, 8u}) {
+    ManifestConfig config = config_for(f.root);
+    config.stat_threads = threads;
+    DependencyManifests manifests(config);
+    manifests.record(f.request.key, f.request.canonical, deps(headers, absent), result_key("many"));
+    LookupStats stats;
+    REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("many"));
+    CHECK(stats.stats == 600);  // each path once, whichever thread stat'ed it
+    CHECK(stats.reads == 0);
+    // A header appears in the earlier folder (it would shadow one): a miss that names it.
+    write_text(absent[150], "int shadow;\n");
+    CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &stats));
+    CHECK(stats.detail.find(absent[150].string()) != std::string::npos);
+    CHECK(stats.detail.find("appeared") != std::string::npos);
+    fs::remove(absent[150]);
+    // A header vanishes.
+    fs::rename(headers[200], f.inc / "moved.h");
+    CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &stats));
+    CHECK(stats.detail.find(headers[200].string() + " no longer exists") != std::string::npos);
+    fs::rename(f.inc / "moved.h", headers[200]);
+  }
+}

@@ -70,6 +70,7 @@ def test_breakdown_and_step_differences(bench):
     parts = bench.breakdown(routed)
     assert parts["nvrtc"] == pytest.approx(0.1) and parts["kiln"] == pytest.approx(0.2)
     assert parts["load"] == pytest.approx(0.05) and parts["rest"] == pytest.approx(0.05)
+    assert parts["kiln.cupy"] == 0.0
     # step a: 200 ms outside preparation with CuPy, 400 ms with kiln; step b: 200 -> 100
     rows = bench.step_differences([plain], [routed])
     assert [row[0] for row in rows] == ["a", "b"]

@@ -53,7 +53,7 @@ _lock = threading.RLock()
 _enabled = False
 _original = None  # CuPy's function, saved by the first enable()
 _engine = None  # None: kiln.default_engine()
-_counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"kiln": 0.0, "load": 0.0}}
+_counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"python": 0.0, "kiln": 0.0, "load": 0.0}}
 _warned = set()
 
 # --- options ---------------------------------------------------------------------------------------
@@ -152,6 +152,7 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
                              enable_cooperative_groups=False, name_expressions=None, log_stream=None,
                              cache_in_memory=False, jitify=False, to_ltoir=False):
     """kiln's stand-in for CuPy's function of the same name and signature (see the module's text)."""
+    entered = time.perf_counter()
     original = _original
 
     def fallback(reason):
@@ -214,6 +215,7 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         log_stream.write(binary.log)
     loaded = time.perf_counter()
     with _lock:
+        _counts["seconds"]["python"] += started - entered
         _counts["seconds"]["kiln"] += compiled - started
         _counts["seconds"]["load"] += loaded - compiled
     _count("routed", binary.origin)
@@ -300,9 +302,9 @@ def enabled():
 def stats():
     """What this module did since the process started (or reset_stats()): `routed` {origin: count} for
     the compiles kiln served (origin "compiled", "memory", "disk", "pack" or "remote"), `fallbacks`
-    {reason: count} for those handed to CuPy, `compile_errors`; `seconds` {"kiln": time in kiln's
-    compile call (cache lookups and compiles), "load": time loading the binaries into CuPy modules} over
-    the routed compiles; and `engine`, the kiln engine's own counters (None before the first routed
+    {reason: count} for those handed to CuPy, `compile_errors`; `seconds` {"python": this module's own
+    work before calling kiln (options, target), "kiln": time in kiln's compile call (cache lookups and
+    compiles), "load": time loading the binaries into CuPy modules} over the routed compiles; and `engine`, the kiln engine's own counters (None before the first routed
     compile)."""
     with _lock:
         result = {"routed": dict(_counts["routed"]), "fallbacks": dict(_counts["fallbacks"]),
@@ -317,7 +319,7 @@ def reset_stats():
         _counts["routed"].clear()
         _counts["fallbacks"].clear()
         _counts["compile_errors"] = 0
-        _counts["seconds"] = {"kiln": 0.0, "load": 0.0}
+        _counts["seconds"] = {"python": 0.0, "kiln": 0.0, "load": 0.0}
 
 
 # --- KILN_CUPY=1: enable once CuPy is imported ------------------------------------------------------

@@ -162,6 +162,9 @@ struct ManifestConfig {
   /// the same absent paths) another request's lookup checked within it is taken without checking a
   /// path. Zero: every lookup stats every path.
   std::chrono::nanoseconds stat_memo = kStatMemo;
+  /// Threads a lookup may stat a large result's paths on (at most the machine's hardware threads; only
+  /// for a result with hundreds of paths not stat'ed yet). 1: one by one, on the calling thread.
+  unsigned stat_threads = 8;
 };
 
 enum class ManifestOutcome : std::uint8_t {
