@@ -700,6 +700,7 @@ class Checker {
   /// Fewer unprobed paths than this in a result are stat'ed one by one (threads would cost more).
   static constexpr std::size_t kParallelStatPaths = 256;
   static constexpr std::size_t kStatBatch = 64;  ///< paths a thread takes at a time
+  static constexpr std::size_t kStatPathBytes = 4096;  ///< longer paths are stat'ed by stat_path
 
   Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window,
           StatMemo* memo = nullptr, std::chrono::nanoseconds memo_ttl = {}, unsigned stat_threads = 1)
@@ -791,29 +792,35 @@ class Checker {
     todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
     const std::int64_t at_ns = realtime_now_ns();
     std::atomic<std::size_t> next{0};
-    const auto work = [&] {
-      std::string buffer;
+    // Nothing in here allocates or throws: a path too long for the buffer is left to stat_path.
+    const auto work = [&]() noexcept {
+      char buffer[kStatPathBytes + 1];
       for (;;) {
         const std::size_t begin = next.fetch_add(kStatBatch, std::memory_order_relaxed);
         if (begin >= todo.size()) return;
         for (std::size_t i = begin; i < std::min(todo.size(), begin + kStatBatch); ++i) {
-          buffer.assign(m_view.paths[todo[i]]);
-          stat_into(m_probes[todo[i]], buffer.c_str());
+          const std::string_view path = m_view.paths[todo[i]];
+          if (path.size() > kStatPathBytes) continue;
+          std::memcpy(buffer, path.data(), path.size());
+          buffer[path.size()] = '\0';
+          stat_into(m_probes[todo[i]], buffer);
         }
       }
     };
     std::vector<std::thread> helpers;
     const std::size_t wanted = std::min<std::size_t>(m_stat_threads, todo.size() / kStatBatch + 1) - 1;
+    helpers.reserve(wanted);  // (may throw, before any thread runs)
     try {
       for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
-    } catch (const std::system_error&) {
+    } catch (...) {
       // No more threads: the ones started and this one share the work all the same.
     }
     work();
     for (std::thread& helper : helpers) helper.join();
-    stats += static_cast<std::uint32_t>(todo.size());
-    if (m_memo != nullptr) {
-      for (const std::uint32_t path : todo) remember(path, m_probes[path], at_ns);
+    for (const std::uint32_t path : todo) {
+      if (m_probes[path].stat_state == PathProbe::Stat::unknown) continue;  // left to stat_path
+      ++stats;
+      if (m_memo != nullptr) remember(path, m_probes[path], at_ns);
     }
   }
 

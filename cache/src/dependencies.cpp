@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -10,8 +11,29 @@
 
 namespace kiln::cache {
 
+/// The stream, fed through a buffer: thousands of short records make few update calls.
 struct DependencyDigest::Stream {
   detail::Xxh3Stream xxh3{kKeySeed};
+  unsigned char buffer[8192];
+  std::size_t used = 0;
+
+  void put(const void* data, std::size_t size) noexcept {
+    if (used + size > sizeof(buffer)) {
+      xxh3.update(buffer, used);
+      used = 0;
+      if (size > sizeof(buffer)) {
+        xxh3.update(data, size);
+        return;
+      }
+    }
+    std::memcpy(buffer + used, data, size);
+    used += size;
+  }
+  [[nodiscard]] Hash128 digest() const noexcept {
+    detail::Xxh3Stream copy = xxh3;
+    copy.update(buffer, used);
+    return copy.digest();
+  }
 };
 
 DependencyDigest::DependencyDigest() : m_stream(std::make_unique<Stream>()) {}
@@ -21,7 +43,8 @@ namespace {
 
 /// One record of the digest: a tag, the length (8 bytes, little endian), the bytes; a header adds its
 /// digest. Lengths make the encoding unambiguous whatever bytes a path holds.
-void put_record(detail::Xxh3Stream& stream, char tag, std::string_view path, const Hash128* digest) noexcept {
+template <class Stream>
+void put_record(Stream& stream, char tag, std::string_view path, const Hash128* digest) noexcept {
   unsigned char head[1 + 8 + 16];
   std::size_t n = 0;
   head[n++] = static_cast<unsigned char>(tag);
@@ -31,8 +54,8 @@ void put_record(detail::Xxh3Stream& stream, char tag, std::string_view path, con
     for (int i = 0; i < 8; ++i) head[n++] = static_cast<unsigned char>(digest->high >> (8 * i));
     for (int i = 0; i < 8; ++i) head[n++] = static_cast<unsigned char>(digest->low >> (8 * i));
   }
-  stream.update(head, n);
-  stream.update(path.data(), path.size());
+  stream.put(head, n);
+  stream.put(path.data(), path.size());
 }
 
 constexpr std::string_view kHead = "dependencies/2 headers=";
@@ -40,17 +63,17 @@ constexpr std::string_view kHead = "dependencies/2 headers=";
 }  // namespace
 
 void DependencyDigest::add_header(std::string_view path, const Hash128& digest) noexcept {
-  put_record(m_stream->xxh3, 'h', path, &digest);
+  put_record(*m_stream, 'h', path, &digest);
   ++m_headers;
 }
 
 void DependencyDigest::add_absent(std::string_view path) noexcept {
-  put_record(m_stream->xxh3, 'a', path, nullptr);
+  put_record(*m_stream, 'a', path, nullptr);
   ++m_absent;
 }
 
 std::string DependencyDigest::text() const {
-  return fmt::format("{}{} absent={} xxh3={}", kHead, m_headers, m_absent, m_stream->xxh3.digest().hex());
+  return fmt::format("{}{} absent={} xxh3={}", kHead, m_headers, m_absent, m_stream->digest().hex());
 }
 
 std::string canonical_dependencies(const DependencySet& set) {
