@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -623,7 +624,13 @@ void kiln_stats_init(kiln_stats* stats) {
 kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats) {
   return guarded(__func__, [&] {
     auto object = registry().get<EngineObject>(handle_value(engine));
-    require_struct(stats, "stats");
+    // A caller built against API version 2 passes the struct as it ended then (at remote_errors).
+    constexpr std::size_t kVersion2Size = offsetof(kiln_stats, manifest_hits);
+    require(stats, "stats");
+    if (stats->size < kVersion2Size) {
+      invalid_argument("stats->size is " + std::to_string(stats->size) + ", expected at least " +
+                       std::to_string(kVersion2Size) + " (call kiln_stats_init first)");
+    }
     const kiln::cache::Counters c = object->engine.stats();
     stats->memory_hits = c.memory_hits;
     stats->disk_hits = c.disk_hits;
@@ -638,6 +645,11 @@ kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats) {
     stats->remote_hits = c.remote_hits;
     stats->remote_misses = c.remote_misses;
     stats->remote_errors = c.remote_errors;
+    if (stats->size >= sizeof(kiln_stats)) {
+      stats->manifest_hits = c.manifest_hits;
+      stats->include_resolves = c.include_resolves;
+      stats->remote_unauthenticated = c.remote_unauthenticated;
+    }
   });
 }
 

@@ -35,7 +35,7 @@ class EngineConfig(ctypes.Structure):
 
 STAT_NAMES = ("memory_hits", "disk_hits", "misses", "compiles", "compile_failures", "compile_nanoseconds",
               "corrupt_removed", "evictions", "bytes_written", "bytes_read", "remote_hits", "remote_misses",
-              "remote_errors")
+              "remote_errors", "manifest_hits", "include_resolves", "remote_unauthenticated")  # the last 3: API 3
 
 
 class Stats(ctypes.Structure):

@@ -9,10 +9,12 @@
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kiln/kiln.h"
@@ -525,6 +527,59 @@ static void test_compile(kiln_engine engine, const char* cache_dir, int devices)
   EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
 }
 
+/* Include folders (-I) through the C API, and the API-3 counters that count them: a first engine
+ * resolves the #include tree, a second one keys the same request by its dependency manifest alone. A
+ * kiln_stats as API version 2 laid it out (ending at remote_errors) is still accepted. */
+static void test_include_counters(const char* cache_dir) {
+  char folder[512];
+  snprintf(folder, sizeof folder, "%s/include-folder", cache_dir);
+  char path[600];
+  snprintf(path, sizeof path, "%s/capi_inc.h", folder);
+  CHECK(mkdir(folder, 0700) == 0);
+  FILE* header = fopen(path, "w");
+  CHECK(header != NULL);
+  if (header == NULL) return;
+  fputs("#pragma once\n#define CAPI_INC_VALUE 7\n", header);
+  fclose(header);
+  char option[600];
+  snprintf(option, sizeof option, "-I%s", folder);
+  const char* options[] = {option};
+  kiln_source source = NULL;
+  EXPECT_STATUS(kiln_source_from_text("capi_inc.cu",
+                                      "#include <capi_inc.h>\n"
+                                      "extern \"C\" __global__ void capi_inc(int* out) { *out = CAPI_INC_VALUE; }\n",
+                                      NULL, 0, &source),
+                KILN_OK, NULL);
+  for (int round = 0; round < 2; ++round) {
+    kiln_engine_config config;
+    kiln_engine_config_init(&config);
+    config.cache_dir = cache_dir;
+    kiln_engine engine = NULL;
+    EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_OK, NULL);
+    kiln_prewarm_result result;
+    kiln_prewarm_result_init(&result);
+    EXPECT_STATUS(kiln_prewarm(engine, source, options, 1, NULL, 0, "sm_90", &result), KILN_OK, NULL);
+    CHECK(result.origin == (round == 0 ? KILN_ORIGIN_COMPILED : KILN_ORIGIN_DISK));
+    kiln_stats stats;
+    kiln_stats_init(&stats);
+    EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_OK, NULL);
+    CHECK(stats.include_resolves == (round == 0 ? 1u : 0u));
+    CHECK(stats.manifest_hits == (round == 0 ? 0u : 1u));
+    CHECK(stats.remote_unauthenticated == 0);
+    /* A version-2 caller: its struct ends at remote_errors; nothing past it is written. */
+    kiln_stats old;
+    memset(&old, 0xab, sizeof old);
+    old.size = offsetof(kiln_stats, manifest_hits);
+    EXPECT_STATUS(kiln_engine_stats(engine, &old), KILN_OK, NULL);
+    CHECK(old.disk_hits == stats.disk_hits);
+    CHECK(old.manifest_hits == UINT64_C(0xabababababababab));
+    old.size = offsetof(kiln_stats, remote_errors);
+    EXPECT_STATUS(kiln_engine_stats(engine, &old), KILN_ERROR_INVALID_ARGUMENT, "stats->size");
+    EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+  }
+  EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+}
+
 static void test_no_device(kiln_engine engine) {
   printf("kernel get without a device\n");
   kiln_source source = NULL;
@@ -721,6 +776,7 @@ int main(void) {
 
   const int compiled = test_prewarm(engine);
   if (compiled) test_compile(engine, cache_dir, devices);
+  if (compiled) test_include_counters(cache_dir);
   if (devices == 0) {
     test_no_device(engine);
     printf("SKIPPED (GPU part): no GPU device\n");

@@ -129,9 +129,11 @@ def test_compile_with_an_include_folder(cache_dir, compile_api, tmp_path):
     options = ["-I" + str(tmp_path / "inc")]
     with kiln.Engine(cache_dir=cache_dir) as first:
         compiled = first.compile(source, options=options, target="sm_90")
+        assert first.stats()["include_resolves"] == 1 and first.stats()["manifest_hits"] == 0
     with kiln.Engine(cache_dir=cache_dir) as second:
         found = second.compile(source, options=options, target="sm_90")
         assert second.stats()["compiles"] == 0
+        assert second.stats()["manifest_hits"] == 1 and second.stats()["include_resolves"] == 0
     assert compiled.origin == "compiled" and found.origin == "disk" and found.key == compiled.key
     header.write_text("#define VALUE 2\n")
     with kiln.Engine(cache_dir=cache_dir) as third:

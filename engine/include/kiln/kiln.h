@@ -37,8 +37,10 @@ extern "C" {
 
 /** The version of this header's API. Bumped when a function or struct field is added or changed.
  *  Compare with kiln_api_version() to detect a library older than the header.
- *  2: kiln_compile and kiln_binary (compile-only binaries); KILN_ORIGIN_PACK and KILN_ORIGIN_REMOTE. */
-#define KILN_API_VERSION 2
+ *  2: kiln_compile and kiln_binary (compile-only binaries); KILN_ORIGIN_PACK and KILN_ORIGIN_REMOTE.
+ *  3: kiln_stats gains manifest_hits, include_resolves and remote_unauthenticated (a caller built
+ *     against version 2, whose kiln_stats ends at remote_errors, is still served). */
+#define KILN_API_VERSION 3
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -184,13 +186,18 @@ typedef struct kiln_stats {
   uint64_t remote_hits;
   uint64_t remote_misses;
   uint64_t remote_errors;
+  /* API version 3: */
+  uint64_t manifest_hits;          /**< requests with include folders keyed by their dependency manifest (no header read) */
+  uint64_t include_resolves;       /**< requests with include folders whose #include tree was resolved (headers read) */
+  uint64_t remote_unauthenticated; /**< remote entries refused for a missing or wrong MAC (a fleet secret is set) */
 } kiln_stats;
 
 /** Sets `stats->size` and zeroes the counters; does nothing when `stats` is NULL. Never fails. */
 KILN_API void kiln_stats_init(kiln_stats* stats);
 
-/** Copies the engine's counters into `*stats`. Errors: INVALID_HANDLE, INVALID_ARGUMENT (stats NULL or
- *  stats->size too small). */
+/** Copies the engine's counters into `*stats`: as many as stats->size holds (a version-2 struct, which
+ *  ends at remote_errors, gets those). Errors: INVALID_HANDLE, INVALID_ARGUMENT (stats NULL or
+ *  stats->size smaller than a version-2 kiln_stats). */
 KILN_API kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats);
 
 /* ------------------------------------------------------------------------------------------------ */
