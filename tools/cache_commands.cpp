@@ -775,6 +775,42 @@ int run_verify(const VerifyArgs& args) {
                         one_line(f.error), note);
   }
   if (removed != 0) (void)store->remeasure_size();  // the running size total, after removing files
+
+  // Dependency manifests (requests with include folders): each parsed and checked as a lookup would. A
+  // damaged one only costs a resolve (the engine replaces it); --fix removes it.
+  std::size_t manifests_total = 0, manifests_bad = 0, manifests_unreadable = 0, manifests_removed = 0;
+  json bad_manifests = json::array();
+  if (!store->refused()) {
+    const cache::DependencyManifests manifests(store->config().root, /*read_only=*/true);
+    for (const cache::ScannedManifest& m : manifests.scan()) {
+      ++manifests_total;
+      if (m.error.empty()) continue;
+      const bool io = m.error.starts_with("cannot open") || m.error.starts_with("cannot stat") ||
+                      m.error.starts_with("I/O error");
+      ++(io ? manifests_unreadable : manifests_bad);
+      bool gone = false;
+      std::string note;
+      if (args.fix && !io) {
+        if (::unlink(m.path.c_str()) == 0 || errno == ENOENT) {
+          gone = true;
+          ++manifests_removed;
+          note = " (removed)";
+        } else {
+          note = fmt::format(" (cannot remove: {})", std::error_code(errno, std::system_category()).message());
+        }
+      } else if (args.fix) {
+        note = " (not removed: a read error does not prove the manifest bad)";
+      }
+      if (!gone) ++left;
+      bad_manifests.push_back({{"request", m.request_key.hex()},
+                               {"path", m.path.string()},
+                               {"error", m.error},
+                               {"state", io ? "unreadable" : "damaged"},
+                               {"removed", gone}});
+      text += fmt::format("{} manifest: {} {}: {}{}\n", io ? "unreadable" : "bad", m.request_key.hex(), m.path.string(),
+                          one_line(m.error), note);
+    }
+  }
   const std::size_t bad = count[static_cast<int>(Kind::damaged)];
   const std::size_t unreadable = count[static_cast<int>(Kind::unreadable)];
   const std::size_t refused = count[static_cast<int>(Kind::refused)];
@@ -788,14 +824,29 @@ int run_verify(const VerifyArgs& args) {
                 {"not_entries", not_entries},
                 {"removed", removed},
                 {"refused_root", store->refused() ? store->mode_reason() : std::string()},
-                {"bad_entries", std::move(bad_json)}});
+                {"bad_entries", std::move(bad_json)},
+                {"manifests",
+                 {{"count", manifests_total},
+                  {"ok", manifests_total - manifests_bad - manifests_unreadable},
+                  {"bad", manifests_bad},
+                  {"unreadable", manifests_unreadable},
+                  {"removed", manifests_removed}}},
+                {"bad_manifests", std::move(bad_manifests)}});
   } else {
     text += fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad - unreadable - refused, bad);
     if (unreadable != 0) text += fmt::format(", {} unreadable", unreadable);
     if (refused != 0) text += fmt::format(", {} refused", refused);
     if (not_entries != 0) text += fmt::format("; {} files that are not entries", not_entries);
     if (args.fix) text += fmt::format("; {} removed", removed);
-    if (left != 0 && !args.fix && bad + not_entries != 0) text += " (kiln cache verify --fix removes what is bad)";
+    if (manifests_total != 0) {
+      text += fmt::format("; {} dependency manifests: {} ok, {} bad", manifests_total,
+                          manifests_total - manifests_bad - manifests_unreadable, manifests_bad);
+      if (manifests_unreadable != 0) text += fmt::format(", {} unreadable", manifests_unreadable);
+      if (args.fix) text += fmt::format(", {} removed", manifests_removed);
+    }
+    if (left != 0 && !args.fix && bad + not_entries + manifests_bad != 0) {
+      text += " (kiln cache verify --fix removes what is bad)";
+    }
     if (store->refused()) {
       text += fmt::format("\nverify: the engine uses none of these entries: the cache is {}", store->mode_reason());
     }

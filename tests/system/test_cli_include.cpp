@@ -75,6 +75,20 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(served.parsed().at("summary").at("compiled") == 0);
   CHECK(served.parsed().at("requests").at(0).at("key") == key);
 
+  // A cache that only imported the entry (no manifest of the request): show gives the count, and says
+  // where the list lives.
+  const std::map<std::string, std::string> third{{"KILN_CACHE_DIR", (dir / "third").string()}, {"KILN_CACHE_PACKS", ""}};
+  REQUIRE(run_kiln({"cache", "import", pack.string()}, third, dir.path()).rc == 0);
+  const Result bare_show = run_kiln({"cache", "show", key}, third, dir.path());
+  INFO(bare_show.describe());
+  CHECK(bare_show.rc == 0);
+  CHECK(bare_show.out.find("headers   2 read from include folders (3 paths probed and found absent); the list is in "
+                           "the request's dependency manifest, which this cache does not hold") != std::string::npos);
+  const json bare_json = run_kiln({"cache", "show", key, "--json"}, third, dir.path()).parsed();
+  CHECK(bare_json.at("headers_count") == 2);
+  CHECK(bare_json.at("headers_listed") == false);
+  CHECK(bare_json.at("headers").empty());
+
   // show: the headers the entry was compiled from, by path and digest.
   const Result show = kiln({"cache", "show", key}, false);
   INFO(show.describe());
@@ -124,6 +138,31 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(clear.rc == 0);
   CHECK(clear.out.find("and 1 dependency manifests") != std::string::npos);
   CHECK(manifest_files(cache) == 0);
+
+  // verify checks the manifests too: a damaged one is reported, and --fix removes it.
+  REQUIRE(kiln({"prewarm"}).rc == 0);
+  fs::path manifest;
+  for (const auto& item : fs::recursive_directory_iterator(cache / "manifests")) {
+    if (item.path().extension() == ".kman") manifest = item.path();
+  }
+  REQUIRE_FALSE(manifest.empty());
+  CHECK(kiln({"cache", "verify"}, false).rc == 0);
+  write(manifest, "not a manifest");
+  const Result verify = kiln({"cache", "verify"}, false);
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.out.find("bad manifest: ") != std::string::npos);
+  CHECK(verify.out.find(manifest.string()) != std::string::npos);
+  CHECK(verify.out.find("1 dependency manifests: 0 ok, 1 bad") != std::string::npos);
+  const json verified = kiln({"cache", "verify", "--json"}, false).parsed();
+  CHECK(verified.at("manifests").at("bad") == 1);
+  CHECK(verified.at("bad_manifests").at(0).at("path") == manifest.string());
+  const Result fixed = kiln({"cache", "verify", "--fix"}, false);
+  INFO(fixed.describe());
+  CHECK(fixed.rc == 0);
+  CHECK(fixed.out.find("(removed)") != std::string::npos);
+  CHECK_FALSE(fs::exists(manifest));
+  CHECK(kiln({"cache", "verify"}, false).rc == 0);
 }
 
 TEST_CASE("a KILN_RECORD with a relative -I replays from another directory into an empty cache, same key") {
