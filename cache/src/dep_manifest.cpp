@@ -1395,9 +1395,12 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
         answer_set = std::move(set);
         break;
       }
+      const std::uint32_t reads_before = checker().reads;
       const Mismatch mismatch = checker().check(result);
       if (mismatch.change == DependencyChange::none) {
-        if (memo_on) s.validated.remember(set, checker().oldest_ns);
+        // A set with a header whose stat is not trusted (changed moments ago) is re-hashed on every
+        // lookup, so it is never taken whole either.
+        if (memo_on && checker().reads == reads_before) s.validated.remember(set, checker().oldest_ns);
         answer = result.key;
         answer_set = std::move(set);
         break;

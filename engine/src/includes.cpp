@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "kiln/base/hash.hpp"
+#include "kiln/cache/dep_manifest.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::detail {
@@ -535,11 +536,7 @@ std::optional<HeaderFile> read_header(const std::string& path) {
   ::clock_gettime(CLOCK_REALTIME, &now);
   cache::HeaderRecord& record = out.record;
   record.path = path;
-  record.stat.size = size;
-  record.stat.mtime_ns = nanoseconds(st.st_mtim);
-  record.stat.ctime_ns = nanoseconds(st.st_ctim);
-  record.stat.inode = static_cast<std::uint64_t>(st.st_ino);
-  record.stat.device = static_cast<std::uint64_t>(st.st_dev);
+  record.stat = cache::to_file_stat(st);
   record.digest = cache::hash128(out.bytes);
   // A file touched within the window (or dated in the future) may still be being written, and one
   // whose length changed while it was read certainly was: neither is vouched for by its stat.
@@ -600,16 +597,6 @@ HeaderFileCache::Usage HeaderFileCache::usage() const {
 
 namespace {
 
-cache::FileStat to_file_stat(const struct stat& st) {
-  cache::FileStat out;
-  out.size = static_cast<std::uint64_t>(st.st_size);
-  out.mtime_ns = nanoseconds(st.st_mtim);
-  out.ctime_ns = nanoseconds(st.st_ctim);
-  out.inode = static_cast<std::uint64_t>(st.st_ino);
-  out.device = static_cast<std::uint64_t>(st.st_dev);
-  return out;
-}
-
 /// The header at `path` (null when there is no regular file there): from the cache when the file still
 /// has the stat it was read with, else read and scanned (and kept when its stat is trusted).
 std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path, HeaderFileCache* cache) {
@@ -617,7 +604,7 @@ std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
       if (!S_ISREG(st.st_mode)) return nullptr;
-      if (auto hit = cache->find(path, to_file_stat(st))) return hit;
+      if (auto hit = cache->find(path, cache::to_file_stat(st))) return hit;
     } else if (errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG || errno == ELOOP) {
       return nullptr;
     }  // another error: read_header says what it is

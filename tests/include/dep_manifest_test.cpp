@@ -969,6 +969,20 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
   CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &third));
   CHECK(third.outcome == ManifestOutcome::no_match);
   CHECK_FALSE(manifests.lookup(sibling.key, sibling.canonical));  // the checked set is too old to be taken
+
+  // Headers changed moments ago are not trusted by stat: re-hashed on every lookup, and their set is
+  // never taken whole.
+  Fixture g;
+  ManifestConfig recent = config_for(g.root, std::chrono::hours(1));
+  recent.stat_memo = std::chrono::milliseconds(300);
+  DependencyManifests fresh_edits(recent);
+  fresh_edits.record(g.request.key, g.request.canonical, g.standard_deps(), result_key("R"));
+  for (int i = 0; i < 2; ++i) {
+    LookupStats untrusted;
+    REQUIRE(fresh_edits.lookup(g.request.key, g.request.canonical, &untrusted) == result_key("R"));
+    CHECK(untrusted.validated_hits == 0);
+    CHECK(untrusted.reads == 3);
+  }
 }
 
 TEST_CASE("the dependencies key part: counts and a digest that tells every set apart; the lookup gives the "
