@@ -463,10 +463,53 @@ ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noe
   return ReadStatus::ok;
 }
 
+/// Buffers that manifest files are read into, kept for the next lookup: a lookup in a process that
+/// has made one before reads into memory it has touched already (fresh memory costs a page fault per
+/// page, and manifests of big trees are hundreds of KB). Thread-safe; bounded in count and size.
+class ReadBuffers {
+ public:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t capacity = 0;
+  };
+  static constexpr std::size_t kKeep = 4;                 ///< buffers kept
+  static constexpr std::size_t kKeepBytes = 8ULL << 20;  ///< a larger buffer is not kept
+
+  /// A buffer of at least `size` bytes (contents undefined). Throws std::bad_alloc.
+  Buffer take(std::size_t size) {
+    {
+      const std::lock_guard lock(m_mutex);
+      for (auto it = m_free.begin(); it != m_free.end(); ++it) {
+        if (it->capacity >= size) {
+          Buffer found = std::move(*it);
+          m_free.erase(it);
+          return found;
+        }
+      }
+    }
+    const std::size_t capacity = (std::max<std::size_t>(size, 64 * 1024) + 4095) & ~std::size_t{4095};
+    return Buffer{std::make_unique_for_overwrite<std::byte[]>(capacity), capacity};
+  }
+  void give(Buffer buffer) noexcept {
+    if (!buffer.bytes || buffer.capacity > kKeepBytes) return;
+    const std::lock_guard lock(m_mutex);
+    if (m_free.size() >= kKeep) return;  // (freed on return)
+    try {
+      m_free.push_back(std::move(buffer));
+    } catch (...) {
+    }
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::vector<Buffer> m_free;
+};
+
 /// A manifest file read whole (not parsed yet).
 struct RawManifest {
   enum class Kind : std::uint8_t { ok, absent, content_error, io_error } kind = Kind::absent;
   std::unique_ptr<std::byte[]> bytes;
+  std::size_t capacity = 0;  ///< of bytes
   std::size_t size = 0;
   struct stat st {};     ///< of the file read (or of the link found, for a symbolic link)
   bool have_st = false;  ///< st describes what is at the path (removal checks it is still the same file)
@@ -476,7 +519,7 @@ struct RawManifest {
 
 /// Opens (O_NOFOLLOW, O_NONBLOCK) and reads a manifest. A symbolic link, a non-regular file, a file of
 /// another owner and one over the size limit are content errors; open/read failures are I/O errors.
-RawManifest read_raw(const std::string& path, const ManifestLimits& limits) {
+RawManifest read_raw(const std::string& path, const ManifestLimits& limits, ReadBuffers* buffers = nullptr) {
   RawManifest raw;
   const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
@@ -513,7 +556,14 @@ RawManifest read_raw(const std::string& path, const ManifestLimits& limits) {
     return raw;
   }
   raw.size = static_cast<std::size_t>(size);
-  raw.bytes = std::make_unique_for_overwrite<std::byte[]>(std::max<std::size_t>(raw.size, 1));
+  if (buffers != nullptr) {
+    ReadBuffers::Buffer buffer = buffers->take(std::max<std::size_t>(raw.size, 1));
+    raw.bytes = std::move(buffer.bytes);
+    raw.capacity = buffer.capacity;
+  } else {
+    raw.capacity = std::max<std::size_t>(raw.size, 1);
+    raw.bytes = std::make_unique_for_overwrite<std::byte[]>(raw.capacity);
+  }
   int error = 0;
   const ReadStatus status = read_exact(fd.get(), raw.bytes.get(), raw.size, error);
   if (status == ReadStatus::io_error) {
@@ -1177,6 +1227,7 @@ struct DependencyManifests::State {
   std::atomic<bool> refusal_warned{false};
   StatMemo stat_memo;  ///< shared by this instance's lookups (ManifestConfig::stat_memo)
   ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
+  ReadBuffers buffers;      ///< what lookups read manifests into
 
   /// Lowers the mode (never raises it) and records why; `warn`: says so at warning level.
   void degrade(StoreMode to, const std::string& why, bool warn) {
@@ -1343,8 +1394,18 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
   }
   try {
     const std::int64_t now_ns = realtime_now_ns();  // before any header is read (see stat_is_settled)
+    const auto phase_start = std::chrono::steady_clock::now();
+    auto phase = phase_start;
+    const auto lap = [&phase] {  // nanoseconds since the previous lap
+      const auto now = std::chrono::steady_clock::now();
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - phase).count();
+      phase = now;
+      return static_cast<std::uint64_t>(ns);
+    };
     const std::string path = s.path_of(request_key);
-    RawManifest raw = read_raw(path, m_config.limits);
+    RawManifest raw = read_raw(path, m_config.limits, &s.buffers);
+    out.read_ns = lap();
+    out.manifest_bytes = raw.size;
     if (raw.kind == RawManifest::Kind::absent) {
       out.outcome = ManifestOutcome::no_manifest;
       return std::nullopt;
@@ -1360,6 +1421,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       const ExpectedRequest expected{request_key, request_canonical};
       parsed = parse_view(raw.span(), m_config.limits, &expected);
     }
+    out.parse_ns = lap();
     if (auto* error = std::get_if<ContentError>(&parsed)) {
       out.detail = fmt::format("{}: {}", path, error->reason);
       if (mode == StoreMode::read_write && raw.have_st && State::unlink_if_same(path, raw.st)) {
@@ -1407,6 +1469,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       }
       misses.emplace_back(result.key, mismatch);
     }
+    out.check_ns = lap();
     if (checker_slot) {
       out.stats = checker_slot->stats;
       out.memo_hits = checker_slot->memo_hits;
@@ -1448,6 +1511,8 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     // Done with the view: its paths (into raw's bytes) and the probes go to the memo as they are.
     if (first && checker_slot) {
       s.stat_memo.defer(std::move(raw.bytes), std::move(view.paths), checker_slot->take_probes(), now_ns);
+    } else {
+      s.buffers.give({std::move(raw.bytes), raw.capacity});  // (the view is not used past here)
     }
     return answer;
   } catch (const std::exception& error) {

@@ -352,9 +352,11 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     const std::optional<cache::Hash128> result =
         m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), &looked, &dependency_part);
     KILN_LOG(debug,
-             "{}: dependency manifest {}: {} in {:.3f} ms ({} stat, {} from the stat memo, {} header(s) re-read{})",
+             "{}: dependency manifest {}: {} in {:.3f} ms (read {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms: {} stat, "
+             "{} from the stat memo, {} header(s) re-read{})",
              r.source.name(), r.request_hash.hex(), cache::to_string(looked.outcome),
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(), looked.stats,
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+             looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6, looked.stats,
              looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
     if (result) {
       r.dependency_part = std::move(dependency_part);
