@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -24,6 +23,7 @@
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "redis_server.hpp"
+#include "remote_test_support.hpp"
 
 using namespace std::chrono_literals;
 using kiln::cache::Entry;
@@ -31,32 +31,12 @@ using kiln::cache::LookupOutcome;
 using kiln::cache::RemoteConfig;
 using kiln::cache::RemoteTier;
 using kiln::test::RedisServer;
+using kiln::test::synthetic_entry;
 
 namespace {
 
 constexpr const char* kSecret = "fleet-secret-0123456789abcdef";
 constexpr const char* kOtherSecret = "another-fleet-secret-9876543210";
-
-Entry make_entry(const std::string& tag) {
-  kiln::cache::CanonicalKey key;
-  key.add("format", "1");
-  key.add("vendor", "cuda");
-  key.add("target", "sm_90");
-  key.add("source", "extern \"C\" __global__ void k_" + tag + "() {}");
-  Entry entry;
-  entry.vendor = kiln::Vendor::cuda;
-  entry.payload_kind = kiln::PayloadKind::cubin;
-  entry.target = "sm_90";
-  entry.compiler = "nvrtc 13.0";
-  entry.created_unix = 1700000000;
-  entry.key_hash = key.hash();
-  entry.canonical_key = key.bytes();
-  entry.names.push_back({"k_" + tag, "k_" + tag});
-  std::mt19937_64 random(std::hash<std::string>{}(tag));
-  entry.payload.resize(2048);
-  for (std::byte& b : entry.payload) b = static_cast<std::byte>(random() & 0xFF);
-  return entry;
-}
 
 std::string serialized(const Entry& entry) {
   const std::vector<std::byte> bytes = kiln::cache::serialize(entry);
@@ -108,7 +88,7 @@ void require_refused(RemoteTier& tier, const RedisServer& server, const Entry& e
 
 TEST_CASE("a planted self-consistent entry is served without a secret and refused with one", "[remote][auth]") {
   const RedisServer server;
-  const Entry planted = make_entry("planted");
+  const Entry planted = synthetic_entry("planted", 2048);
   const std::string bytes = serialized(planted);
   server.set(entry_name(planted), bytes);  // what anyone who can write to the server can do
 
@@ -161,7 +141,7 @@ TEST_CASE("nodes sharing the secret round-trip; the MAC follows the documented f
   const RedisServer server;
   const auto node_a = kiln::cache::open_remote(config_for(server, kSecret));
   const auto node_b = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = make_entry("shared");
+  const Entry entry = synthetic_entry("shared", 2048);
 
   node_a->publish(entry);
   REQUIRE(node_a->flush(5s));
@@ -183,7 +163,7 @@ TEST_CASE("nodes sharing the secret round-trip; the MAC follows the documented f
   require_hit(*open_node, entry);
 
   // put() (kiln prewarm --remote) writes the MAC too.
-  const Entry put_entry = make_entry("put");
+  const Entry put_entry = synthetic_entry("put", 2048);
   std::string detail;
   REQUIRE(node_a->put(put_entry, &detail));
   require_hit(*node_b, put_entry);
@@ -199,7 +179,7 @@ TEST_CASE("with a TTL the MAC expires with its entry", "[remote][auth]") {
   RemoteConfig config = config_for(server, kSecret);
   config.ttl = 300s;
   const auto node = kiln::cache::open_remote(config);
-  const Entry entry = make_entry("ttl");
+  const Entry entry = synthetic_entry("ttl", 2048);
   std::string detail;
   REQUIRE(node->put(entry, &detail));
   for (const std::string& name : {entry_name(entry), mac_name(entry)}) {
@@ -216,7 +196,7 @@ TEST_CASE("a node with another secret refuses the entries of a node with the sec
   const RedisServer server;
   const auto node = kiln::cache::open_remote(config_for(server, kSecret));
   const auto stranger = kiln::cache::open_remote(config_for(server, kOtherSecret));
-  const Entry entry = make_entry("fleet");
+  const Entry entry = synthetic_entry("fleet", 2048);
 
   std::string detail;
   REQUIRE(node->put(entry, &detail));
@@ -235,7 +215,7 @@ TEST_CASE("a node without the secret publishes no MAC, which a node with it refu
   const RedisServer server;
   const auto open_node = kiln::cache::open_remote(config_for(server));
   const auto node = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = make_entry("unsigned");
+  const Entry entry = synthetic_entry("unsigned", 2048);
 
   open_node->publish(entry);
   REQUIRE(open_node->flush(5s));
@@ -249,7 +229,7 @@ TEST_CASE("the compile lease with a secret: the waiter verifies the holder's ent
   RemoteConfig config = config_for(server, kSecret);
   config.lease_wait = 10s;
   config.lease_ttl = 2s;
-  const Entry entry = make_entry("leased");
+  const Entry entry = synthetic_entry("leased", 2048);
 
   SECTION("a holder with the secret: a hit") {
     const auto holder = kiln::cache::open_remote(config);
@@ -309,7 +289,7 @@ TEST_CASE("the secret read from KILN_REMOTE_SECRET_FILE authenticates a tier", "
 
   const auto node = kiln::cache::open_remote(from_file);
   const auto same = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = make_entry("from-file");
+  const Entry entry = synthetic_entry("from-file", 2048);
   std::string detail;
   REQUIRE(node->put(entry, &detail));
   require_hit(*same, entry);

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
 #include "redis_server.hpp"
+#include "remote_test_support.hpp"
 
 using namespace std::chrono_literals;
 using kiln::cache::Entry;
@@ -22,30 +22,9 @@ using kiln::cache::LookupOutcome;
 using kiln::cache::RemoteConfig;
 using kiln::cache::RemoteTier;
 using kiln::test::RedisServer;
+using kiln::test::synthetic_entry;
 
 namespace {
-
-/// A synthetic entry whose canonical key is unique to `tag`.
-Entry make_entry(const std::string& tag, std::size_t payload_bytes = 4096) {
-  kiln::cache::CanonicalKey key;
-  key.add("format", "1");
-  key.add("vendor", "cuda");
-  key.add("target", "sm_90");
-  key.add("source", "extern \"C\" __global__ void k_" + tag + "() {}");
-  Entry entry;
-  entry.vendor = kiln::Vendor::cuda;
-  entry.payload_kind = kiln::PayloadKind::cubin;
-  entry.target = "sm_90";
-  entry.compiler = "nvrtc 13.0";
-  entry.created_unix = 1700000000;
-  entry.key_hash = key.hash();
-  entry.canonical_key = key.bytes();
-  entry.names.push_back({"k_" + tag, "k_" + tag});
-  std::mt19937_64 random(std::hash<std::string>{}(tag));
-  entry.payload.resize(payload_bytes);
-  for (std::byte& b : entry.payload) b = static_cast<std::byte>(random() & 0xFF);
-  return entry;
-}
 
 std::string as_string(const std::vector<std::byte>& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -78,7 +57,7 @@ TEST_CASE("an entry published by one node is a verified hit on another", "[remot
   const RedisServer server;
   const auto node_a = kiln::cache::open_remote(config_for(server));
   const auto node_b = kiln::cache::open_remote(config_for(server));
-  const Entry entry = make_entry("roundtrip");
+  const Entry entry = synthetic_entry("roundtrip");
 
   CHECK(node_b->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
   node_a->publish(entry);
@@ -108,7 +87,7 @@ TEST_CASE("an entry published by one node is a verified hit on another", "[remot
 TEST_CASE("a 500 KB entry and put() round-trip; the database number is honoured", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server, {}, 3));
-  const Entry big = make_entry("big", 500 * 1024);
+  const Entry big = synthetic_entry("big", 500 * 1024);
   std::string detail;
   REQUIRE(tier->put(big, &detail));
   CHECK(server.exists("kiln:v1:" + big.key_hash.hex(), 3));
@@ -119,8 +98,8 @@ TEST_CASE("a 500 KB entry and put() round-trip; the database number is honoured"
 TEST_CASE("truncated, bit-flipped, foreign and non-string values are rejected and deleted", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server));
-  const Entry entry = make_entry("victim");
-  const Entry other = make_entry("other");
+  const Entry entry = synthetic_entry("victim");
+  const Entry other = synthetic_entry("other");
   const std::string name = "kiln:v1:" + entry.key_hash.hex();
   const std::string good = as_string(kiln::cache::serialize(entry));
 
@@ -181,7 +160,7 @@ TEST_CASE("an unreachable server fails fast and the breaker stops asking", "[rem
   RemoteConfig config = kiln::cache::parse_remote_url("redis://127.0.0.1:" + std::to_string(RedisServer::free_port()));
   config.lease_wait = 0ms;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = make_entry("nowhere");
+  const Entry entry = synthetic_entry("nowhere");
 
   const kiln::test::StderrCapture capture;
   auto start = std::chrono::steady_clock::now();
@@ -213,7 +192,7 @@ TEST_CASE("a server stopped in the middle of a run: lookups fail fast, one warni
   config.retry_after = 1s;
   const auto tier = kiln::cache::open_remote(config);
   std::vector<Entry> entries;
-  for (int i = 0; i < 6; ++i) entries.push_back(make_entry("run" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) entries.push_back(synthetic_entry("run" + std::to_string(i)));
   std::string detail;
   for (const Entry& e : entries) REQUIRE(tier->put(e, &detail));
   require_hit(*tier, entries[0]);
@@ -244,7 +223,7 @@ TEST_CASE("a slow server (DEBUG SLEEP) costs one operation timeout, then is skip
   RemoteConfig config = config_for(server);
   config.retry_after = 30s;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = make_entry("slow");
+  const Entry entry = synthetic_entry("slow");
   std::string detail;
   REQUIRE(tier->put(entry, &detail));
   require_hit(*tier, entry);
@@ -279,12 +258,12 @@ TEST_CASE("a large SET on a connection the server closed does not kill the proce
   // write(2) raises SIGPIPE, whose default action would end the test binary here.
   auto server = std::make_unique<RedisServer>();
   const auto tier = kiln::cache::open_remote(config_for(*server));
-  const Entry small = make_entry("before-stop");
+  const Entry small = synthetic_entry("before-stop");
   std::string detail;
   REQUIRE(tier->put(small, &detail));
   server->stop();
   std::this_thread::sleep_for(50ms);
-  const Entry big = make_entry("after-stop", 8 << 20);
+  const Entry big = synthetic_entry("after-stop", 8 << 20);
   CHECK_FALSE(tier->put(big, &detail));
   INFO(detail);
   CHECK_FALSE(detail.empty());
@@ -292,7 +271,7 @@ TEST_CASE("a large SET on a connection the server closed does not kill the proce
 
 TEST_CASE("authentication: password, ACL user, wrong password, missing password", "[remote]") {
   const RedisServer server(kiln::test::RedisServerOptions{"sesame", {}});
-  const Entry entry = make_entry("auth");
+  const Entry entry = synthetic_entry("auth");
 
   SECTION("the right password works") {
     const auto tier = kiln::cache::open_remote(config_for(server, ":sesame"));
@@ -339,7 +318,7 @@ TEST_CASE("an optional TTL is set on published entries", "[remote]") {
   RemoteConfig config = config_for(server);
   config.ttl = 3600s;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = make_entry("ttl");
+  const Entry entry = synthetic_entry("ttl");
   tier->publish(entry);
   REQUIRE(tier->flush(5s));
   const auto ttl = server.command({"TTL", "kiln:v1:" + entry.key_hash.hex()});
@@ -348,7 +327,7 @@ TEST_CASE("an optional TTL is set on published entries", "[remote]") {
   CHECK(ttl->integer <= 3600);
 
   const auto forever = kiln::cache::open_remote(config_for(server));
-  const Entry other = make_entry("no-ttl");
+  const Entry other = synthetic_entry("no-ttl");
   forever->publish(other);
   REQUIRE(forever->flush(5s));
   CHECK(server.command({"TTL", "kiln:v1:" + other.key_hash.hex()})->integer == -1);
@@ -359,7 +338,7 @@ TEST_CASE("publish never blocks: a full queue drops the entry", "[remote]") {
   RemoteConfig config = config_for(server);
   config.publish_queue_entries = 0;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = make_entry("dropped");
+  const Entry entry = synthetic_entry("dropped");
   tier->publish(entry);
   CHECK(tier->flush(5s));
   CHECK(tier->remote_stats().publish_dropped == 1);
@@ -370,7 +349,7 @@ TEST_CASE("publish never blocks: a full queue drops the entry", "[remote]") {
 TEST_CASE("queued publishes are written before the tier closes", "[remote]") {
   const RedisServer server;
   std::vector<Entry> entries;
-  for (int i = 0; i < 20; ++i) entries.push_back(make_entry("close" + std::to_string(i), 64 * 1024));
+  for (int i = 0; i < 20; ++i) entries.push_back(synthetic_entry("close" + std::to_string(i), 64 * 1024));
   {
     const auto tier = kiln::cache::open_remote(config_for(server));
     for (const Entry& e : entries) tier->publish(e);
@@ -383,7 +362,7 @@ TEST_CASE("the compile lease: one node compiles, the other waits for its entry",
   RemoteConfig config = config_for(server);
   config.lease_wait = 10s;
   config.lease_ttl = 2s;
-  const Entry entry = make_entry("leased");
+  const Entry entry = synthetic_entry("leased");
   const std::string lease_name = "kiln:v1:lease:" + entry.key_hash.hex();
 
   SECTION("the waiter gets the holder's entry") {
@@ -452,7 +431,7 @@ TEST_CASE("many threads share the tier", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server));
   std::vector<Entry> entries;
-  for (int i = 0; i < 16; ++i) entries.push_back(make_entry("threads" + std::to_string(i)));
+  for (int i = 0; i < 16; ++i) entries.push_back(synthetic_entry("threads" + std::to_string(i)));
   std::string detail;
   for (const Entry& e : entries) REQUIRE(tier->put(e, &detail));
 
