@@ -13,7 +13,7 @@ of the library, and the error, when it comes, says where kiln looked. Where it l
 """
 
 import ctypes
-import ctypes.util
+
 import glob
 import os
 import sysconfig
@@ -164,6 +164,7 @@ def candidates():
         found += [("source tree build", path) for path in builds]
     found = [(what, path) for what, path in found if os.path.exists(path)]
     found += [("system loader", name) for name in _LIBRARY_NAMES]
+    import ctypes.util  # only here: importing it costs milliseconds (shutil, subprocess)
     system = ctypes.util.find_library("kiln")
     if system:
         found.append(("system loader", system))

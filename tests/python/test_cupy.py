@@ -102,6 +102,32 @@ def test_explicit_arch_and_ptx(routed, monkeypatch):
     assert cupy.cuda.compiler.calls == []
 
 
+def test_arch_decided_without_loading_nvrtc(routed):
+    # CuPy asks NVRTC its version (loading NVRTC) to decide the arch; kiln serves from its cache without
+    # NVRTC, so for a device no NVRTC is too old for it decides by CuPy's rule without asking.
+    cupy, _engine = routed
+    module = call(cupy)
+    assert module.image[:4] == b"\x7fELF" and cupy.cuda.compiler.nvrtc_loads == 0
+    assert cupy.cuda.compiler._nvrtc_version is None
+
+
+@pytest.mark.parametrize("capability", ["53", "75", "87", "90", "100", "120", "121"])
+@pytest.mark.parametrize("version", [(12, 0), (12, 8), (13, 0)])
+@pytest.mark.parametrize("use_ptx", [False, True])
+@pytest.mark.parametrize("arch", [None, "80", "90", "120"])
+def test_arch_flag_agrees_with_cupy(stand_in_cupy, monkeypatch, capability, version, use_ptx, arch):
+    compiler = stand_in_cupy.cuda.compiler
+    monkeypatch.setattr(stand_in_cupy.cuda.device, "STAND_IN_CAPABILITY", capability)
+    monkeypatch.setattr(compiler, "STAND_IN_NVRTC_VERSION", version)
+    monkeypatch.setattr(compiler, "_use_ptx", use_ptx)
+    for loaded in (False, True):  # before and after CuPy loaded NVRTC
+        monkeypatch.setattr(compiler, "_nvrtc_version", version if loaded else None)
+        ours = kiln.cupy._arch_flag(compiler, arch)
+        monkeypatch.setattr(compiler, "_nvrtc_version", None)
+        cupys = compiler._get_arch_for_options_for_nvrtc(arch if arch is not None else compiler._get_arch())[0]
+        assert ours == cupys, (loaded, capability, version, use_ptx, arch)
+
+
 def test_log_stream_and_debug_env(routed, monkeypatch):
     cupy, _engine = routed
     monkeypatch.setenv("CUPY_CUDA_COMPILE_WITH_DEBUG", "1")

@@ -128,6 +128,30 @@ def _count(kind, key):
         table[key] = table.get(key, 0) + 1
 
 
+# Every NVRTC CuPy 14.2 runs with (CUDA 12.0 and later) compiles cubins up to compute capability 9.0.
+_NVRTC_CUBIN_FLOOR = 90
+
+
+def _arch_flag(compiler, arch):
+    """The -arch flag CuPy would compile this request with (compiler._get_arch and
+    _get_arch_for_options_for_nvrtc decide it). CuPy asks NVRTC its version for the newest cubin arch,
+    and the first such question loads NVRTC (milliseconds), which a request kiln answers from its cache
+    does not need: while CuPy has not loaded NVRTC, an arch at or below every NVRTC's newest is decided
+    here by CuPy's own rule (the device's compute capability; PTX when CUPY_COMPILE_WITH_PTX is set)."""
+    if compiler._nvrtc_version is None:
+        if arch is None:
+            from cupy.cuda import device
+
+            capability = device.Device().compute_capability
+            if int(capability) <= _NVRTC_CUBIN_FLOOR:
+                arch = capability  # CuPy: min(capability, NVRTC's newest), or a Tegra arch as it is
+        if arch is not None and int(arch) <= _NVRTC_CUBIN_FLOOR:
+            return f"-arch=compute_{arch}" if compiler._use_ptx else f"-arch=sm_{arch}"
+    if arch is None:
+        arch = compiler._get_arch()
+    return compiler._get_arch_for_options_for_nvrtc(arch)[0]
+
+
 def _fallback_reason(options, backend, cache_in_memory, jitify, to_ltoir):
     if backend != "nvrtc":
         return f"backend {backend}"
@@ -169,13 +193,11 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
 
     from cupy.cuda import compiler, function
 
-    if arch is None:
-        arch = compiler._get_arch()
     # The flags CuPy's own function adds before compiling, so that kiln compiles what CuPy would.
     full = tuple(options) + ("-ftz=true",)
     if _env_flag("CUPY_CUDA_COMPILE_WITH_DEBUG"):
         full += ("--device-debug", "--generate-line-info")
-    arch_flag, _method = compiler._get_arch_for_options_for_nvrtc(arch)
+    arch_flag = _arch_flag(compiler, arch)
     target = arch_flag.split("=", 1)[1]  # sm_XX (CUBIN) or compute_XX (PTX)
     kiln_options, reason = translate_options(full)
     if reason:
@@ -251,8 +273,11 @@ def _check_cupy():
         if found != _SIGNATURE:
             raise Error(f"kiln.cupy: cupy.cuda.compiler._compile_with_cache_cuda of CuPy {version} is not the one "
                         f"kiln.cupy was written for (parameters {found}); nothing was changed")
+    from cupy.cuda import device
+
     for owner, name in ((compiler, "CompileException"), (compiler, "_get_arch"),
-                        (compiler, "_get_arch_for_options_for_nvrtc"), (function, "Module")):
+                        (compiler, "_get_arch_for_options_for_nvrtc"), (compiler, "_nvrtc_version"),
+                        (compiler, "_use_ptx"), (function, "Module"), (device, "Device")):
         if not hasattr(owner, name):
             raise Error(f"kiln.cupy: CuPy {version} has no {owner.__name__}.{name}; nothing was changed")
     for name in ("load", "_set_mapping"):

@@ -5,11 +5,14 @@ in how kiln.cupy calls CuPy shows up here), and records what it was given:
   cupy.__version__
   cupy.cuda.compiler._compile_with_cache_cuda   (same signature; records each call, returns a Module)
   cupy.cuda.compiler.CompileException           (same constructor; get_message, dump)
-  cupy.cuda.compiler._get_arch, _get_arch_for_options_for_nvrtc
+  cupy.cuda.compiler._get_arch, _get_arch_for_options_for_nvrtc, _nvrtc_version, _use_ptx
+                                                (CuPy's rules; the NVRTC version "loads NVRTC" once)
+  cupy.cuda.device.Device().compute_capability
   cupy.cuda.function.Module                     (load takes bytes only, as CuPy's Cython signature;
                                                  _set_mapping takes a dict or None)
 Tests pose as another release with CUPY_STAND_IN_VERSION (environment), and steer the arch functions
-with cupy.cuda.compiler.STAND_IN_ARCH ("90") and _use_ptx.
+with cupy.cuda.device.STAND_IN_CAPABILITY ("90"), cupy.cuda.compiler.STAND_IN_NVRTC_VERSION ((13, 0))
+and _use_ptx; cupy.cuda.compiler.nvrtc_loads counts the NVRTC version lookups.
 """
 
 import os as _os

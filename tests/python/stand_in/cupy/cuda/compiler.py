@@ -1,9 +1,11 @@
 """cupy.cuda.compiler of the stand-in (CuPy v14.2.0's names and signatures)."""
 
-from cupy.cuda import function
+from cupy.cuda import device, function
 
-STAND_IN_ARCH = "90"
 _use_ptx = False
+_nvrtc_version = None  # as CuPy's: set by the first _get_nvrtc_version(), which loads NVRTC
+STAND_IN_NVRTC_VERSION = (13, 0)
+nvrtc_loads = 0  # how often the stand-in "loaded NVRTC" (CuPy: a dlopen of libnvrtc, milliseconds)
 
 calls = []  # every call of the original _compile_with_cache_cuda: a dict of its arguments
 
@@ -25,14 +27,40 @@ class CompileException(Exception):
         f.write(f"stand-in dump: {self.backend} {self.name} {' '.join(self.options)}\n{self._msg}\n")
 
 
+# The arch functions follow CuPy v14.2.0's rules (without its memoization): the newest cubin arch
+# comes from the NVRTC version, and asking for that version loads NVRTC.
+_tegra_archs = ('32', '53', '62', '72', '87')
+
+
+def _get_nvrtc_version():
+    global _nvrtc_version, nvrtc_loads
+    if _nvrtc_version is None:
+        nvrtc_loads += 1
+        _nvrtc_version = STAND_IN_NVRTC_VERSION
+    return _nvrtc_version
+
+
+def _get_max_compute_capability():
+    major, minor = _get_nvrtc_version()
+    if major == 12 and minor < 8:
+        return '90'
+    if major == 12 and minor == 8:
+        return '120'
+    return '121'
+
+
 def _get_arch():
-    return STAND_IN_ARCH
+    nvrtc_max_compute_capability = _get_max_compute_capability()
+    arch = device.Device().compute_capability
+    if arch in _tegra_archs:
+        return arch
+    return min(arch, nvrtc_max_compute_capability, key=int)
 
 
 def _get_arch_for_options_for_nvrtc(arch=None):
     if arch is None:
         arch = _get_arch()
-    if not _use_ptx:
+    if not _use_ptx and int(arch) <= int(_get_max_compute_capability()):
         return f'-arch=sm_{arch}', 'cubin'
     return f'-arch=compute_{arch}', 'ptx'
 
