@@ -153,6 +153,7 @@ class StatMemo {
   void materialize() {
     Pending pending = std::move(*m_pending);
     m_pending.reset();
+    m_seen.reserve(std::min(m_seen.size() + pending.paths.size(), kMaxPaths));
     for (std::size_t i = 0; i < pending.paths.size() && i < pending.probes.size(); ++i) {
       const PathProbe& probe = pending.probes[i];
       if (probe.stat_state == PathProbe::Stat::present) put(pending.paths[i], Seen{true, probe.stat, pending.at_ns});
@@ -187,6 +188,11 @@ class ValidatedSets {
     if (it == m_sets.end()) return false;
     const std::int64_t age = now_ns - it->second;
     return age >= 0 && age < ttl.count();
+  }
+  /// Whether any set is held (a lookup only reads a manifest's head first when one may be fresh).
+  bool any() const {
+    const std::lock_guard lock(m_mutex);
+    return !m_sets.empty();
   }
   void remember(const std::string& set, std::int64_t at_ns) {
     const std::lock_guard lock(m_mutex);

@@ -61,6 +61,9 @@ constexpr std::size_t kMinPathBytes = 5;       // length + at least "/"
 constexpr std::uint32_t kTrustedFlag = 1;
 constexpr std::string_view kManifestDirectory = "manifests";
 constexpr std::string_view kManifestSuffix = ".kman";
+/// What a lookup reads first when it may be answered from the head: the head of a kernel's manifest
+/// (its canonical key holds the source) mostly fits; a longer head is read on.
+constexpr std::size_t kHeadRead = 16 * 1024;
 
 // ---- little-endian fields ----------------------------------------------------------------------------
 
@@ -100,17 +103,27 @@ std::optional<std::string> bad_path(std::string_view path, std::uint32_t max_byt
   return std::nullopt;
 }
 
-std::variant<ManifestView, ContentError> parse_view(std::span<const std::byte> bytes, const ManifestLimits& limits,
-                                                    const ExpectedRequest* expected) {
-  const std::uint64_t size = bytes.size();
-  // 1. Size, fixed part and counts: all before any allocation.
+/// The fixed part's counts, checked against the limits and the file's size.
+struct Fixed {
+  std::uint32_t canonical_len = 0, path_count = 0, file_count = 0, absent_count = 0, result_count = 0,
+                index_count = 0;
+  /// The head's size: fixed part, canonical key, summaries, head checksum (within the file: checked).
+  [[nodiscard]] std::size_t head_size() const noexcept {
+    return kManifestFixedBytes + std::size_t{canonical_len} + detail::kSummaryBytes * std::size_t{result_count} +
+           kChecksumBytes;
+  }
+};
+
+/// Checks the fixed part (`f` holds at least its kManifestFixedBytes) of a manifest file of `size` bytes:
+/// size, magic, version, reserved field, each count against the limits, total_len, and the minimum size
+/// the counts imply. Nothing is allocated before these pass.
+std::variant<Fixed, ContentError> check_fixed(const std::byte* f, std::uint64_t size, const ManifestLimits& limits) {
   if (size == 0) return ContentError{"empty file (0 bytes)"};
-  if (size < kManifestFixedBytes + kChecksumBytes) {
-    return ContentError{
-        fmt::format("truncated: {} bytes, a manifest needs at least {}", size, kManifestFixedBytes + kChecksumBytes)};
+  if (size < kManifestFixedBytes + 2 * kChecksumBytes) {
+    return ContentError{fmt::format("truncated: {} bytes, a manifest needs at least {}", size,
+                                    kManifestFixedBytes + 2 * kChecksumBytes)};
   }
   if (size > limits.max_file_bytes) return too_large("file length", size, limits.max_file_bytes);
-  const std::byte* f = bytes.data();
   if (std::memcmp(f + field::magic, kManifestMagic, sizeof(kManifestMagic)) != 0) {
     return ContentError{"bad magic: not a kiln dependency manifest"};
   }
@@ -118,43 +131,116 @@ std::variant<ManifestView, ContentError> parse_view(std::span<const std::byte> b
     return ContentError{fmt::format("format version {}, this build reads version {}", version, kManifestFormatVersion)};
   }
   if (load_u32(f + field::reserved32) != 0) return ContentError{"reserved header field is not zero"};
-  const std::uint32_t canonical_len = load_u32(f + field::canonical_len);
-  const std::uint32_t path_count = load_u32(f + field::path_count);
-  const std::uint32_t file_count = load_u32(f + field::file_count);
-  const std::uint32_t absent_count = load_u32(f + field::absent_count);
-  const std::uint32_t result_count = load_u32(f + field::result_count);
-  const std::uint32_t index_count = load_u32(f + field::index_count);
+  Fixed fixed;
+  fixed.canonical_len = load_u32(f + field::canonical_len);
+  fixed.path_count = load_u32(f + field::path_count);
+  fixed.file_count = load_u32(f + field::file_count);
+  fixed.absent_count = load_u32(f + field::absent_count);
+  fixed.result_count = load_u32(f + field::result_count);
+  fixed.index_count = load_u32(f + field::index_count);
   const std::uint64_t total_len = load_u64(f + field::total_len);
-  if (canonical_len > limits.max_canonical_bytes) {
-    return too_large("canonical key length", canonical_len, limits.max_canonical_bytes);
+  if (fixed.canonical_len > limits.max_canonical_bytes) {
+    return too_large("canonical key length", fixed.canonical_len, limits.max_canonical_bytes);
   }
-  if (path_count > limits.max_paths) return too_large("path count", path_count, limits.max_paths);
-  if (file_count > limits.max_files) return too_large("file count", file_count, limits.max_files);
-  if (absent_count > limits.max_absent) return too_large("absent path count", absent_count, limits.max_absent);
-  if (result_count > limits.max_results) return too_large("result count", result_count, limits.max_results);
+  if (fixed.path_count > limits.max_paths) return too_large("path count", fixed.path_count, limits.max_paths);
+  if (fixed.file_count > limits.max_files) return too_large("file count", fixed.file_count, limits.max_files);
+  if (fixed.absent_count > limits.max_absent) {
+    return too_large("absent path count", fixed.absent_count, limits.max_absent);
+  }
+  if (fixed.result_count > limits.max_results) {
+    return too_large("result count", fixed.result_count, limits.max_results);
+  }
   if (total_len != size) {
     return ContentError{fmt::format("total_len says {} bytes but the file has {}", total_len, size)};
   }
   // Each count is below 2^32 and each record below 100 bytes: no overflow.
   const std::uint64_t minimum =
-      kManifestFixedBytes + std::uint64_t{canonical_len} + kMinPathBytes * std::uint64_t{path_count} +
-      kManifestFileInfoBytes * std::uint64_t{file_count} + 4 * std::uint64_t{absent_count} +
-      kResultFixedBytes * std::uint64_t{result_count} + 4 * std::uint64_t{index_count} + kChecksumBytes;
+      std::uint64_t{fixed.head_size()} + kMinPathBytes * std::uint64_t{fixed.path_count} +
+      kManifestFileInfoBytes * std::uint64_t{fixed.file_count} + 4 * std::uint64_t{fixed.absent_count} +
+      kResultFixedBytes * std::uint64_t{fixed.result_count} + 4 * std::uint64_t{fixed.index_count} + kChecksumBytes;
   if (minimum > size) {
     return ContentError{fmt::format("truncated: {} bytes, the counts need at least {}", size, minimum)};
   }
+  return fixed;
+}
+
+/// A manifest's head: the request and each result's key with the summary of its dependency set.
+struct HeadView {
+  Hash128 request_key;
+  std::string_view canonical;
+  std::vector<std::pair<Hash128, DependencySummary>> results;  ///< newest first
+};
+
+/// Parses the head (`bytes` holds at least fixed.head_size() bytes; check_fixed passed): its checksum,
+/// the request it belongs to (`expected`, or the hash of its canonical key), the summaries.
+std::variant<HeadView, ContentError> parse_head(std::span<const std::byte> bytes, const Fixed& fixed,
+                                                const ExpectedRequest* expected) {
+  const std::byte* f = bytes.data();
+  const std::size_t end = fixed.head_size() - kChecksumBytes;
+  if (bytes.size() < fixed.head_size()) return ContentError{"the head is cut off"};
+  if (load_hash(f + end) != detail::xxh3_128(f, end, kManifestChecksumSeed)) {
+    return ContentError{"head checksum mismatch"};
+  }
+  HeadView head;
+  head.request_key = load_hash(f + field::request_key);
+  head.canonical = std::string_view(reinterpret_cast<const char*>(f + kManifestFixedBytes), fixed.canonical_len);
+  if (expected != nullptr) {
+    if (head.request_key != expected->key || head.canonical != expected->canonical) {
+      return ContentError{fmt::format("key mismatch: the manifest belongs to request {}, the request is {}",
+                                      head.request_key.hex(), expected->key.hex())};
+    }
+  } else if (hash128(head.canonical, kKeySeed) != head.request_key) {
+    return ContentError{"request key does not match the stored canonical key"};
+  }
+  head.results.reserve(fixed.result_count);
+  for (std::size_t at = kManifestFixedBytes + fixed.canonical_len; at < end; at += detail::kSummaryBytes) {
+    head.results.emplace_back(load_hash(f + at),
+                              DependencySummary{load_u32(f + at + 32), load_u32(f + at + 36), load_hash(f + at + 16)});
+  }
+  return head;
+}
+
+/// The summary of one result's dependency set (canonical_dependencies of its headers and absent paths).
+DependencySummary dependency_summary(const ManifestView& view, const ResultRefs& result) {
+  DependencyDigest digest;
+  for (const std::uint32_t index : view.result_files(result)) {
+    const FileInfo& info = view.files[index];
+    digest.add_header(view.paths[info.path], info.digest);
+  }
+  for (const std::uint32_t index : view.result_absent(result)) digest.add_absent(view.paths[view.absent[index]]);
+  return digest.summary();
+}
+
+std::variant<ManifestView, ContentError> parse_view(std::span<const std::byte> bytes, const ManifestLimits& limits,
+                                                    const ExpectedRequest* expected) {
+  const std::uint64_t size = bytes.size();
+  // 1. Size, fixed part and counts: all before any allocation.
+  if (size < kManifestFixedBytes) {
+    if (size == 0) return ContentError{"empty file (0 bytes)"};
+    return ContentError{fmt::format("truncated: {} bytes, a manifest needs at least {}", size,
+                                    kManifestFixedBytes + 2 * kChecksumBytes)};
+  }
+  const std::byte* f = bytes.data();
+  auto checked = check_fixed(f, size, limits);
+  if (auto* error = std::get_if<ContentError>(&checked)) return std::move(*error);
+  const Fixed fixed = std::get<Fixed>(checked);
+  const std::uint32_t path_count = fixed.path_count, file_count = fixed.file_count,
+                      absent_count = fixed.absent_count, result_count = fixed.result_count,
+                      index_count = fixed.index_count;
   // 2. The checksum.
   const std::size_t body = static_cast<std::size_t>(size) - kChecksumBytes;
   if (load_hash(f + body) != detail::xxh3_128(f, body, kManifestChecksumSeed)) {
     return ContentError{"checksum mismatch"};
   }
+  auto head_parsed = parse_head(bytes, fixed, expected);
+  if (auto* error = std::get_if<ContentError>(&head_parsed)) return std::move(*error);
+  HeadView& head = std::get<HeadView>(head_parsed);
   // 3. The parts, each within the body.
   ManifestView view;
-  view.request_key = load_hash(f + field::request_key);
-  std::size_t at = kManifestFixedBytes;
+  view.request_key = head.request_key;
+  view.canonical = head.canonical;
+  std::size_t at = fixed.head_size();
   const auto remaining = [&] { return body - at; };
-  view.canonical = std::string_view(reinterpret_cast<const char*>(f + at), canonical_len);
-  at += canonical_len;
   view.paths.reserve(path_count);
   for (std::uint32_t i = 0; i < path_count; ++i) {
     if (remaining() < 4) return ContentError{fmt::format("path {} of {} is cut off", i, path_count)};
@@ -231,14 +317,14 @@ std::variant<ManifestView, ContentError> parse_view(std::span<const std::byte> b
     return ContentError{fmt::format("results hold {} indices, the header says {}", view.indices.size(), index_count)};
   }
   if (at != body) return ContentError{fmt::format("{} unused bytes before the checksum", body - at)};
-  // 4. The request it belongs to.
-  if (expected != nullptr) {
-    if (view.request_key != expected->key || view.canonical != expected->canonical) {
-      return ContentError{fmt::format("key mismatch: the manifest belongs to request {}, the request is {}",
-                                      view.request_key.hex(), expected->key.hex())};
+  // 4. Each summary is its result's.
+  view.summaries.reserve(result_count);
+  for (std::uint32_t i = 0; i < result_count; ++i) {
+    const auto& [key, summary] = head.results[i];
+    if (key != view.results[i].key || summary != dependency_summary(view, view.results[i])) {
+      return ContentError{fmt::format("result {} of {}: the head's summary is not the result's", i, result_count)};
     }
-  } else if (hash128(view.canonical, kKeySeed) != view.request_key) {
-    return ContentError{"request key does not match the stored canonical key"};
+    view.summaries.push_back(summary);
   }
   return view;
 }
@@ -276,6 +362,19 @@ std::vector<std::byte> serialize_view(const ManifestView& view) {
     p += 4;
   };
   put_bytes(view.canonical.data(), view.canonical.size());
+  for (const ResultRefs& result : view.results) {
+    const DependencySummary summary = dependency_summary(view, result);
+    if (summary.headers > kMaxU32 || summary.absent > kMaxU32) {
+      throw std::length_error("dependency manifest result with over 2^32 headers cannot be serialized");
+    }
+    store_hash(p, result.key);
+    store_hash(p + 16, summary.digest);
+    store_le(p + 32, summary.headers, 4);
+    store_le(p + 36, summary.absent, 4);
+    p += detail::kSummaryBytes;
+  }
+  store_hash(p, detail::xxh3_128(begin, static_cast<std::size_t>(p - begin), kManifestChecksumSeed));
+  p += kChecksumBytes;
   for (const std::string_view path : view.paths) {
     put_u32(path.size());
     put_bytes(path.data(), path.size());
@@ -468,23 +567,51 @@ class ReadBuffers {
   std::vector<Buffer> m_free;
 };
 
-/// A manifest file read whole (not parsed yet).
+/// A manifest file read whole, or its first part (not parsed yet).
 struct RawManifest {
   enum class Kind : std::uint8_t { ok, absent, content_error, io_error } kind = Kind::absent;
-  std::unique_ptr<std::byte[]> bytes;
+  std::unique_ptr<std::byte[]> bytes;  ///< room for the whole file
   std::size_t capacity = 0;  ///< of bytes
-  std::size_t size = 0;
+  std::size_t size = 0;      ///< the file's
+  std::size_t have = 0;      ///< bytes read so far (size once read whole)
+  detail::UniqueFd fd;       ///< open while `have` < `size` (read_more reads on)
   struct stat st {};     ///< of the file read (or of the link found, for a symbolic link)
   bool have_st = false;  ///< st describes what is at the path (removal checks it is still the same file)
   std::string error;     ///< content or I/O error
-  [[nodiscard]] std::span<const std::byte> span() const noexcept { return {bytes.get(), size}; }
+  [[nodiscard]] std::span<const std::byte> span() const noexcept { return {bytes.get(), have}; }
 };
 
-/// Opens (O_NOFOLLOW, O_NONBLOCK) and reads a manifest. A symbolic link, a non-regular file, a file of
-/// another owner and one over the size limit are content errors; open/read failures are I/O errors.
-RawManifest read_raw(const std::string& path, const ManifestLimits& limits, ReadBuffers* buffers = nullptr) {
+/// Reads on, up to `upto` bytes of the file (at most its size). False after setting kind and error on
+/// failure. Manifests are published by rename and never written in place, so the open file's bytes stay
+/// those of one manifest however long ago the first part was read.
+bool read_more(RawManifest& raw, std::size_t upto) {
+  upto = std::min(upto, raw.size);
+  if (raw.have >= upto) return true;
+  int error = 0;
+  const ReadStatus status = read_exact(raw.fd.get(), raw.bytes.get() + raw.have, upto - raw.have, error);
+  if (status == ReadStatus::io_error) {
+    raw.kind = RawManifest::Kind::io_error;
+    raw.error = fmt::format("I/O error: read failed: {}", std::strerror(error));
+    return false;
+  }
+  if (status == ReadStatus::short_read) {
+    raw.kind = RawManifest::Kind::content_error;
+    raw.error = fmt::format("truncated while reading: file shorter than its {} bytes", raw.size);
+    return false;
+  }
+  raw.have = upto;
+  if (raw.have == raw.size) raw.fd = detail::UniqueFd();
+  return true;
+}
+
+/// Opens (O_NOFOLLOW, O_NONBLOCK) and reads a manifest: whole, or with `prefix` > 0 its first `prefix`
+/// bytes (read_more reads the rest). A symbolic link, a non-regular file, a file of another owner and one
+/// over the size limit are content errors; open/read failures are I/O errors.
+RawManifest read_raw(const std::string& path, const ManifestLimits& limits, ReadBuffers* buffers = nullptr,
+                     std::size_t prefix = 0) {
   RawManifest raw;
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  raw.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const UniqueFd& fd = raw.fd;
   if (!fd) {
     const int error = errno;
     if (is_absence(error)) return raw;
@@ -527,18 +654,7 @@ RawManifest read_raw(const std::string& path, const ManifestLimits& limits, Read
     raw.capacity = std::max<std::size_t>(raw.size, 1);
     raw.bytes = std::make_unique_for_overwrite<std::byte[]>(raw.capacity);
   }
-  int error = 0;
-  const ReadStatus status = read_exact(fd.get(), raw.bytes.get(), raw.size, error);
-  if (status == ReadStatus::io_error) {
-    raw.kind = RawManifest::Kind::io_error;
-    raw.error = fmt::format("I/O error: read failed: {}", std::strerror(error));
-    return raw;
-  }
-  if (status == ReadStatus::short_read) {
-    raw.error = fmt::format("truncated while reading: file shorter than its {} bytes", size);
-    return raw;
-  }
-  raw.kind = RawManifest::Kind::ok;
+  if (read_more(raw, prefix > 0 ? prefix : raw.size)) raw.kind = RawManifest::Kind::ok;
   return raw;
 }
 
@@ -747,17 +863,6 @@ std::string_view to_string(DependencyChange change) noexcept {
 
 // ---- DependencyManifests ------------------------------------------------------------------------------------
 
-/// canonical_dependencies() of one result of a manifest, from the file's bytes.
-std::string dependency_text(const ManifestView& view, const ResultRefs& result) {
-  DependencyDigest digest;
-  for (const std::uint32_t index : view.result_files(result)) {
-    const FileInfo& info = view.files[index];
-    digest.add_header(view.paths[info.path], info.digest);
-  }
-  for (const std::uint32_t index : view.result_absent(result)) digest.add_absent(view.paths[view.absent[index]]);
-  return digest.text();
-}
-
 struct DependencyManifests::State {
   std::string root;
   std::string directory;  ///< <root>/manifests
@@ -944,27 +1049,24 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       return static_cast<std::uint64_t>(ns);
     };
     const std::string path = s.path_of(request_key);
-    RawManifest raw = read_raw(path, m_config.limits, &s.buffers);
+    const ExpectedRequest expected{request_key, request_canonical};
+    const bool memo_on = m_config.stat_memo.count() > 0;
+    // While this instance holds sets checked moments ago, the head comes first: a result whose set is
+    // one of them is the answer without reading the rest (see the grammar's notes).
+    const bool head_first = memo_on && s.validated.any();
+    RawManifest raw = read_raw(path, m_config.limits, &s.buffers, head_first ? kHeadRead : 0);
     out.read_ns = lap();
     out.manifest_bytes = raw.size;
-    if (raw.kind == RawManifest::Kind::absent) {
-      out.outcome = ManifestOutcome::no_manifest;
-      return std::nullopt;
-    }
-    if (raw.kind == RawManifest::Kind::io_error) {
-      // An I/O error must never delete a manifest: a transient EIO would destroy a valid one.
+    const auto done_reading = [&] { out.bytes_read = raw.have; };
+    const auto io_error = [&] {  // an I/O error must never delete a manifest: a transient EIO would destroy a valid one
       out.outcome = ManifestOutcome::io_error;
       out.detail = fmt::format("{}: {}", path, raw.error);
+      done_reading();
       return std::nullopt;
-    }
-    std::variant<ManifestView, ContentError> parsed = ContentError{raw.error};
-    if (raw.kind == RawManifest::Kind::ok) {
-      const ExpectedRequest expected{request_key, request_canonical};
-      parsed = parse_view(raw.span(), m_config.limits, &expected);
-    }
-    out.parse_ns = lap();
-    if (auto* error = std::get_if<ContentError>(&parsed)) {
-      out.detail = fmt::format("{}: {}", path, error->reason);
+    };
+    const auto content_error = [&](const std::string& reason) {
+      out.detail = fmt::format("{}: {}", path, reason);
+      done_reading();
       if (mode == StoreMode::read_write && raw.have_st && State::unlink_if_same(path, raw.st)) {
         KILN_LOG(info, "removed a bad dependency manifest: {}", out.detail);
         out.outcome = ManifestOutcome::corrupt_removed;
@@ -972,10 +1074,43 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
         out.outcome = ManifestOutcome::corrupt;
       }
       return std::nullopt;
+    };
+    if (raw.kind == RawManifest::Kind::absent) {
+      out.outcome = ManifestOutcome::no_manifest;
+      return std::nullopt;
     }
+    if (raw.kind == RawManifest::Kind::io_error) return io_error();
+    if (raw.kind == RawManifest::Kind::content_error) return content_error(raw.error);
+    if (raw.have < raw.size) {
+      auto fixed = check_fixed(raw.bytes.get(), raw.size, m_config.limits);  // (kHeadRead > the fixed part)
+      if (auto* error = std::get_if<ContentError>(&fixed)) return content_error(error->reason);
+      if (!read_more(raw, std::get<Fixed>(fixed).head_size())) {
+        return raw.kind == RawManifest::Kind::io_error ? io_error() : content_error(raw.error);
+      }
+      auto head = parse_head(raw.span(), std::get<Fixed>(fixed), &expected);
+      if (auto* error = std::get_if<ContentError>(&head)) return content_error(error->reason);
+      for (const auto& [key, summary] : std::get<HeadView>(head).results) {
+        ++out.results_checked;
+        std::string set = canonical_dependencies(summary);
+        if (s.validated.fresh(set, now_ns, m_config.stat_memo)) {
+          ++out.validated_hits;
+          out.parse_ns = lap();
+          out.outcome = ManifestOutcome::hit;
+          done_reading();
+          if (matched != nullptr) *matched = std::move(set);
+          s.buffers.give({std::move(raw.bytes), raw.capacity});
+          return key;
+        }
+      }
+      out.results_checked = 0;  // checked again below, with the rest
+      if (!read_more(raw, raw.size)) return raw.kind == RawManifest::Kind::io_error ? io_error() : content_error(raw.error);
+    }
+    done_reading();
+    std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), m_config.limits, &expected);
+    out.parse_ns = lap();
+    if (auto* error = std::get_if<ContentError>(&parsed)) return content_error(error->reason);
     ManifestView& view = std::get<ManifestView>(parsed);
     // This instance's first lookup stats everything itself and hands its probes to the memo at the end.
-    const bool memo_on = m_config.stat_memo.count() > 0;
     const bool first = memo_on && s.stat_memo.first_lookup();
     // Built only when a result needs its paths checked (its probe table has a slot per path).
     std::optional<Checker> checker_slot;
@@ -989,9 +1124,10 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     std::optional<Hash128> answer;
     std::string answer_set;  // canonical_dependencies of the answer
     std::vector<std::pair<Hash128, Mismatch>> misses;
-    for (const ResultRefs& result : view.results) {
+    for (std::size_t i = 0; i < view.results.size(); ++i) {
+      const ResultRefs& result = view.results[i];
       ++out.results_checked;
-      std::string set = dependency_text(view, result);
+      std::string set = canonical_dependencies(view.summaries[i]);
       if (memo_on && s.validated.fresh(set, now_ns, m_config.stat_memo)) {
         ++out.validated_hits;
         answer = result.key;

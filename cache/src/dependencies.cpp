@@ -72,8 +72,14 @@ void DependencyDigest::add_absent(std::string_view path) noexcept {
   ++m_absent;
 }
 
-std::string DependencyDigest::text() const {
-  return fmt::format("{}{} absent={} xxh3={}", kHead, m_headers, m_absent, m_stream->digest().hex());
+DependencySummary DependencyDigest::summary() const noexcept {
+  return DependencySummary{m_headers, m_absent, m_stream->digest()};
+}
+
+std::string DependencyDigest::text() const { return canonical_dependencies(summary()); }
+
+std::string canonical_dependencies(const DependencySummary& summary) {
+  return fmt::format("{}{} absent={} xxh3={}", kHead, summary.headers, summary.absent, summary.digest.hex());
 }
 
 std::string canonical_dependencies(const DependencySet& set) {

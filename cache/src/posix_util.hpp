@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace kiln::cache::detail {
 
@@ -20,6 +21,14 @@ class UniqueFd {
   }
   UniqueFd(const UniqueFd&) = delete;
   UniqueFd& operator=(const UniqueFd&) = delete;
+  UniqueFd(UniqueFd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      if (m_fd >= 0) ::close(m_fd);
+      m_fd = std::exchange(other.m_fd, -1);
+    }
+    return *this;
+  }
   [[nodiscard]] int get() const noexcept { return m_fd; }
   explicit operator bool() const noexcept { return m_fd >= 0; }
 

@@ -352,11 +352,11 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     const std::optional<cache::Hash128> result =
         m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), &looked, &dependency_part);
     KILN_LOG(debug,
-             "{}: dependency manifest {}: {} in {:.3f} ms (read {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms: {} stat, "
+             "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms: {} stat, "
              "{} from the stat memo, {} header(s) re-read{})",
              r.source.name(), r.request_hash.hex(), cache::to_string(looked.outcome),
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
-             looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6, looked.stats,
+             looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6, looked.stats,
              looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
     if (result) {
       r.dependency_part = std::move(dependency_part);
@@ -783,9 +783,15 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
 
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
+  const double requested = seconds();
   settle_includes(r, /*use_manifest=*/true);
+  const double settled = seconds();
   record(source, options, r.names, resolved);
   Obtained obtained = obtain(r, false);
+  KILN_LOG(debug, "{}: binary {} ({}) in {:.3f} ms: request {:.3f}, includes {:.3f}, cache or compile {:.3f} ms",
+           source.name(), r.hash.hex(), obtained.origin == Origin::compiled ? "compiled" : "cached", seconds() * 1e3,
+           requested * 1e3,
+           (settled - requested) * 1e3, (seconds() - settled) * 1e3);
   auto state = std::make_shared<BinaryState>();
   state->entry = obtained.entry;
   for (const cache::LoweredName& n : obtained.entry->names) state->names.emplace_back(n.expression, n.lowered);

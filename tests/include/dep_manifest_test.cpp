@@ -116,6 +116,35 @@ struct Fixture {
   }
 };
 
+/// Stores a checksum (XXH3-128 with the manifest seed, high then low, little endian) of bytes [0, end) at `end`.
+void seal(std::vector<std::byte>& bytes, std::size_t end) {
+  const Hash128 sum = kiln::cache::hash128(std::span(bytes).first(end), kiln::cache::kManifestChecksumSeed);
+  for (int i = 0; i < 8; ++i) {
+    bytes[end + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.high >> (8 * i));
+    bytes[end + 8 + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.low >> (8 * i));
+  }
+}
+
+std::uint32_t u32_at(const std::vector<std::byte>& bytes, std::size_t offset) {
+  std::uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= std::to_integer<std::uint32_t>(bytes[offset + static_cast<std::size_t>(i)]) << (8 * i);
+  return value;
+}
+
+/// The head's size as the fixed part states it (canonical_len at 32, result_count at 48).
+std::uint64_t head_size_of(const std::vector<std::byte>& bytes) {
+  return kiln::cache::kManifestFixedBytes + std::uint64_t{u32_at(bytes, 32)} + 40 * std::uint64_t{u32_at(bytes, 48)} +
+         16;
+}
+
+/// Re-seals both checksums (the head's, where the fixed part's counts place it inside the file, and the
+/// file's), so that structure checks, not the checksums, see a change.
+void reseal(std::vector<std::byte>& bytes) {
+  if (bytes.size() < 64 + 32) return;
+  if (const std::uint64_t head = head_size_of(bytes); head <= bytes.size() - 16) seal(bytes, head - 16);
+  seal(bytes, bytes.size() - 16);
+}
+
 Manifest read_manifest(const DependencyManifests& manifests, const Hash128& key) {
   auto parsed = manifests.read_file(manifests.manifest_path(key));
   if (auto* error = std::get_if<ContentError>(&parsed)) FAIL("manifest does not parse: " << error->reason);
@@ -428,9 +457,9 @@ TEST_CASE("manifest: a damaged manifest is a miss and is removed", "[include]") 
   }
   SECTION("another format version") {
     std::vector<std::byte> bad = good;
-    bad[8] = std::byte{2};
+    bad[8] = static_cast<std::byte>(kiln::cache::kManifestFormatVersion + 1);
     write_bytes(path, bad);
-    expect_removed("format version 2");
+    expect_removed(fmt::format("format version {}", kiln::cache::kManifestFormatVersion + 1));
   }
   SECTION("a symbolic link") {
     fs::remove(path);
@@ -538,12 +567,7 @@ TEST_CASE("manifest: limits are enforced when reading and when recording", "[inc
   const auto patched = [&](std::size_t offset, std::uint32_t value) {
     std::vector<std::byte> bytes = good;
     for (int i = 0; i < 4; ++i) bytes[offset + static_cast<std::size_t>(i)] = static_cast<std::byte>(value >> (8 * i));
-    const std::size_t body = bytes.size() - 16;
-    const Hash128 sum = kiln::cache::hash128(std::span(bytes).first(body), kiln::cache::kManifestChecksumSeed);
-    for (int i = 0; i < 8; ++i) {
-      bytes[body + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.high >> (8 * i));
-      bytes[body + 8 + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.low >> (8 * i));
-    }
+    reseal(bytes);
     return bytes;
   };
   const auto reason = [](const std::vector<std::byte>& bytes, const kiln::cache::ManifestLimits& limits = {}) {
@@ -557,9 +581,17 @@ TEST_CASE("manifest: limits are enforced when reading and when recording", "[inc
   CHECK_THAT(reason(patched(48, 65)), Catch::Contains("result count 65 exceeds"));
   CHECK_THAT(reason(patched(52, 0)), Catch::Contains("indices do not fit"));
   CHECK_THAT(reason(patched(12, 1)), Catch::Contains("reserved"));
-  // The first path's length (right after the canonical key) set past the end of the file.
-  CHECK_THAT(reason(patched(kiln::cache::kManifestFixedBytes + f.request.canonical.size(), 0x7FFFFFFF)),
-             Catch::Contains("cut off"));
+  // The first path's length (right after the head) set past the end of the file.
+  CHECK_THAT(reason(patched(head_size_of(good), 0x7FFFFFFF)), Catch::Contains("cut off"));
+  // A head whose checksum does not match, and a summary that is not its result's (well sealed).
+  {
+    std::vector<std::byte> bytes = good;
+    bytes[head_size_of(good) - 20] ^= std::byte{1};  // the last summary's absent count
+    seal(bytes, bytes.size() - 16);
+    CHECK(reason(bytes) == "head checksum mismatch");
+    reseal(bytes);
+    CHECK_THAT(reason(bytes), Catch::Contains("the head's summary is not the result's"));
+  }
   // A header info naming a path out of range.
   {
     Manifest manifest = read_manifest(manifests, f.request.key);
@@ -639,16 +671,7 @@ TEST_CASE("manifest: hostile bytes never crash the parser", "[include]") {
     const int flips = 1 + static_cast<int>(random() % 4);
     for (int i = 0; i < flips; ++i) bytes[random() % bytes.size()] = static_cast<std::byte>(random());
     if (random() % 4 == 0) bytes.resize(random() % bytes.size());
-    if (random() % 2 == 0) {  // re-seal, so the structure checks (not just the checksum) see the damage
-      if (bytes.size() >= 16) {
-        const std::size_t body = bytes.size() - 16;
-        const Hash128 sum = kiln::cache::hash128(std::span(bytes).first(body), kiln::cache::kManifestChecksumSeed);
-        for (int i = 0; i < 8; ++i) {
-          bytes[body + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.high >> (8 * i));
-          bytes[body + 8 + static_cast<std::size_t>(i)] = static_cast<std::byte>(sum.low >> (8 * i));
-        }
-      }
-    }
+    if (random() % 2 == 0) reseal(bytes);  // so the structure checks (not just the checksums) see the damage
     auto result = kiln::cache::parse_manifest(bytes);
     if (std::holds_alternative<Manifest>(result)) {
       ++parsed;
@@ -982,6 +1005,88 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
     REQUIRE(fresh_edits.lookup(g.request.key, g.request.canonical, &untrusted) == result_key("R"));
     CHECK(untrusted.validated_hits == 0);
     CHECK(untrusted.reads == 3);
+  }
+}
+
+TEST_CASE("manifest: a set checked moments ago is answered from the head alone; damage past the head is found "
+          "by the next lookup that reads the whole file",
+          "[include]") {
+  Fixture f;
+  ManifestConfig config = config_for(f.root);
+  config.stat_memo = std::chrono::seconds(30);
+  DependencyManifests manifests(config);
+  DependencySet big = f.standard_deps();  // a manifest well over the first read (16 KiB)
+  for (int i = 0; i < 2500; ++i) big.absent.push_back((f.inc0 / fmt::format("absent/{:04}/a-long-header-name.cuh", i)).string());
+  std::sort(big.absent.begin(), big.absent.end());
+  const Request sibling = make_request("#include <a.h>\n#include <b.h>\nint sibling;\n");
+  manifests.record(f.request.key, f.request.canonical, big, result_key("A"));
+  manifests.record(sibling.key, sibling.canonical, big, result_key("S"));
+  const fs::path sibling_path = manifests.manifest_path(sibling.key);
+  const std::vector<std::byte> good = read_bytes(sibling_path);
+  REQUIRE(good.size() > 128 * 1024);
+
+  LookupStats first;
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &first) == result_key("A"));
+  CHECK(first.validated_hits == 0);
+  CHECK(first.bytes_read == first.manifest_bytes);  // nothing checked yet: read whole
+  LookupStats by_head;
+  std::string matched;
+  REQUIRE(manifests.lookup(sibling.key, sibling.canonical, &by_head, &matched) == result_key("S"));
+  CHECK(by_head.validated_hits == 1);
+  CHECK(by_head.stats == 0);
+  CHECK(by_head.manifest_bytes == good.size());
+  CHECK(by_head.bytes_read < good.size() / 4);  // the head (and what the first read took with it)
+  CHECK(matched == kiln::cache::canonical_dependencies(big));
+
+  SECTION("damage past the head") {
+    std::vector<std::byte> bad = good;
+    bad[bad.size() / 2] ^= std::byte{0x40};
+    write_bytes(sibling_path, bad);
+    LookupStats same;
+    CHECK(manifests.lookup(sibling.key, sibling.canonical, &same) == result_key("S"));  // the head is intact
+    CHECK(same.bytes_read < good.size() / 4);
+    DependencyManifests other(config);  // another process reads the whole file
+    LookupStats whole;
+    CHECK_FALSE(other.lookup(sibling.key, sibling.canonical, &whole));
+    CHECK(whole.outcome == ManifestOutcome::corrupt_removed);
+    CHECK_THAT(whole.detail, Catch::Contains("checksum mismatch"));
+  }
+  SECTION("damage in the head") {
+    std::vector<std::byte> bad = good;
+    bad[head_size_of(good) - 30] ^= std::byte{0x01};  // inside the summary's set digest
+    write_bytes(sibling_path, bad);
+    LookupStats same;
+    CHECK_FALSE(manifests.lookup(sibling.key, sibling.canonical, &same));
+    CHECK(same.outcome == ManifestOutcome::corrupt_removed);
+    CHECK_THAT(same.detail, Catch::Contains("head checksum mismatch"));
+  }
+  SECTION("a head that names a set checked moments ago but a result that is not its request's") {
+    // Sealed well, the head of another request under this name: the request check refuses it.
+    std::vector<std::byte> other = read_bytes(manifests.manifest_path(f.request.key));
+    write_bytes(sibling_path, other);
+    LookupStats same;
+    CHECK_FALSE(manifests.lookup(sibling.key, sibling.canonical, &same));
+    CHECK_THAT(same.detail, Catch::Contains("key mismatch"));
+  }
+  SECTION("a head longer than the first read") {
+    const Request long_source = make_request(std::string(100 * 1024, '/') + "\n#include <a.h>\n");
+    manifests.record(long_source.key, long_source.canonical, big, result_key("L"));
+    LookupStats head_only;
+    CHECK(manifests.lookup(long_source.key, long_source.canonical, &head_only) == result_key("L"));
+    CHECK(head_only.validated_hits == 1);
+    CHECK(head_only.bytes_read > 100 * 1024);
+    CHECK(head_only.bytes_read < head_only.manifest_bytes);
+  }
+  SECTION("a set no longer fresh is checked path by path, from the whole file") {
+    ManifestConfig short_memo = config;
+    short_memo.stat_memo = std::chrono::milliseconds(1);
+    DependencyManifests brief(short_memo);
+    REQUIRE(brief.lookup(f.request.key, f.request.canonical) == result_key("A"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    LookupStats later;
+    CHECK(brief.lookup(sibling.key, sibling.canonical, &later) == result_key("S"));
+    CHECK(later.validated_hits == 0);
+    CHECK(later.bytes_read == later.manifest_bytes);
   }
 }
 

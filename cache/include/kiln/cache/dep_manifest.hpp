@@ -29,7 +29,8 @@
 // recorded whole.
 //
 // Format (this comment is the grammar; integers little-endian):
-//   manifest  := fixed canonical paths files absent results checksum
+//   manifest  := head paths files absent results checksum
+//   head      := fixed canonical summaries head_checksum
 //   fixed     := 64 bytes:
 //     off  0  magic          8   "KILNMAN\x01"
 //     off  8  format_version u32 kManifestFormatVersion (another version is a content error)
@@ -43,6 +44,9 @@
 //     off 52  index_count    u32 the number of u32 indices all results hold together
 //     off 56  total_len      u64 the size of the whole manifest; must equal the file size
 //   canonical := canonical_len bytes (the request's canonical key)
+//   summaries := result_count * ( result_key:16 set_digest:16 headers:u32 absent:u32 )   one per result,
+//                in the results' order: what canonical_dependencies() says of the result's dependency set
+//   head_checksum := XXH3-128 (seed kManifestChecksumSeed) over fixed, canonical and summaries
 //   paths     := path_count * ( length:u32 path )   each path 1..max_path_bytes bytes, starting with '/',
 //                                                    without NUL; every header and absent path, once
 //   files     := file_count * 64 bytes: path:u32 (index into paths) flags:u32 (bit 0: trusted; others 0)
@@ -54,8 +58,15 @@
 //   checksum  := XXH3-128 (seed kManifestChecksumSeed) over everything before it: high u64, low u64
 // Reading checks, in order: size, magic, version, reserved field, every count against the limits, the
 // minimum size the counts imply and total_len == file size (all before any allocation, so what a reader
-// allocates is bounded by the size of the input), then the checksum, then every path and index, that the
-// parts fill the file exactly, and request_key == hash(canonical).
+// allocates is bounded by the size of the input), then the checksum, then the head (its checksum and
+// request_key == hash(canonical), or the request asked for), then every path and index, that the parts
+// fill the file exactly, and that each summary is its result's (same key, same set digest and counts).
+//
+// The head exists for the lookup of a request whose dependency set this instance checked moments ago
+// for another request (ManifestConfig::stat_memo): such a lookup reads only the head, and takes the
+// result whose summary names that set. Its answer does not depend on the rest of the file: the set was
+// checked against the file system, and the engine accepts the result key only when it is the hash of the
+// request with that set. Damage past the head is found by the next lookup that reads the whole file.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,7 +88,7 @@ struct stat;
 
 namespace kiln::cache {
 
-inline constexpr std::uint32_t kManifestFormatVersion = 1;
+inline constexpr std::uint32_t kManifestFormatVersion = 2;
 inline constexpr std::size_t kManifestFixedBytes = 64;
 inline constexpr std::size_t kManifestFileInfoBytes = 64;
 inline constexpr char kManifestMagic[8] = {'K', 'I', 'L', 'N', 'M', 'A', 'N', '\x01'};
@@ -193,6 +204,7 @@ struct LookupStats {
   std::uint32_t refreshed = 0;        ///< header infos whose stat or trust was refreshed
   bool rewritten = false;             ///< the manifest was rewritten with the refreshed stats
   std::uint64_t manifest_bytes = 0;   ///< the manifest file's size
+  std::uint64_t bytes_read = 0;       ///< of it read (the head alone for a set checked moments ago)
   /// Where the lookup's time went (the engine's debug log prints them): reading the file, parsing and
   /// verifying it, checking the results (digests of the sets, stats, re-reads).
   std::uint64_t read_ns = 0, parse_ns = 0, check_ns = 0;

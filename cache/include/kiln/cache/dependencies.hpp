@@ -52,6 +52,14 @@ inline constexpr std::int64_t kStatTrustWindowNs = 2'000'000'000;
 /// entry's key stays small however many headers it read.
 [[nodiscard]] std::string canonical_dependencies(const DependencySet& set);
 
+/// What canonical_dependencies' text says: the counts and the digest.
+struct DependencySummary {
+  std::uint64_t headers = 0;
+  std::uint64_t absent = 0;
+  Hash128 digest;
+  friend bool operator==(const DependencySummary&, const DependencySummary&) = default;
+};
+
 /// canonical_dependencies built one record at a time, with no allocation per record (a manifest lookup
 /// streams the matched result straight from the file's bytes). Headers first, in order, then absents.
 class DependencyDigest {
@@ -63,6 +71,7 @@ class DependencyDigest {
   void add_header(std::string_view path, const Hash128& digest) noexcept;
   void add_absent(std::string_view path) noexcept;
   [[nodiscard]] std::string text() const;
+  [[nodiscard]] DependencySummary summary() const noexcept;  ///< what text() says, as numbers
 
  private:
   struct Stream;
@@ -71,15 +80,11 @@ class DependencyDigest {
   std::uint64_t m_absent = 0;
 };
 
-/// What canonical_dependencies' text says: the counts and the digest. nullopt when the text does not
-/// follow the form (an older key's dependency list, say). Never throws.
-struct DependencySummary {
-  std::uint64_t headers = 0;
-  std::uint64_t absent = 0;
-  Hash128 digest;
-  friend bool operator==(const DependencySummary&, const DependencySummary&) = default;
-};
+/// The summary a canonical_dependencies text states; nullopt when the text does not follow the form (an
+/// older key's dependency list, say). Never throws.
 [[nodiscard]] std::optional<DependencySummary> parse_canonical_dependencies(std::string_view text) noexcept;
+/// The text of a summary: canonical_dependencies of the set it summarizes. Throws std::bad_alloc.
+[[nodiscard]] std::string canonical_dependencies(const DependencySummary& summary);
 
 /// What differs between two dependency sets, header by header, each one line read from `a` to `b`:
 /// "/x/y.h: bytes differ (3f12.. -> 9a07..)", "/x/z.h: only in the second (read now)", "/x/w.h: only in
