@@ -236,6 +236,38 @@ def child_main(args):
         setattr(owner, name, wrapper)
 
     timed(compiler, "_compile_with_cache_cuda", "compile_seconds")
+    # Module loads, on both sides: CuPy's function and kiln.cupy both create function.Module() and call
+    # its load() (cuModuleLoadData), so a subclass that times load() sees every one of them.
+    from cupy.cuda import function
+    report["module_load_seconds"] = 0.0
+    try:
+        class TimedModule(function.Module):
+            def load(self, cubin):
+                start = time.perf_counter()
+                try:
+                    return super().load(cubin)
+                finally:
+                    report["module_load_seconds"] += time.perf_counter() - start
+        function.Module = TimedModule
+    except TypeError:  # a CuPy whose Module cannot be subclassed: no split
+        report["module_load_seconds"] = None
+    # Each compile call on its own: [ms] (cupy) or [ms, kiln.cupy's python ms, kiln's call ms, load ms] (kiln).
+    calls = report["per_call_ms"] = []
+    outer = compiler._compile_with_cache_cuda
+
+    def per_call(*a, **k):
+        split = kiln.cupy._counts["seconds"] if args.mode == "kiln" else None
+        before = dict(split) if split is not None else None
+        start = time.perf_counter()
+        try:
+            return outer(*a, **k)
+        finally:
+            row = [(time.perf_counter() - start) * 1e3]
+            if split is not None:
+                after = kiln.cupy._counts["seconds"]
+                row += [(after[part] - before[part]) * 1e3 for part in ("python", "kiln", "load")]
+            calls.append([round(value, 3) for value in row])
+    compiler._compile_with_cache_cuda = per_call
     if args.mode == "kiln":
         from kiln import _api
         timed(_api, "default_engine", "engine_seconds")  # the first call creates kiln's engine
@@ -380,6 +412,8 @@ def breakdown(report):
     if report["mode"] == "cupy":
         known = {"preprocess": report.get("preprocess_seconds", 0.0), "nvrtc": report.get("nvrtc_seconds", 0.0),
                  "cache read": report.get("cache_read_seconds", 0.0)}
+        if report.get("module_load_seconds") is not None:
+            known["load"] = report["module_load_seconds"]
     else:
         seconds = (report.get("kiln") or {}).get("seconds") or {}
         engine = (report.get("kiln") or {}).get("engine") or {}
@@ -429,8 +463,19 @@ def part_timing(runner, runs):
             parts.append([mode, label] + [f"{name} {median([s[name] for s in split]) * 1e3:.1f}" for name in split[0]])
     print(format_table(rows, ["mode", "caches", "compiles", "prepare ms", "per kernel ms", "workload ms",
                               "outside prepare ms"]))
+    # The module loads (cuModuleLoadData of the same binaries) cost both sides the same; without them,
+    # what is left is what each cache does.
+    for label in ("cold", "warm"):
+        sides = [[r["compile_seconds"] - r["module_load_seconds"] for r in reports[(mode, label)]
+                  if r.get("module_load_seconds") is not None] for mode in ("cupy", "kiln")]
+        loads = [[r["module_load_seconds"] for r in reports[(mode, label)] if r.get("module_load_seconds") is not None]
+                 for mode in ("cupy", "kiln")]
+        if all(sides):
+            print(f"  {label}: module loads (median) cupy {median(loads[0]) * 1e3:.1f} ms, kiln "
+                  f"{median(loads[1]) * 1e3:.1f} ms; preparation without them: cupy {median(sides[0]) * 1e3:.1f} ms, "
+                  f"kiln {median(sides[1]) * 1e3:.1f} ms ({median(sides[0]) / max(median(sides[1]), 1e-9):.2f}x)")
     print("\n  where the preparation goes (medians, ms; cupy: its key's preprocessing runs, NVRTC, cache file "
-          "reads, the rest (hashing, module loads); kiln: NVRTC, the rest of kiln's call (keys, includes, cache), "
+          "reads, module loads, the rest (hashing); kiln: NVRTC, the rest of kiln's call (keys, includes, cache), "
           "module loads, kiln.cupy's own work before the call, the rest)")
     for row in parts:
         print("  " + "  ".join(str(cell) for cell in row))

@@ -68,6 +68,8 @@ if [[ "${KILN_H200_ONLY:-}" == cupydiag ]]; then
   child cupy cupy-cold "$diag/c2" "$diag/k2"
   child cupy cupy-warm "$diag/c2" "$diag/k2"
   child cupy cupy-warm2 "$diag/c2" "$diag/k2"
+  # The device returns a handful of files: the reports and logs travel as one archive.
+  tar czf "$out/cupydiag.tgz" -C "$out" --remove-files $(cd "$out" && ls *.json *.log | grep -v -e build.log -e configure.log)
   exit 0
 fi
 # One `kiln prewarm -j 16` of the 64 cli_bench requests, each progress line time-stamped on arrival.

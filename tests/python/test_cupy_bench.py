@@ -65,6 +65,9 @@ def test_breakdown_and_step_differences(bench):
     parts = bench.breakdown(plain)
     assert list(parts) == ["preprocess", "nvrtc", "cache read", "rest"]
     assert parts["rest"] == pytest.approx(0.2)
+    parts = bench.breakdown(dict(plain, module_load_seconds=0.15))  # module loads timed (a subclass of Module)
+    assert list(parts) == ["preprocess", "nvrtc", "cache read", "load", "rest"]
+    assert parts["load"] == pytest.approx(0.15) and parts["rest"] == pytest.approx(0.05)
     routed = {"mode": "kiln", "compile_seconds": 0.4, "steps": [["a", 0.5, 0.1], ["b", 0.2, 0.1]],
               "kiln": {"seconds": {"kiln": 0.3, "load": 0.05}, "engine": {"compile_nanoseconds": 100_000_000}}}
     parts = bench.breakdown(routed)
