@@ -13,7 +13,6 @@ of the library, and the error, when it comes, says where kiln looked. Where it l
 """
 
 import ctypes
-
 import glob
 import os
 import sysconfig
