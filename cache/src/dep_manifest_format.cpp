@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "dep_manifest_view.hpp"
+#include "le_bytes.hpp"
 #include "kiln/base/xxh3.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
@@ -36,26 +37,6 @@ static_assert(4 + 4 + 5 * 8 + 16 == kManifestFileInfoBytes, "a header info is 64
 
 constexpr std::size_t kMinPathBytes = 5;       // length + at least "/"
 constexpr std::uint32_t kTrustedFlag = 1;
-
-// ---- little-endian fields ----------------------------------------------------------------------------
-
-std::uint64_t load_le(const std::byte* p, std::size_t width) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < width; ++i) value |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return value;
-}
-std::uint32_t load_u32(const std::byte* p) noexcept { return static_cast<std::uint32_t>(load_le(p, 4)); }
-std::uint64_t load_u64(const std::byte* p) noexcept { return load_le(p, 8); }
-Hash128 load_hash(const std::byte* p) noexcept { return Hash128{load_u64(p), load_u64(p + 8)}; }
-
-void store_le(std::byte* p, std::uint64_t value, std::size_t width) noexcept {
-  for (std::size_t i = 0; i < width; ++i) p[i] = static_cast<std::byte>((value >> (8 * i)) & 0xFF);
-}
-void store_hash(std::byte* p, const Hash128& h) noexcept {
-  store_le(p, h.high, 8);
-  store_le(p + 8, h.low, 8);
-}
-
 
 ContentError too_large(std::string_view what, std::uint64_t value, std::uint64_t limit) {
   return ContentError{fmt::format("{} {} exceeds the limit {}", what, value, limit)};

@@ -18,6 +18,7 @@
 #include "entry_io.hpp"
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/xxh3.hpp"
+#include "le_bytes.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -46,22 +47,12 @@ static_assert(field::reserved64 + 8 == kEntryFixedBytes, "the fixed header is 96
 static_assert(field::key_hash + 16 == field::target_len && field::total_len + 8 == field::reserved64);
 static_assert(16 + sizeof(kEntryEndMagic) == kEntryEpilogueBytes, "epilogue = checksum + end magic");
 
-KILN_HOT std::uint64_t load_le(const std::byte* p, std::size_t width) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < width; ++i) value |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return value;
-}
-std::uint32_t load_u32(const std::byte* p) noexcept { return static_cast<std::uint32_t>(load_le(p, 4)); }
-std::uint64_t load_u64(const std::byte* p) noexcept { return load_le(p, 8); }
-Hash128 load_hash(const std::byte* p) noexcept { return Hash128{load_u64(p), load_u64(p + 8)}; }
-
-void store_le(std::byte* p, std::uint64_t value, std::size_t width) noexcept {
-  for (std::size_t i = 0; i < width; ++i) p[i] = static_cast<std::byte>((value >> (8 * i)) & 0xFF);
-}
-void store_hash(std::byte* p, const Hash128& h) noexcept {
-  store_le(p, h.high, 8);
-  store_le(p + 8, h.low, 8);
-}
+using detail::load_hash;
+using detail::load_le;
+using detail::load_u32;
+using detail::load_u64;
+using detail::store_hash;
+using detail::store_le;
 
 /// Adds without wrapping; false on overflow.
 bool add_size(std::uint64_t& total, std::uint64_t more) noexcept {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/log.hpp"
+#include "le_bytes.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -25,22 +26,10 @@ bool key_less(const Hash128& a, const Hash128& b) noexcept {
   return a.high != b.high ? a.high < b.high : a.low < b.low;
 }
 
-void put_u32(std::byte* out, std::uint32_t value) noexcept {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-void put_u64(std::byte* out, std::uint64_t value) noexcept {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-std::uint32_t get_u32(const std::byte* in) noexcept {
-  std::uint32_t value = 0;
-  for (int i = 0; i < 4; ++i) value |= static_cast<std::uint32_t>(in[i]) << (8 * i);
-  return value;
-}
-std::uint64_t get_u64(const std::byte* in) noexcept {
-  std::uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return value;
-}
+using detail::load_u32;
+using detail::load_u64;
+using detail::store_u32;
+using detail::store_u64;
 
 std::string system_error_text(int error) { return std::error_code(error, std::system_category()).message(); }
 
@@ -80,10 +69,10 @@ bool pread_all(int fd, std::byte* bytes, std::size_t size, std::uint64_t offset)
 std::array<std::byte, kPackHeaderBytes> encode_header(std::uint64_t entry_count, std::uint64_t index_offset) {
   std::array<std::byte, kPackHeaderBytes> header{};
   std::memcpy(header.data(), kPackMagic, sizeof(kPackMagic));
-  put_u32(header.data() + 8, kPackFormatVersion);
-  put_u32(header.data() + 12, 0);
-  put_u64(header.data() + 16, entry_count);
-  put_u64(header.data() + 24, index_offset);
+  store_u32(header.data() + 8, kPackFormatVersion);
+  store_u32(header.data() + 12, 0);
+  store_u64(header.data() + 16, entry_count);
+  store_u64(header.data() + 24, index_offset);
   // bytes 32..47: reserved, zero
   return header;
 }
@@ -92,10 +81,10 @@ std::vector<std::byte> encode_index(const std::vector<PackRecord>& records) {
   std::vector<std::byte> index(records.size() * kPackRecordBytes);
   std::byte* out = index.data();
   for (const PackRecord& record : records) {
-    put_u64(out, record.key.high);
-    put_u64(out + 8, record.key.low);
-    put_u64(out + 16, record.offset);
-    put_u64(out + 24, record.length);
+    store_u64(out, record.key.high);
+    store_u64(out + 8, record.key.low);
+    store_u64(out + 16, record.offset);
+    store_u64(out + 24, record.length);
     out += kPackRecordBytes;
   }
   return index;
@@ -170,8 +159,8 @@ void PackWriter::commit() {
   const std::vector<std::byte> index = encode_index(m_records);
   const Hash128 checksum = index_checksum(header, index);
   std::array<std::byte, kPackTrailerBytes> trailer{};
-  put_u64(trailer.data(), checksum.high);
-  put_u64(trailer.data() + 8, checksum.low);
+  store_u64(trailer.data(), checksum.high);
+  store_u64(trailer.data() + 8, checksum.low);
   std::memcpy(trailer.data() + 16, kPackEndMagic, sizeof(kPackEndMagic));
 
   const auto fail = [&](std::string_view what, int error) {
@@ -256,15 +245,15 @@ std::unique_ptr<PackReader> PackReader::open(const std::filesystem::path& path, 
     throw fail(fmt::format("cannot read header: {}", errno != 0 ? system_error_text(errno) : "short read"));
   }
   if (std::memcmp(header.data(), kPackMagic, sizeof(kPackMagic)) != 0) throw fail("not a kiln pack (bad magic)");
-  const std::uint32_t version = get_u32(header.data() + 8);
+  const std::uint32_t version = load_u32(header.data() + 8);
   if (version != kPackFormatVersion) {
     throw fail(
         fmt::format("unsupported pack format version {} (this kiln reads version {})", version, kPackFormatVersion));
   }
-  const std::uint64_t entry_count = get_u64(header.data() + 16);
-  const std::uint64_t index_offset = get_u64(header.data() + 24);
+  const std::uint64_t entry_count = load_u64(header.data() + 16);
+  const std::uint64_t index_offset = load_u64(header.data() + 24);
   const bool reserved_zero =
-      get_u32(header.data() + 12) == 0 && get_u64(header.data() + 32) == 0 && get_u64(header.data() + 40) == 0;
+      load_u32(header.data() + 12) == 0 && load_u64(header.data() + 32) == 0 && load_u64(header.data() + 40) == 0;
   if (!reserved_zero) throw fail("corrupt header (reserved fields are not zero)");
   const std::uint64_t room = file_size - kPackHeaderBytes - kPackTrailerBytes;
   if (index_offset < kPackHeaderBytes || index_offset - kPackHeaderBytes > room ||
@@ -283,16 +272,16 @@ std::unique_ptr<PackReader> PackReader::open(const std::filesystem::path& path, 
   if (std::memcmp(trailer.data() + 16, kPackEndMagic, sizeof(kPackEndMagic)) != 0) {
     throw fail("corrupt trailer (bad end magic)");
   }
-  const Hash128 stored{get_u64(trailer.data()), get_u64(trailer.data() + 8)};
+  const Hash128 stored{load_u64(trailer.data()), load_u64(trailer.data() + 8)};
   if (index_checksum(header, index) != stored) throw fail("index checksum mismatch (the pack is damaged)");
 
   std::vector<PackRecord> records(entry_count);
   for (std::uint64_t i = 0; i < entry_count; ++i) {
     const std::byte* in = index.data() + i * kPackRecordBytes;
     PackRecord& record = records[i];
-    record.key = Hash128{get_u64(in), get_u64(in + 8)};
-    record.offset = get_u64(in + 16);
-    record.length = get_u64(in + 24);
+    record.key = Hash128{load_u64(in), load_u64(in + 8)};
+    record.offset = load_u64(in + 16);
+    record.length = load_u64(in + 24);
     if (record.offset < kPackHeaderBytes || record.offset > index_offset ||
         record.length > index_offset - record.offset || record.length == 0) {
       throw fail(fmt::format("corrupt index (record {} points outside the entry data)", i));
