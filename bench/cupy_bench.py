@@ -15,8 +15,9 @@ process gets its own CUPY_CACHE_DIR and KILN_CACHE_DIR, as the part needs them.
  1. Results: one run per mode on empty caches; every output array is saved with numpy.save and the
     files are compared byte for byte.
  2. Kernel preparation: the time spent in cupy.cuda.compiler._compile_with_cache_cuda (CuPy's own or
-    kiln's, wrapped with a timer in both modes), medians over N processes, cold (empty caches each run)
-    and warm (caches filled by one run before the N). Every child loads NVRTC before its workload (see
+    kiln's, wrapped with a timer in both modes), medians over N processes per mode, cold (empty caches
+    each run) and warm (caches filled by one run before the N); the modes take turns, and each pair's
+    ratio is printed too. Every child loads NVRTC before its workload (see
     child_main), and module loads (cuModuleLoadData, the same on both sides) are timed apart too.
  3. Prewarm: one kiln run with KILN_RECORD writing a manifest, `kiln prewarm --manifest` into an empty
     cache, then a kiln run on that cache: every kernel must come from disk (no compile, no fallback).
@@ -433,6 +434,12 @@ def breakdown(report):
     return known
 
 
+def pair_ratios(cupy_reports, kiln_reports):
+    """kiln's preparation time over CuPy's for each pair of runs made one after the other: [ratio]."""
+    return [k["compile_seconds"] / c["compile_seconds"] for c, k in zip(cupy_reports, kiln_reports)
+            if c["compile_seconds"] > 0]
+
+
 def step_differences(cupy_reports, kiln_reports, count=5):
     """The workload steps whose time outside preparation grows most with kiln: [(name, cupy ms, kiln ms)]."""
     def outside(reports):
@@ -452,12 +459,23 @@ def part_timing(runner, runs):
     rows, parts, reports = [], [], {}
     reference = None
     mismatches = []
+    # The two modes take turns (cupy, kiln, then kiln, cupy, ...): both sides of a pair run moments apart,
+    # so a machine that drifts (NVRTC's own time moves by 20-30% between instances and over minutes)
+    # moves both, and the ratio of each pair says more than a ratio of two far-apart medians.
+    order = [("cupy", "kiln") if i % 2 == 0 else ("kiln", "cupy") for i in range(runs)]
+    by_mode = {("cupy", "cold"): [], ("kiln", "cold"): [], ("cupy", "warm"): [], ("kiln", "warm"): []}
+    for pair in order:
+        for mode in pair:
+            by_mode[(mode, "cold")].append(runner.run(mode, runner.fresh("cupy-cache"), runner.fresh("kiln-cache")))
+    caches = {mode: (runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for mode in ("cupy", "kiln")}
     for mode in ("cupy", "kiln"):
-        cold = [runner.run(mode, runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for _ in range(runs)]
-        cupy_cache, kiln_cache = runner.fresh("cupy-cache"), runner.fresh("kiln-cache")
-        runner.run(mode, cupy_cache, kiln_cache)  # fills the caches
-        warm = [runner.run(mode, cupy_cache, kiln_cache) for _ in range(runs)]
-        for label, group in (("cold", cold), ("warm", warm)):
+        runner.run(mode, *caches[mode])  # fills the caches
+    for pair in order:
+        for mode in pair:
+            by_mode[(mode, "warm")].append(runner.run(mode, *caches[mode]))
+    for mode in ("cupy", "kiln"):
+        for label in ("cold", "warm"):
+            group = by_mode[(mode, label)]
             reports[(mode, label)] = group
             for report in group:  # every run's outputs against the first CuPy run's: a control as well
                 reference = reference or report["out"]
@@ -472,6 +490,10 @@ def part_timing(runner, runs):
             parts.append([mode, label] + [f"{name} {median([s[name] for s in split]) * 1e3:.1f}" for name in split[0]])
     print(format_table(rows, ["mode", "caches", "compiles", "prepare ms", "per kernel ms", "workload ms",
                               "outside prepare ms"]))
+    for label in ("cold", "warm"):
+        ratios = pair_ratios(reports[("cupy", label)], reports[("kiln", label)])
+        print(f"  {label}: kiln / CuPy preparation, run by run (each pair moments apart): "
+              f"{', '.join(f'{r:.3f}' for r in ratios)}; median {median(ratios):.3f}, worst {max(ratios):.3f}")
     # The module loads (cuModuleLoadData of the same binaries) cost both sides the same; without them,
     # what is left is what each cache does.
     for label in ("cold", "warm"):

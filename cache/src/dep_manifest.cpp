@@ -424,7 +424,7 @@ struct DependencyManifests::State {
   std::string reason;
   std::atomic<bool> write_failure_warned{false};
   std::atomic<bool> refusal_warned{false};
-  StatMemo stat_memo;  ///< shared by this instance's lookups (ManifestConfig::stat_memo)
+  StatMemo stat_memo;  ///< shared by this instance's lookups and resolves (ManifestConfig::stat_memo)
   ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
   ReadBuffers buffers;      ///< what lookups read manifests into
 
@@ -924,6 +924,18 @@ ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std
     out.detail = error.what();
     return out;
   }
+}
+
+std::optional<DependencyManifests::RecentStat> DependencyManifests::recent_stat(std::string_view path,
+                                                                               std::int64_t now_ns) const {
+  const std::optional<StatMemo::Seen> seen = m_state->stat_memo.find(path, now_ns, m_config.stat_memo);
+  if (!seen) return std::nullopt;
+  return RecentStat{seen->present, seen->stat};
+}
+
+void DependencyManifests::note_stat(std::string_view path, const RecentStat& found, std::int64_t at_ns) const {
+  if (m_config.stat_memo.count() <= 0) return;
+  m_state->stat_memo.remember(path, StatMemo::Seen{found.present, found.stat, at_ns});
 }
 
 bool DependencyManifests::remove(const Hash128& request_key) noexcept {

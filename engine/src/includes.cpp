@@ -553,6 +553,16 @@ struct HeaderFileCache::File {
   cache::HeaderRecord record;  ///< path, stat and digest as read
   std::string bytes;
   ScanResult scan;  ///< of bytes
+
+  /// The text the compiler got from the file last time, with its includes rewritten to these names
+  /// (by the offset of each rewritten operand). A later resolve that rewrites them to the same names,
+  /// as the kernels of one program over one tree do, shares that text instead of building it again.
+  struct Rewrite {
+    std::vector<std::pair<std::size_t, std::string>> names;
+    std::shared_ptr<const std::string> text;
+  };
+  mutable std::mutex rewrite_mutex;
+  mutable Rewrite last_rewrite;
 };
 
 struct HeaderFileCache::State {
@@ -597,25 +607,50 @@ HeaderFileCache::Usage HeaderFileCache::usage() const {
 
 namespace {
 
+/// How a resolve looks at the file system: through the HeaderFileCache and the stat memo when it has them.
+struct FileAccess {
+  HeaderFileCache* cache = nullptr;
+  const cache::DependencyManifests* memo = nullptr;
+  std::int64_t now_ns = 0;  ///< when the resolve started (CLOCK_REALTIME): the memo's clock
+  ResolvedIncludes::Work* work = nullptr;
+};
+
 /// The header at `path` (null when there is no regular file there): from the cache when the file still
-/// has the stat it was read with, else read and scanned (and kept when its stat is trusted).
-std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path, HeaderFileCache* cache) {
-  if (cache != nullptr) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (!S_ISREG(st.st_mode)) return nullptr;
-      if (auto hit = cache->find(path, cache::to_file_stat(st))) return hit;
-    } else if (errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG || errno == ELOOP) {
-      return nullptr;
-    }  // another error: read_header says what it is
+/// has the stat it was read with (a stat made now, or one the stat memo holds), else read and scanned
+/// (and kept when its stat is trusted).
+std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path, const FileAccess& access) {
+  if (access.cache != nullptr) {
+    std::optional<cache::DependencyManifests::RecentStat> seen;
+    if (access.memo != nullptr) seen = access.memo->recent_stat(path, access.now_ns);
+    if (seen) {
+      ++access.work->memo_hits;
+      if (!seen->present) return nullptr;
+      if (auto hit = access.cache->find(path, seen->stat)) return hit;
+      // Not the file the cache holds (or none): read it below.
+    } else {
+      ++access.work->stats;
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0) {
+        const cache::FileStat stat = cache::to_file_stat(st);
+        if (access.memo != nullptr) access.memo->note_stat(path, {true, stat}, access.now_ns);
+        if (!S_ISREG(st.st_mode)) return nullptr;
+        if (auto hit = access.cache->find(path, stat)) return hit;
+      } else if (errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG || errno == ELOOP) {
+        if (access.memo != nullptr && (errno == ENOENT || errno == ENOTDIR)) {
+          access.memo->note_stat(path, {false, {}}, access.now_ns);
+        }
+        return nullptr;
+      }  // another error: read_header says what it is
+    }
   }
+  ++access.work->reads;
   std::optional<HeaderFile> read = read_header(path);
   if (!read) return nullptr;
   auto file = std::make_shared<HeaderFileCache::File>();
   file->record = std::move(read->record);
   file->bytes = std::move(read->bytes);
   Scanner(file->bytes).run(file->scan);
-  if (cache != nullptr && file->record.trusted_stat) cache->put(path, file);
+  if (access.cache != nullptr && file->record.trusted_stat) access.cache->put(path, file);
   return file;
 }
 
@@ -633,7 +668,7 @@ struct Unit {
   std::string compiler_name;          ///< disk: the name the compiler gets it under
   bool named_by_include = false;      ///< disk: compiler_name is a name a computed include asks for
   std::vector<std::pair<IncludeRef, std::size_t>> links;  ///< includes that lead to a disk unit
-  std::string rewritten;                                  ///< the text the compiler gets
+  std::shared_ptr<const std::string> rewritten;           ///< the text the compiler gets
 };
 
 /// The folder as an absolute, normal path; ConfigError when it is empty, missing or not a folder.
@@ -654,6 +689,10 @@ std::string checked_folder(const std::filesystem::path& folder) {
 class Resolver {
  public:
   explicit Resolver(const IncludeInput& input) : m_input(input) {
+    m_access.cache = input.file_cache;
+    m_access.memo = input.file_cache != nullptr ? input.stat_memo : nullptr;
+    m_access.now_ns = cache::realtime_now_ns();
+    m_access.work = &m_work;
     for (const std::filesystem::path& folder : input.folders) m_folders.push_back(checked_folder(folder));
     Unit source;
     source.kind = Unit::Kind::source;
@@ -699,22 +738,24 @@ class Resolver {
     // Names are final now: rewrite every include that leads to a file from disk.
     for (Unit& unit : m_units) rewrite(unit);
     ResolvedIncludes out;
-    out.compiler_source = std::move(m_units.front().rewritten);
+    out.compiler_source = *m_units.front().rewritten;
+    out.compiler_headers.reserve(m_units.size() - 1 + m_aliases.size());
+    const auto hand_over = [&](const std::string& name, const std::shared_ptr<const std::string>& text) {
+      out.compiler_headers.push_back({name, *text, text});
+    };
     for (std::size_t i = 1; i < m_units.size(); ++i) {
-      Unit& unit = m_units[i];
-      if (unit.kind == Unit::Kind::memory) out.compiler_headers.push_back({unit.name, std::move(unit.rewritten)});
+      if (m_units[i].kind == Unit::Kind::memory) hand_over(m_units[i].name, m_units[i].rewritten);
     }
-    for (const auto& [name, index] : m_aliases) out.compiler_headers.push_back({name, m_units[index].rewritten});
+    for (const auto& [name, index] : m_aliases) hand_over(name, m_units[index].rewritten);
     for (std::size_t i = 1; i < m_units.size(); ++i) {
-      Unit& unit = m_units[i];
-      if (unit.kind == Unit::Kind::disk)
-        out.compiler_headers.push_back({unit.compiler_name, std::move(unit.rewritten)});
+      if (m_units[i].kind == Unit::Kind::disk) hand_over(m_units[i].compiler_name, m_units[i].rewritten);
     }
     out.dependencies.headers = std::move(m_records);
     out.dependencies.absent = sorted_unique(std::move(m_absent));
     out.unresolved = sorted_unique(std::move(m_unresolved));
     for (Computed& computed : m_computed) out.computed.push_back(std::move(computed.operand));
     out.computed = sorted_unique(std::move(out.computed));
+    out.work = m_work;
     return out;
   }
 
@@ -748,7 +789,7 @@ class Resolver {
       if (it->second == npos) m_absent.push_back(path);
       return it->second == npos ? Found{} : Found{Where::disk, it->second};
     }
-    std::shared_ptr<const HeaderFileCache::File> file = load_header(path, m_input.file_cache);
+    std::shared_ptr<const HeaderFileCache::File> file = load_header(path, m_access);
     if (!file) {
       m_absent.push_back(path);
       return {};
@@ -856,13 +897,34 @@ class Resolver {
         edits.push_back({ref.keyword_begin, ref.keyword_end, ref.has_include ? "__has_include" : "include"});
       edits.push_back({ref.operand_begin, ref.operand_end, fmt::format("\"{}\"", m_units[target].compiler_name)});
     }
-    unit.rewritten = apply_edits(unit.text, edits);
+    if (unit.file) {
+      // A file from disk: the text an earlier resolve built, when its includes lead to the same names.
+      HeaderFileCache::File::Rewrite wanted;
+      wanted.names.reserve(unit.links.size());
+      for (const auto& [ref, target] : unit.links) wanted.names.emplace_back(ref.operand_begin, m_units[target].compiler_name);
+      {
+        const std::lock_guard lock(unit.file->rewrite_mutex);
+        if (unit.file->last_rewrite.text && unit.file->last_rewrite.names == wanted.names) {
+          unit.rewritten = unit.file->last_rewrite.text;
+        }
+      }
+      if (!unit.rewritten) {
+        wanted.text = std::make_shared<const std::string>(apply_edits(unit.text, edits));
+        unit.rewritten = wanted.text;
+        const std::lock_guard lock(unit.file->rewrite_mutex);
+        unit.file->last_rewrite = std::move(wanted);
+      }
+    } else {
+      unit.rewritten = std::make_shared<const std::string>(apply_edits(unit.text, edits));
+    }
     unit.links = {};
     unit.text = {};  // the rewritten text is all that is kept
     unit.file.reset();
   }
 
   const IncludeInput& m_input;
+  ResolvedIncludes::Work m_work;
+  FileAccess m_access;
   std::vector<std::string> m_folders;                     ///< absolute, normal
   std::unordered_map<std::string, std::size_t> m_memory;  ///< normal name -> unit
   std::unordered_map<std::string, std::size_t> m_probed;  ///< path -> disk unit, or npos: absent

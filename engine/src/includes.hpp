@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/types.hpp"
 #include "kiln/source.hpp"
@@ -81,6 +82,19 @@ struct IncludeInput {
   std::vector<std::string> retry_names;
   /// Files earlier resolves read (optional): a file whose stat is unchanged is not read or scanned again.
   HeaderFileCache* file_cache = nullptr;
+  /// Recent stats (optional; with file_cache only): a header or probed place that a lookup or an
+  /// earlier resolve stat'ed less than its stat memo's time ago is not stat'ed again
+  /// (DependencyManifests::recent_stat), and what this resolve's stats find is noted there.
+  const cache::DependencyManifests* stat_memo = nullptr;
+};
+
+/// A header as the compiler gets it. Its text is shared: a file's rewritten text stays with the file in
+/// the HeaderFileCache and serves every later resolve that rewrites it the same way, so a burst of
+/// compiles over one tree does not copy the tree's bytes again for each kernel.
+struct CompilerHeader {
+  std::string name;
+  std::string_view text;                        ///< all of *storage (so NUL-terminated)
+  std::shared_ptr<const std::string> storage;
 };
 
 struct ResolvedIncludes {
@@ -95,7 +109,7 @@ struct ResolvedIncludes {
   /// claim a name keeps it). Otherwise it is the file's absolute path for NVRTC, and for HIPRTC the
   /// same path without the leading '/' (comgr stores each header under its include folder by name,
   /// so an absolute name would make clang read the file from disk instead of the bytes kiln hashed).
-  std::vector<Header> compiler_headers;
+  std::vector<CompilerHeader> compiler_headers;
   /// The source with each include that resolved to a file on disk rewritten to `#include "NAME"`
   /// with NAME the file's compiler name, as in every header handed over (#include_next becomes
   /// #include, __has_include_next becomes __has_include). Every line stays where it was, so compiler
@@ -107,6 +121,13 @@ struct ResolvedIncludes {
   std::vector<std::string> unresolved;
   /// The operands of computed includes (#include MACRO), as written; sorted, unique.
   std::vector<std::string> computed;
+  /// What the resolve asked the file system: stat(2) calls made, paths answered by the stat memo,
+  /// and files opened and read (the rest came from the HeaderFileCache).
+  struct Work {
+    std::uint32_t stats = 0;
+    std::uint32_t memo_hits = 0;
+    std::uint32_t reads = 0;
+  } work;
 };
 
 /// Resolves every include of the source and of the memory headers, transitively. Each file is opened

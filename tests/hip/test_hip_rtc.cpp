@@ -191,7 +191,7 @@ TEST_CASE("saxpy(int, float, const float*, float*) has 4 arguments: sizes 4, 4, 
   const kiln::Source saxpy = kiln::Source::builtin("saxpy");
   const std::vector<std::string> flags = {"-std=c++17", "--offload-arch=gfx90a", "-DKILN_WARP_SIZE=64"};
   const std::vector<std::string> names = {"saxpy"};
-  const auto out = compiler->compile({saxpy.name(), saxpy.text(), saxpy.headers(), names, flags, "gfx90a"});
+  const auto out = compiler->compile({saxpy.name(), saxpy.text(), kiln::vendor::header_texts(saxpy.headers()), names, flags, "gfx90a"});
   REQUIRE(out.kind == kiln::PayloadKind::amdgpu_code_object);
   REQUIRE(out.lowered.size() == 1);
   CHECK(out.lowered[0].lowered == "saxpy");
@@ -259,7 +259,7 @@ TEST_CASE("threads compiling at once get the same code objects as one thread", "
   const std::vector<std::string> flags90a = {"-std=c++17", "--offload-arch=gfx90a", "-DKILN_WARP_SIZE=64"};
   const std::vector<std::string> flags1030 = {"-std=c++17", "--offload-arch=gfx1030", "-DKILN_WARP_SIZE=32"};
   const auto compile = [&](const std::vector<std::string>& flags, const char* target) {
-    return compiler->compile({saxpy.name(), saxpy.text(), saxpy.headers(), names, flags, target}).binary;
+    return compiler->compile({saxpy.name(), saxpy.text(), kiln::vendor::header_texts(saxpy.headers()), names, flags, target}).binary;
   };
   const auto sequential_a = compile(flags90a, "gfx90a");
   const auto sequential_b = compile(flags1030, "gfx1030");

@@ -18,6 +18,7 @@ using kiln::Engine;
 using kiln::Header;
 using kiln::Source;
 using kiln::Vendor;
+using kiln::detail::CompilerHeader;
 using kiln::detail::IncludeInput;
 using kiln::detail::missing_include_from_log;
 using kiln::detail::resolve_includes;
@@ -68,14 +69,16 @@ Timed resolve_timed(const std::string& name, std::string_view text, std::vector<
   const auto start = std::chrono::steady_clock::now();
   out.resolved = resolve_includes(input);
   out.ms = ms_since(start);
-  for (const Header& h : out.resolved.compiler_headers) out.bytes += h.text.size();
+  for (const CompilerHeader& h : out.resolved.compiler_headers) out.bytes += h.text.size();
   return out;
 }
 
 /// Compiles the resolved set through the public API; returns the compile time in ms.
 double compile(const std::string& name, const ResolvedIncludes& r, const std::vector<std::string>& kernels,
                const std::string& target) {
-  const Source source = Source::from_text(name, r.compiler_source, r.compiler_headers);
+  std::vector<Header> headers;
+  for (const CompilerHeader& h : r.compiler_headers) headers.push_back({h.name, std::string(h.text)});
+  const Source source = Source::from_text(name, r.compiler_source, headers);
   const auto start = std::chrono::steady_clock::now();
   const kiln::PrewarmResult result = compile_engine().prewarm(source, kiln::Options{}, kernels, target);
   const double ms = ms_since(start);

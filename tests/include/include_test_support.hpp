@@ -28,8 +28,8 @@ inline std::size_t line_count(std::string_view text) {
 }
 
 /// The compiler header with this name, or nullptr.
-inline const Header* compiler_header(const detail::ResolvedIncludes& r, std::string_view name) {
-  for (const Header& h : r.compiler_headers) {
+inline const detail::CompilerHeader* compiler_header(const detail::ResolvedIncludes& r, std::string_view name) {
+  for (const detail::CompilerHeader& h : r.compiler_headers) {
     if (h.name == name) return &h;
   }
   return nullptr;

@@ -16,6 +16,7 @@
 
 using kiln::ConfigError;
 using kiln::Header;
+using kiln::detail::CompilerHeader;
 using kiln::detail::IncludeInput;
 using kiln::detail::resolve_includes;
 using kiln::detail::ResolvedIncludes;
@@ -61,10 +62,10 @@ TEST_CASE("a quoted include is found next to the header that includes it; '..' i
   CHECK(r.dependencies.absent.empty());  // each found in the first place searched
   CHECK(r.unresolved.empty());
   CHECK(r.compiler_source == "#include \"" + f + "/lib/a.h\"\n__global__ void k() {}\n");
-  const Header* a = compiler_header(r, f + "/lib/a.h");
+  const CompilerHeader* a = compiler_header(r, f + "/lib/a.h");
   REQUIRE(a != nullptr);
   CHECK(a->text == "#pragma once\n#include \"" + f + "/lib/detail/b.h\"\n");
-  const Header* b = compiler_header(r, f + "/lib/detail/b.h");
+  const CompilerHeader* b = compiler_header(r, f + "/lib/detail/b.h");
   REQUIRE(b != nullptr);
   CHECK(b->text == "#pragma once\n#include \"" + f + "/lib/c.h\"\nint b;\n");
   REQUIRE(compiler_header(r, f + "/lib/c.h") != nullptr);
@@ -80,7 +81,7 @@ TEST_CASE("\"x\" looks next to its includer first, <x> does not; memory headers 
   SECTION("folders only") {
     const ResolvedIncludes r = resolve("#include <inc/h.h>\n", {f});
     CHECK(read_paths(r) == std::vector<std::string>{f + "/inc/h.h", f + "/inc/x.h", f + "/x.h"});
-    const Header* h = compiler_header(r, f + "/inc/h.h");
+    const CompilerHeader* h = compiler_header(r, f + "/inc/h.h");
     REQUIRE(h != nullptr);
     CHECK(h->text == "#include \"" + f + "/inc/x.h\"\n#include \"" + f + "/x.h\"\n");
     CHECK(r.dependencies.absent.empty());
@@ -89,7 +90,7 @@ TEST_CASE("\"x\" looks next to its includer first, <x> does not; memory headers 
     const std::vector<Header> memory = {{"x.h", "// memory x.h\n"}};
     const ResolvedIncludes r = resolve("#include <inc/h.h>\n#include \"x.h\"\n", {f}, memory);
     CHECK(read_paths(r) == std::vector<std::string>{f + "/inc/h.h", f + "/inc/x.h"});  // top x.h never read
-    const Header* h = compiler_header(r, f + "/inc/h.h");
+    const CompilerHeader* h = compiler_header(r, f + "/inc/h.h");
     REQUIRE(h != nullptr);
     CHECK(h->text == "#include \"" + f + "/inc/x.h\"\n#include <x.h>\n");  // memory includes keep their name
     // The source's "x.h" is the memory header (the source has no folder on disk).
@@ -238,7 +239,7 @@ TEST_CASE("__has_include operands are includes too, and are rewritten", "[includ
             "/opt.h\"\n"
             "#  endif\n"
             "#endif\n");
-  const Header* opt = compiler_header(r, a + "/opt.h");
+  const CompilerHeader* opt = compiler_header(r, a + "/opt.h");
   REQUIRE(opt != nullptr);
   CHECK(opt->text == "#if __has_include(\"" + b + "/opt.h\")\n#include \"" + b + "/opt.h\"\n#endif\n");
 }
@@ -256,10 +257,10 @@ TEST_CASE("#include_next searches the folders after the includer's", "[include]"
   // a's include_next searched m then b; b's searched nothing. a/n.h itself is not re-probed.
   CHECK(r.dependencies.absent == std::vector<std::string>{m + "/n.h"});
   CHECK(r.unresolved == std::vector<std::string>{"n.h"});  // b's include_next found nothing
-  const Header* na = compiler_header(r, a + "/n.h");
+  const CompilerHeader* na = compiler_header(r, a + "/n.h");
   REQUIRE(na != nullptr);
   CHECK(na->text == "#pragma once\n#include \"" + b + "/n.h\"\nint from_a;\n");
-  const Header* nb = compiler_header(r, b + "/n.h");
+  const CompilerHeader* nb = compiler_header(r, b + "/n.h");
   REQUIRE(nb != nullptr);
   CHECK(nb->text == "#pragma once\n#include_next \"n.h\"\nint from_b;\n");  // unresolved: left as written
 }
@@ -285,7 +286,7 @@ TEST_CASE("computed includes: object-like macros are expanded over every definit
                                                   f + "/sys/cuda/detail.h", f + "/sys/omp/tag_impl.h"});
   // The include cannot be rewritten, so each file it may name goes to the compiler under the name the
   // compiler will ask for, and every rewritten include of that file uses the same name.
-  const Header* cuda = compiler_header(r, "sys/cuda/tag_impl.h");
+  const CompilerHeader* cuda = compiler_header(r, "sys/cuda/tag_impl.h");
   REQUIRE(cuda != nullptr);
   CHECK(cuda->text == "#include \"" + f + "/sys/cuda/detail.h\"\n");
   CHECK(compiler_header(r, f + "/sys/cuda/tag_impl.h") == nullptr);
@@ -318,7 +319,7 @@ TEST_CASE(
   input.retry_names = {"impl/config_a.h", "impl/not_there.h"};
   const ResolvedIncludes retry = resolve_includes(input);
   CHECK(read_paths(retry) == std::vector<std::string>{f + "/impl/config_a.h", f + "/impl/detail.h"});
-  const Header* alias = compiler_header(retry, "impl/config_a.h");
+  const CompilerHeader* alias = compiler_header(retry, "impl/config_a.h");
   REQUIRE(alias != nullptr);
   CHECK(alias->text == "#include \"" + f + "/impl/detail.h\"\n");
   CHECK(compiler_header(retry, f + "/impl/config_a.h") == nullptr);  // one file, one name
@@ -367,7 +368,7 @@ TEST_CASE("a generated tree of 2,000 headers resolves fast and reads each file o
   const double ms = kiln::test::ms_since(start);
   const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
   std::size_t bytes = 0;
-  for (const Header& h : r.compiler_headers) bytes += h.text.size();
+  for (const CompilerHeader& h : r.compiler_headers) bytes += h.text.size();
   WARN("2,000 generated headers: " << r.dependencies.headers.size() << " read, " << bytes << " bytes, " << cpu_ms
                                    << " ms CPU, " << ms << " ms wall");
   CHECK(r.dependencies.headers.size() == kCount);
@@ -455,7 +456,7 @@ TEST_CASE("memory headers: quoted includes relative to their name, their own dis
   const ResolvedIncludes r = resolve_includes(input);
   CHECK(read_paths(r) == std::vector<std::string>{f + "/extra.h"});  // util.h is the memory one
   CHECK(r.compiler_source == source);
-  const Header* util = compiler_header(r, "kernels/util.h");
+  const CompilerHeader* util = compiler_header(r, "kernels/util.h");
   REQUIRE(util != nullptr);
   CHECK(util->text == "#include \"" + f + "/extra.h\"\nint memory_util;\n");
 }
@@ -545,17 +546,97 @@ TEST_CASE("the header file cache: a file read once is not read again while its s
     CHECK(second.compiler_headers[i].text == first.compiler_headers[i].text);
   }
   CHECK(second.dependencies == resolve(source, {f}).dependencies);  // as without the cache
+  // The rewritten texts are shared with the cached files, not built again.
+  for (std::size_t i = 0; i < first.compiler_headers.size(); ++i) {
+    CHECK(second.compiler_headers[i].storage == first.compiler_headers[i].storage);
+    CHECK(second.compiler_headers[i].text.data() == second.compiler_headers[i].storage->data());
+  }
+  // Rewritten to other names (HIPRTC's: no leading '/'), a.h gets its own text; back with NVRTC's names,
+  // the text is NVRTC's again, never the other's.
+  input.vendor = kiln::Vendor::hip;
+  const ResolvedIncludes hip = resolve_includes(input);
+  const kiln::detail::CompilerHeader* hip_a = compiler_header(hip, f.substr(1) + "/lib/a.h");
+  REQUIRE(hip_a != nullptr);
+  CHECK(hip_a->text == "#pragma once\n#include \"" + f.substr(1) + "/lib/b.h\"\nint a;\n");
+  input.vendor = kiln::Vendor::cuda;
+  const ResolvedIncludes again = resolve_includes(input);
+  const kiln::detail::CompilerHeader* cuda_a = compiler_header(again, f + "/lib/a.h");
+  REQUIRE(cuda_a != nullptr);
+  CHECK(cuda_a->text == "#pragma once\n#include \"" + f + "/lib/b.h\"\nint a;\n");
+  CHECK(cuda_a->text == compiler_header(first, f + "/lib/a.h")->text);
 
   // An edit changes the file's stat: it is read again, and what it includes now is followed.
+  const std::uint64_t hits_before = cache.usage().hits;
   write_file(f, "lib/b.h", "#pragma once\n#include \"c.h\"\nint b2;\n");
   write_file(f, "lib/c.h", "int c;\n");
   const ResolvedIncludes edited = resolve_includes(input);
   CHECK(read_paths(edited) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/b.h", f + "/lib/c.h"});
   CHECK(edited.dependencies.headers[1].digest == kiln::cache::hash128(std::string("#pragma once\n#include \"c.h\"\nint b2;\n")));
-  CHECK(cache.usage().hits == 3);  // a.h alone came from the cache
+  CHECK(cache.usage().hits == hits_before + 1);  // a.h alone came from the cache
   // A vanished header is absent again, not served from the cache.
   std::filesystem::remove(f + "/lib/a.h");
   const ResolvedIncludes vanished = resolve_includes(input);
   CHECK(vanished.dependencies.headers.empty());
   CHECK(has(vanished.dependencies.absent, f + "/lib/a.h"));
+}
+
+TEST_CASE("the stat memo: a burst of resolves stats each path once; what appears is seen once its time has passed",
+          "[include]") {
+  TempDir dir;
+  const std::string f = dir.path().string();
+  write_file(f, "lib/a.h", "#pragma once\n#include \"b.h\"\n#include <lib/later.h>\nint a;\n");
+  write_file(f, "lib/b.h", "#pragma once\nint b;\n");
+  kiln::detail::HeaderFileCache cache;
+  kiln::cache::ManifestConfig config;  // no root: memory-only, the memo works all the same
+  config.stat_memo = std::chrono::seconds(30);
+  const kiln::cache::DependencyManifests memo(config);
+  IncludeInput input;
+  input.source_name = "main.cu";
+  const std::string source = "#include <lib/a.h>\n";
+  input.source_text = source;
+  input.folders = {f};
+  input.file_cache = &cache;
+  input.stat_memo = &memo;
+
+  const ResolvedIncludes first = resolve_includes(input);
+  CHECK(first.work.stats >= 3);  // a.h, b.h, the absent later.h
+  CHECK(first.work.memo_hits == 0);
+  CHECK(has(first.dependencies.absent, f + "/lib/later.h"));
+  const ResolvedIncludes second = resolve_includes(input);
+  CHECK(second.work.stats == 0);
+  CHECK(second.work.memo_hits == first.work.stats);
+  CHECK(second.dependencies == first.dependencies);
+  // What a resolve found is there for the manifests' lookups too.
+  const auto seen = memo.recent_stat(f + "/lib/later.h", kiln::cache::realtime_now_ns());
+  REQUIRE(seen.has_value());
+  CHECK_FALSE(seen->present);
+
+  // A header appears at a probed place: within the memo's time this instance does not look again
+  // (the memo's promise: an edit goes unseen at most that long) ...
+  write_file(f, "lib/later.h", "int later;\n");
+  CHECK(resolve_includes(input).dependencies == first.dependencies);
+  // ... a resolve without the memo sees it at once ...
+  input.stat_memo = nullptr;
+  const ResolvedIncludes plain = resolve_includes(input);
+  CHECK(read_paths(plain) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/b.h", f + "/lib/later.h"});
+  CHECK(plain.work.memo_hits == 0);
+  // ... and so does one whose memo's time has passed since its stat.
+  kiln::cache::ManifestConfig short_config;
+  short_config.stat_memo = std::chrono::milliseconds(50);
+  const kiln::cache::DependencyManifests short_memo(short_config);
+  input.stat_memo = &short_memo;
+  std::filesystem::remove(f + "/lib/later.h");
+  CHECK(has(resolve_includes(input).dependencies.absent, f + "/lib/later.h"));
+  write_file(f, "lib/later.h", "int later;\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  const ResolvedIncludes expired = resolve_includes(input);
+  CHECK(read_paths(expired) == read_paths(plain));
+  CHECK(expired.work.memo_hits == 0);
+  // A memo of zero time is never asked.
+  kiln::cache::ManifestConfig off_config;
+  off_config.stat_memo = std::chrono::nanoseconds(0);
+  const kiln::cache::DependencyManifests off(off_config);
+  input.stat_memo = &off;
+  (void)resolve_includes(input);
+  CHECK(resolve_includes(input).work.memo_hits == 0);
 }

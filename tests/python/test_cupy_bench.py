@@ -80,6 +80,14 @@ def test_breakdown_and_step_differences(bench):
     assert rows[0][1] == pytest.approx(200.0) and rows[0][2] == pytest.approx(400.0)
 
 
+def test_pair_ratios(bench):
+    cupy = [{"compile_seconds": 2.0}, {"compile_seconds": 4.0}, {"compile_seconds": 0.0}]
+    kiln = [{"compile_seconds": 1.0}, {"compile_seconds": 5.0}, {"compile_seconds": 1.0}]
+    # Pair by pair, in run order; a CuPy run that took no time gives no ratio.
+    assert bench.pair_ratios(cupy, kiln) == [0.5, 1.25]
+    assert bench.pair_ratios(cupy[:1], kiln) == [0.5]
+
+
 def test_child_env(bench):
     env = bench.child_env({"KILN_CUPY": "1", "KILN_RECORD": "/x", "PYTHONPATH": "/p", "KEEP": "k"}, "kiln", "/c", "/k",
                           pythonpath="/repo/python")

@@ -23,10 +23,24 @@
 
 namespace kiln::vendor {
 
+/// A header handed to the compiler: its name and text, NUL-terminated, alive until the compile returns.
+struct HeaderText {
+  const char* name = nullptr;
+  const char* text = nullptr;
+};
+
+/// The compiler's view of in-memory headers (pointing into `headers`, which must outlive it).
+inline std::vector<HeaderText> header_texts(std::span<const Header> headers) {
+  std::vector<HeaderText> out;
+  out.reserve(headers.size());
+  for (const Header& h : headers) out.push_back({h.name.c_str(), h.text.c_str()});
+  return out;
+}
+
 struct CompileInput {
   std::string_view source_name;
   std::string_view source;
-  std::span<const Header> headers;
+  std::span<const HeaderText> headers;
   std::span<const std::string> name_expressions;
   std::span<const std::string> flags;  ///< complete: target and engine-added flags included
   std::string_view target;

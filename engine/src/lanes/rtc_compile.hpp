@@ -57,9 +57,9 @@ class Program {
   Program(const Calls& calls, const CompileInput& input)
       : m_calls(calls), m_input(input), m_source(input.source), m_name(input.source_name), m_owned{calls} {
     std::vector<const char*> texts, names;
-    for (const Header& h : input.headers) {
-      texts.push_back(h.text.c_str());
-      names.push_back(h.name.c_str());
+    for (const HeaderText& h : input.headers) {
+      texts.push_back(h.text);
+      names.push_back(h.name);
     }
     check(m_calls.create_program(&m_owned.handle, m_source.c_str(), m_name.c_str(), static_cast<int>(texts.size()),
                                  texts.data(), names.data()),

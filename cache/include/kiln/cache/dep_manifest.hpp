@@ -171,7 +171,8 @@ struct ManifestConfig {
   /// by the first lookup after it only when that path was not stat'ed in the last `stat_memo`. The same
   /// time applies to whole dependency sets: a result whose set (the same headers with the same digests,
   /// the same absent paths) another request's lookup checked within it is taken without checking a
-  /// path. Zero: every lookup stats every path.
+  /// path. The include resolver shares the memo (recent_stat, note_stat): a burst of compiles over one
+  /// tree stats each path once too. Zero: every lookup and resolve stats every path.
   std::chrono::nanoseconds stat_memo = kStatMemo;
   /// Threads a lookup may stat a large result's paths on (at most the machine's hardware threads; only
   /// for a result with hundreds of paths not stat'ed yet). 1: one by one, on the calling thread.
@@ -294,6 +295,20 @@ class DependencyManifests {
   /// Every result of the request's manifest checked against the file system now, each with its first
   /// mismatch. Reads, never writes or deletes. Never throws but std::bad_alloc.
   [[nodiscard]] ManifestExplanation explain(const Hash128& request_key, std::string_view request_canonical) const;
+
+  /// The stat memo (ManifestConfig::stat_memo) for stats made outside lookups: the include resolver
+  /// asks it before it stats a header or a place it probes, and tells it what a stat found, so a burst
+  /// of compiles over one tree stats each path once per stat_memo, as a burst of lookups does, and
+  /// each side profits from the other's stats. Same promise: inside one instance an edit goes unseen
+  /// at most stat_memo after the last stat of that path. Works in every mode (memory-only too).
+  struct RecentStat {
+    bool present = false;  ///< else absent: nothing at the path (ENOENT, ENOTDIR)
+    FileStat stat;         ///< present: what stat(2) said
+  };
+  /// What a stat of `path` found less than stat_memo before `now_ns` (CLOCK_REALTIME), if one did.
+  [[nodiscard]] std::optional<RecentStat> recent_stat(std::string_view path, std::int64_t now_ns) const;
+  /// Records what a stat of `path` taken at or after `at_ns` found.
+  void note_stat(std::string_view path, const RecentStat& found, std::int64_t at_ns) const;
 
   /// Removes the request's manifest; true if a file was removed. Never throws.
   bool remove(const Hash128& request_key) noexcept;
