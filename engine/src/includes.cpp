@@ -30,7 +30,15 @@ constexpr std::size_t npos = std::string_view::npos;
 /// leading '/' kept ("/.." is "/"), the leading ".." of a relative path kept. Symlinks are not
 /// followed: the path recorded is the one the folders and includes spell (toolkits are full of
 /// symlinked folders, and a re-pointed link must show up as a different path, not be hidden).
+/// Whether `path` is already lexically normal: no empty part, no "." or ".." part, no trailing '/'
+/// (conservative: a part that merely starts with '.' takes the slow way too). Most include paths are.
+bool plainly_normal(std::string_view path) {
+  return !path.empty() && path.front() != '.' && path.back() != '/' && path.find("//") == npos &&
+         path.find("/.") == npos;
+}
+
 std::string normalize(std::string_view path) {
+  if (plainly_normal(path)) return std::string(path);
   const bool absolute = !path.empty() && path.front() == '/';
   std::vector<std::string_view> parts;
   std::size_t at = 0;
@@ -61,10 +69,12 @@ std::string normalize(std::string_view path) {
 /// the in-memory names.
 std::string join(std::string_view dir, std::string_view name) {
   if (dir.empty() || (!name.empty() && name.front() == '/')) return normalize(name);
-  std::string path(dir);
+  std::string path;
+  path.reserve(dir.size() + 1 + name.size());
+  path += dir;
   path += '/';
   path += name;
-  return normalize(path);
+  return plainly_normal(path) ? path : normalize(path);
 }
 
 /// The folder part of a path: "" for a bare name, "/" for a file in the root.
@@ -785,10 +795,7 @@ class Resolver {
   /// regular file is recorded as absent.
   Found probe(const std::string& path, std::optional<std::size_t> folder) {
     const auto [it, inserted] = m_probed.try_emplace(path, npos);
-    if (!inserted) {
-      if (it->second == npos) m_absent.push_back(path);
-      return it->second == npos ? Found{} : Found{Where::disk, it->second};
-    }
+    if (!inserted) return it->second == npos ? Found{} : Found{Where::disk, it->second};  // absent: listed once
     std::shared_ptr<const HeaderFileCache::File> file = load_header(path, m_access);
     if (!file) {
       m_absent.push_back(path);
@@ -891,31 +898,33 @@ class Resolver {
   }
 
   void rewrite(Unit& unit) {
-    std::vector<Edit> edits;
-    for (const auto& [ref, target] : unit.links) {
-      if (ref.next)
-        edits.push_back({ref.keyword_begin, ref.keyword_end, ref.has_include ? "__has_include" : "include"});
-      edits.push_back({ref.operand_begin, ref.operand_end, fmt::format("\"{}\"", m_units[target].compiler_name)});
-    }
     if (unit.file) {
       // A file from disk: the text an earlier resolve built, when its includes lead to the same names.
-      HeaderFileCache::File::Rewrite wanted;
-      wanted.names.reserve(unit.links.size());
-      for (const auto& [ref, target] : unit.links) wanted.names.emplace_back(ref.operand_begin, m_units[target].compiler_name);
-      {
-        const std::lock_guard lock(unit.file->rewrite_mutex);
-        if (unit.file->last_rewrite.text && unit.file->last_rewrite.names == wanted.names) {
-          unit.rewritten = unit.file->last_rewrite.text;
-        }
+      const HeaderFileCache::File::Rewrite& last = unit.file->last_rewrite;
+      const std::lock_guard lock(unit.file->rewrite_mutex);
+      if (last.text && last.names.size() == unit.links.size() &&
+          std::equal(unit.links.begin(), unit.links.end(), last.names.begin(), [&](const auto& link, const auto& name) {
+            return link.first.operand_begin == name.first && m_units[link.second].compiler_name == name.second;
+          })) {
+        unit.rewritten = last.text;
       }
-      if (!unit.rewritten) {
-        wanted.text = std::make_shared<const std::string>(apply_edits(unit.text, edits));
-        unit.rewritten = wanted.text;
-        const std::lock_guard lock(unit.file->rewrite_mutex);
-        unit.file->last_rewrite = std::move(wanted);
+    }
+    if (!unit.rewritten) {
+      std::vector<Edit> edits;
+      for (const auto& [ref, target] : unit.links) {
+        if (ref.next)
+          edits.push_back({ref.keyword_begin, ref.keyword_end, ref.has_include ? "__has_include" : "include"});
+        edits.push_back({ref.operand_begin, ref.operand_end, fmt::format("\"{}\"", m_units[target].compiler_name)});
       }
-    } else {
       unit.rewritten = std::make_shared<const std::string>(apply_edits(unit.text, edits));
+      if (unit.file) {
+        HeaderFileCache::File::Rewrite built;
+        built.names.reserve(unit.links.size());
+        for (const auto& [ref, target] : unit.links) built.names.emplace_back(ref.operand_begin, m_units[target].compiler_name);
+        built.text = unit.rewritten;
+        const std::lock_guard lock(unit.file->rewrite_mutex);
+        unit.file->last_rewrite = std::move(built);
+      }
     }
     unit.links = {};
     unit.text = {};  // the rewritten text is all that is kept
