@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -123,16 +124,23 @@ class StatMemo {
     if (ttl.count() <= 0) return std::nullopt;
     const std::lock_guard lock(m_mutex);
     if (m_pending) materialize();
-    const auto it = m_seen.find(path);
-    if (it == m_seen.end()) return std::nullopt;
-    const std::int64_t age = now_ns - it->second.at_ns;
-    if (age < 0 || age >= ttl.count()) return std::nullopt;
-    return it->second;
+    return find_locked(path, now_ns, ttl);
+  }
+  /// find() for many paths under one lock: found(i, seen) for each paths[i] the memo knows.
+  template <class Found>
+  void find_each(std::span<const std::string_view> paths, std::int64_t now_ns, std::chrono::nanoseconds ttl,
+                 Found&& found) {
+    if (ttl.count() <= 0 || paths.empty()) return;
+    const std::lock_guard lock(m_mutex);
+    if (m_pending) materialize();
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (const std::optional<Seen> seen = find_locked(paths[i], now_ns, ttl)) found(i, *seen);
+    }
   }
   void remember(std::string_view path, const Seen& seen) {
     const std::lock_guard lock(m_mutex);
     if (m_pending) materialize();
-    put(path, seen);
+    put(path, seen, false);
   }
 
  private:
@@ -143,21 +151,47 @@ class StatMemo {
     std::int64_t at_ns = 0;
   };
 
-  void put(std::string_view path, const Seen& seen) {
-    if (m_seen.size() >= kMaxPaths) m_seen.clear();
-    auto it = m_seen.find(path);
-    if (it == m_seen.end()) m_seen.emplace(std::string(path), seen);
-    else if (it->second.at_ns <= seen.at_ns) it->second = seen;
+  std::optional<Seen> find_locked(std::string_view path, std::int64_t now_ns, std::chrono::nanoseconds ttl) const {
+    const auto it = m_seen.find(path);
+    if (it == m_seen.end()) return std::nullopt;
+    const std::int64_t age = now_ns - it->second.at_ns;
+    if (age < 0 || age >= ttl.count()) return std::nullopt;
+    return it->second;
+  }
+
+  /// `kept`: the path's bytes are kept by the memo already (a deferred lookup's buffer); else a new
+  /// path is copied into the memo's own storage. Keys are views into one or the other.
+  void put(std::string_view path, const Seen& seen, bool kept) {
+    if (m_seen.size() >= kMaxPaths) {
+      m_seen.clear();
+      m_buffers.clear();
+      m_owned.clear();
+      kept = false;
+    }
+    if (kept) {  // one hash: the key's bytes stay where they are
+      const auto [it, inserted] = m_seen.try_emplace(path, seen);
+      if (!inserted && it->second.at_ns <= seen.at_ns) it->second = seen;
+      return;
+    }
+    const auto it = m_seen.find(path);
+    if (it != m_seen.end()) {
+      if (it->second.at_ns <= seen.at_ns) it->second = seen;
+      return;
+    }
+    m_seen.emplace(m_owned.emplace_back(path), seen);
   }
 
   void materialize() {
     Pending pending = std::move(*m_pending);
     m_pending.reset();
     m_seen.reserve(std::min(m_seen.size() + pending.paths.size(), kMaxPaths));
+    // The paths point into the lookup's buffer: the memo keeps that buffer and keys by those bytes, so
+    // taking over a manifest's few thousand paths allocates no string.
+    m_buffers.push_back(std::move(pending.bytes));
     for (std::size_t i = 0; i < pending.paths.size() && i < pending.probes.size(); ++i) {
       const PathProbe& probe = pending.probes[i];
-      if (probe.stat_state == PathProbe::Stat::present) put(pending.paths[i], Seen{true, probe.stat, pending.at_ns});
-      if (probe.stat_state == PathProbe::Stat::absent) put(pending.paths[i], Seen{false, {}, pending.at_ns});
+      if (probe.stat_state == PathProbe::Stat::present) put(pending.paths[i], Seen{true, probe.stat, pending.at_ns}, true);
+      if (probe.stat_state == PathProbe::Stat::absent) put(pending.paths[i], Seen{false, {}, pending.at_ns}, true);
     }
   }
 
@@ -168,7 +202,9 @@ class StatMemo {
   std::mutex m_mutex;
   std::atomic<bool> m_started{false};
   std::optional<Pending> m_pending;
-  std::unordered_map<std::string, Seen, Hash, std::equal_to<>> m_seen;
+  std::vector<std::unique_ptr<std::byte[]>> m_buffers;  ///< deferred lookups' bytes that keys point into
+  std::deque<std::string> m_owned;                      ///< the other keys' bytes (a deque: they never move)
+  std::unordered_map<std::string_view, Seen, Hash, std::equal_to<>> m_seen;
 };
 
 /// Dependency sets this process checked against the file system, by their canonical text (the key
@@ -287,20 +323,30 @@ class Checker {
     return m_path_buffer.c_str();
   }
 
-  /// Stats, on several threads, every path of `result` not probed yet and not answered by the memo,
-  /// when there are enough of them to pay for the threads (a big tree in a fresh process: each stat(2)
-  /// is a path walk in the kernel, and they run side by side). check() then finds them probed.
+  /// Asks the memo about every path of `result` not probed yet (under one lock), then stats the ones it
+  /// did not answer on several threads, when there are enough of them to pay for the threads (a big tree
+  /// in a fresh process: each stat(2) is a path walk in the kernel, and they run side by side). check()
+  /// then finds them probed.
   void prefetch(const ResultRefs& result) {
-    if (m_stat_threads < 2) return;
     std::vector<std::uint32_t> todo;
     const auto want = [&](std::uint32_t path) {
-      if (m_probes[path].stat_state == PathProbe::Stat::unknown && !from_memo(path)) todo.push_back(path);
+      if (m_probes[path].stat_state == PathProbe::Stat::unknown) todo.push_back(path);
     };
     for (const std::uint32_t absent : m_view.result_absent(result)) want(m_view.absent[absent]);
     for (const std::uint32_t file : m_view.result_files(result)) want(m_view.files[file].path);
-    if (todo.size() < kParallelStatPaths) return;
     std::sort(todo.begin(), todo.end());
     todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+    if (m_memo != nullptr && !todo.empty()) {
+      // What the memo knows, asked under one lock; the rest is stat'ed below (or by stat_path).
+      std::vector<std::string_view> paths(todo.size());
+      for (std::size_t i = 0; i < todo.size(); ++i) paths[i] = m_view.paths[todo[i]];
+      m_memo->find_each(paths, m_now_ns, m_memo_ttl, [&](std::size_t i, const StatMemo::Seen& seen) {
+        fill_from_memo(todo[i], seen);
+        todo[i] = kKnown;
+      });
+      todo.erase(std::remove(todo.begin(), todo.end(), kKnown), todo.end());
+    }
+    if (m_stat_threads < 2 || todo.size() < kParallelStatPaths) return;
     const std::int64_t at_ns = realtime_now_ns();
     std::atomic<std::size_t> next{0};
     // Nothing in here allocates or throws: a path too long for the buffer is left to stat_path.
@@ -351,13 +397,17 @@ class Checker {
     if (m_memo == nullptr) return false;
     const std::optional<StatMemo::Seen> seen = m_memo->find(m_view.paths[path], m_now_ns, m_memo_ttl);
     if (!seen) return false;
-    PathProbe& probe = m_probes[path];
-    probe.stat_state = seen->present ? PathProbe::Stat::present : PathProbe::Stat::absent;
-    probe.stat = seen->stat;
-    ++memo_hits;
-    oldest_ns = std::min(oldest_ns, seen->at_ns);
+    fill_from_memo(path, *seen);
     return true;
   }
+  void fill_from_memo(std::uint32_t path, const StatMemo::Seen& seen) {
+    PathProbe& probe = m_probes[path];
+    probe.stat_state = seen.present ? PathProbe::Stat::present : PathProbe::Stat::absent;
+    probe.stat = seen.stat;
+    ++memo_hits;
+    oldest_ns = std::min(oldest_ns, seen.at_ns);
+  }
+  static constexpr std::uint32_t kKnown = 0xffffffffU;  ///< a todo slot the memo answered
 
   static void stat_into(PathProbe& probe, const char* path) noexcept {
     struct stat st {};
