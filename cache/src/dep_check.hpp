@@ -166,7 +166,6 @@ class StatMemo {
       m_seen.clear();
       m_buffers.clear();
       m_owned.clear();
-      kept = false;
     }
     if (kept) {  // one hash: the key's bytes stay where they are
       const auto [it, inserted] = m_seen.try_emplace(path, seen);
@@ -186,13 +185,14 @@ class StatMemo {
     m_pending.reset();
     m_seen.reserve(std::min(m_seen.size() + pending.paths.size(), kMaxPaths));
     // The paths point into the lookup's buffer: the memo keeps that buffer and keys by those bytes, so
-    // taking over a manifest's few thousand paths allocates no string.
-    m_buffers.push_back(std::move(pending.bytes));
+    // taking over a manifest's few thousand paths allocates no string. It joins the kept buffers only
+    // after the loop: a put() that clears a full memo drops the buffers kept before, never this one.
     for (std::size_t i = 0; i < pending.paths.size() && i < pending.probes.size(); ++i) {
       const PathProbe& probe = pending.probes[i];
       if (probe.stat_state == PathProbe::Stat::present) put(pending.paths[i], Seen{true, probe.stat, pending.at_ns}, true);
       if (probe.stat_state == PathProbe::Stat::absent) put(pending.paths[i], Seen{false, {}, pending.at_ns}, true);
     }
+    m_buffers.push_back(std::move(pending.bytes));
   }
 
   struct Hash {

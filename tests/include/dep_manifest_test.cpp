@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <thread>
 
 #include "cache_test_support.hpp"
+#include "dep_check.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 
@@ -1178,4 +1180,65 @@ TEST_CASE("manifest: a large result's paths are stat'ed on several threads, and 
     CHECK(stats.detail.find(headers[200].string() + " no longer exists") != std::string::npos);
     fs::rename(f.inc / "moved.h", headers[200]);
   }
+}
+
+TEST_CASE("the stat memo keeps the bytes its keys point into, also when a full memo is cleared", "[include]") {
+  using kiln::cache::detail::PathProbe;
+  using kiln::cache::detail::StatMemo;
+  StatMemo memo;
+  REQUIRE(memo.first_lookup());
+  REQUIRE_FALSE(memo.first_lookup());
+  {
+    // A remembered path is copied: the caller's string may change or go away.
+    std::string path = "/inc/owned.h";
+    FileStat stat;
+    stat.size = 7;
+    memo.remember(path, StatMemo::Seen{true, stat, 100});
+    path.assign(path.size(), 'x');
+  }
+  const auto owned = memo.find("/inc/owned.h", 200, 1s);
+  REQUIRE(owned.has_value());
+  CHECK(owned->present);
+  CHECK(owned->stat.size == 7);
+  CHECK_FALSE(memo.find("/inc/owned.h", 100 + std::chrono::nanoseconds(1s).count(), 1s).has_value());  // too old
+
+  // A first lookup's probes, more paths than the memo holds: it is cleared part way through taking them
+  // over, and the paths taken after that still point into bytes the memo keeps.
+  const std::size_t n = StatMemo::kMaxPaths + 100;
+  std::string text;
+  std::vector<std::size_t> offsets;
+  for (std::size_t i = 0; i < n; ++i) {
+    offsets.push_back(text.size());
+    text += fmt::format("/p/{}.h", i);
+  }
+  auto bytes = std::make_unique<std::byte[]>(text.size());
+  std::memcpy(bytes.get(), text.data(), text.size());
+  const char* base = reinterpret_cast<const char*>(bytes.get());
+  std::vector<std::string_view> paths;
+  std::vector<PathProbe> probes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t end = i + 1 < n ? offsets[i + 1] : text.size();
+    paths.emplace_back(base + offsets[i], end - offsets[i]);
+    probes[i].stat_state = i % 3 == 0 ? PathProbe::Stat::present : PathProbe::Stat::absent;
+    probes[i].stat.size = i;
+  }
+  memo.defer(std::move(bytes), std::move(paths), std::move(probes), 300);
+  std::vector<std::string_view> asked;
+  std::vector<std::string> names;
+  for (std::size_t i = n - 60; i < n; ++i) names.push_back(fmt::format("/p/{}.h", i));
+  for (const std::string& name : names) asked.push_back(name);
+  std::size_t found = 0;
+  memo.find_each(asked, 400, 1s, [&](std::size_t k, const StatMemo::Seen& seen) {
+    const std::size_t i = n - 60 + k;
+    CHECK(seen.present == (i % 3 == 0));
+    if (seen.present) CHECK(seen.stat.size == i);
+    ++found;
+  });
+  CHECK(found == asked.size());
+  CHECK_FALSE(memo.find("/inc/owned.h", 400, 1s).has_value());  // cleared with the rest
+  CHECK_FALSE(memo.find("/p/7.h", 400, 1s).has_value());
+  // And a path remembered after the clearing is its own copy again.
+  memo.remember(std::string("/inc/late.h"), StatMemo::Seen{false, {}, 400});
+  REQUIRE(memo.find("/inc/late.h", 401, 1s).has_value());
+  CHECK(memo.find("/p/" + std::to_string(n - 1) + ".h", 401, 1s).has_value());
 }
