@@ -26,10 +26,6 @@ constexpr std::size_t npos = std::string_view::npos;
 
 // ---- paths ------------------------------------------------------------------------------------------
 
-/// The lexically normal form of a '/'-separated path: empty and "." parts dropped, "dir/.." folded, a
-/// leading '/' kept ("/.." is "/"), the leading ".." of a relative path kept. Symlinks are not
-/// followed: the path recorded is the one the folders and includes spell (toolkits are full of
-/// symlinked folders, and a re-pointed link must show up as a different path, not be hidden).
 /// Whether `path` is already lexically normal: no empty part, no "." or ".." part, no trailing '/'
 /// (conservative: a part that merely starts with '.' takes the slow way too). Most include paths are.
 bool plainly_normal(std::string_view path) {
@@ -37,6 +33,10 @@ bool plainly_normal(std::string_view path) {
          path.find("/.") == npos;
 }
 
+/// The lexically normal form of a '/'-separated path: empty and "." parts dropped, "dir/.." folded, a
+/// leading '/' kept ("/.." is "/"), the leading ".." of a relative path kept. Symlinks are not
+/// followed: the path recorded is the one the folders and includes spell (toolkits are full of
+/// symlinked folders, and a re-pointed link must show up as a different path, not be hidden).
 std::string normalize(std::string_view path) {
   if (plainly_normal(path)) return std::string(path);
   const bool absolute = !path.empty() && path.front() == '/';

@@ -37,8 +37,10 @@ inline constexpr std::uint64_t kMaxHeaderBytes = 64ULL << 20;
 /// by a later resolve while the file keeps the stat it had when read (size, mtime, ctime, inode, device),
 /// so a program whose kernels include one tree reads and scans it once, not once per kernel. Only files
 /// whose stat was trusted when read (cache::HeaderRecord::trusted_stat: untouched for the trust window)
-/// are kept, the rule the dependency manifests judge headers by. Thread-safe. Bounded: cleared when the
-/// bytes it holds would pass kMaxBytes.
+/// are kept, the rule the dependency manifests judge headers by. Each file also keeps the text the
+/// compiler got from it last (its includes rewritten; about its own size), shared by later resolves
+/// that rewrite it the same way. Thread-safe. Bounded: cleared when the files' bytes would pass
+/// kMaxBytes (the rewritten texts about double that at most).
 class HeaderFileCache {
  public:
   struct File;  ///< includes.cpp
