@@ -42,6 +42,8 @@ Hash128 xxh3_128_baseline(const void* data, std::size_t size, std::uint64_t seed
   return Hash128{h.high64, h.low64};
 }
 
+KILN_HOT std::uint64_t xxh3_64(const void* data, std::size_t size) noexcept { return XXH3_64bits(data, size); }
+
 bool xxh3_cpu_has_avx512() noexcept { return unit() == Unit::avx512; }
 
 KILN_HOT Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept {

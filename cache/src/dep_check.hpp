@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -107,6 +108,7 @@ class StatMemo {
     bool present = false;
     FileStat stat;
     std::int64_t at_ns = 0;
+    bool folder = false;  ///< present, and a directory (include folders: DependencyManifests::note_stat)
   };
   static constexpr std::size_t kMaxPaths = 1 << 18;
 
@@ -152,38 +154,35 @@ class StatMemo {
   };
 
   std::optional<Seen> find_locked(std::string_view path, std::int64_t now_ns, std::chrono::nanoseconds ttl) const {
-    const auto it = m_seen.find(path);
-    if (it == m_seen.end()) return std::nullopt;
-    const std::int64_t age = now_ns - it->second.at_ns;
+    const Item* item = m_table.find(path, path_hash(path));
+    if (item == nullptr) return std::nullopt;
+    const std::int64_t age = now_ns - item->seen.at_ns;
     if (age < 0 || age >= ttl.count()) return std::nullopt;
-    return it->second;
+    return item->seen;
   }
+
+  static std::uint64_t path_hash(std::string_view path) noexcept { return xxh3_64(path.data(), path.size()); }
 
   /// `kept`: the path's bytes are kept by the memo already (a deferred lookup's buffer); else a new
   /// path is copied into the memo's own storage. Keys are views into one or the other.
   void put(std::string_view path, const Seen& seen, bool kept) {
-    if (m_seen.size() >= kMaxPaths) {
-      m_seen.clear();
+    if (m_table.size() >= kMaxPaths) {
+      m_table.clear();
       m_buffers.clear();
       m_owned.clear();
     }
-    if (kept) {  // one hash: the key's bytes stay where they are
-      const auto [it, inserted] = m_seen.try_emplace(path, seen);
-      if (!inserted && it->second.at_ns <= seen.at_ns) it->second = seen;
+    const std::uint64_t hash = path_hash(path);
+    if (Item* item = m_table.find(path, hash)) {
+      if (item->seen.at_ns <= seen.at_ns) item->seen = seen;
       return;
     }
-    const auto it = m_seen.find(path);
-    if (it != m_seen.end()) {
-      if (it->second.at_ns <= seen.at_ns) it->second = seen;
-      return;
-    }
-    m_seen.emplace(m_owned.emplace_back(path), seen);
+    m_table.insert(kept ? path : std::string_view(m_owned.emplace_back(path)), hash, seen);
   }
 
   void materialize() {
     Pending pending = std::move(*m_pending);
     m_pending.reset();
-    m_seen.reserve(std::min(m_seen.size() + pending.paths.size(), kMaxPaths));
+    m_table.reserve(std::min(m_table.size() + pending.paths.size(), kMaxPaths));
     // The paths point into the lookup's buffer: the memo keeps that buffer and keys by those bytes, so
     // taking over a manifest's few thousand paths allocates no string. It joins the kept buffers only
     // after the loop: a put() that clears a full memo drops the buffers kept before, never this one.
@@ -195,16 +194,72 @@ class StatMemo {
     m_buffers.push_back(std::move(pending.bytes));
   }
 
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  /// The memo's table: items in one vector, found through an open-addressing index (linear probing,
+  /// at most half full) that holds each item's number and the top of its hash. No allocation per path:
+  /// a lookup that hands over thousands of paths fills two vectors, and a find is one hash (XXH3-64)
+  /// and, mostly, one probe.
+  struct Item {
+    std::string_view path;
+    std::uint64_t hash = 0;
+    Seen seen;
   };
+  class Table {
+   public:
+    [[nodiscard]] std::size_t size() const noexcept { return m_items.size(); }
+    void clear() noexcept {
+      m_items.clear();
+      std::fill(m_index.begin(), m_index.end(), 0);
+    }
+    void reserve(std::size_t items) {
+      m_items.reserve(items);
+      if (2 * items > m_index.size()) rebuild(items);
+    }
+    [[nodiscard]] const Item* find(std::string_view path, std::uint64_t hash) const noexcept {
+      return const_cast<Table*>(this)->find(path, hash);
+    }
+    Item* find(std::string_view path, std::uint64_t hash) noexcept {
+      if (m_index.empty()) return nullptr;
+      const std::size_t mask = m_index.size() - 1;
+      const auto tag = static_cast<std::uint32_t>(hash >> 32);
+      for (std::size_t at = hash & mask;; at = (at + 1) & mask) {
+        const std::uint64_t slot = m_index[at];
+        if (slot == 0) return nullptr;
+        if (static_cast<std::uint32_t>(slot >> 32) != tag) continue;
+        Item& item = m_items[static_cast<std::uint32_t>(slot) - 1];
+        if (item.hash == hash && item.path == path) return &item;
+      }
+    }
+    /// Adds a path that find() did not find.
+    void insert(std::string_view path, std::uint64_t hash, const Seen& seen) {
+      if (2 * (m_items.size() + 1) > m_index.size()) rebuild(m_items.size() + 1);
+      m_items.push_back(Item{path, hash, seen});
+      place(m_items.size() - 1);
+    }
+
+   private:
+    void rebuild(std::size_t items) {
+      std::size_t capacity = 1024;
+      while (capacity < 2 * items) capacity *= 2;
+      m_index.assign(capacity, 0);
+      for (std::size_t i = 0; i < m_items.size(); ++i) place(i);
+    }
+    void place(std::size_t item) noexcept {
+      const std::uint64_t hash = m_items[item].hash;
+      const std::size_t mask = m_index.size() - 1;
+      std::size_t at = hash & mask;
+      while (m_index[at] != 0) at = (at + 1) & mask;
+      m_index[at] = (hash & 0xffffffff00000000ULL) | static_cast<std::uint64_t>(item + 1);
+    }
+    std::vector<Item> m_items;
+    std::vector<std::uint64_t> m_index;  ///< 0: empty; else (hash's top 32 bits << 32) | (item + 1)
+  };
+
   std::mutex m_mutex;
   std::atomic<bool> m_started{false};
   std::optional<Pending> m_pending;
   std::vector<std::unique_ptr<std::byte[]>> m_buffers;  ///< deferred lookups' bytes that keys point into
   std::deque<std::string> m_owned;                      ///< the other keys' bytes (a deque: they never move)
-  std::unordered_map<std::string_view, Seen, Hash, std::equal_to<>> m_seen;
+  Table m_table;
 };
 
 /// Dependency sets this process checked against the file system, by their canonical text (the key
@@ -311,6 +366,7 @@ class Checker {
   };
   std::vector<Refresh> refreshes;  ///< header infos re-hashed with their recorded digest (may repeat)
   std::uint32_t stats = 0;
+  std::uint32_t inferred = 0;  ///< absent paths settled by a folder above them found absent (no stat)
   std::uint32_t memo_hits = 0;  ///< paths answered by the process's stat memo instead of stat(2)
   /// The oldest moment a stat this checker relied on was taken (a memo's answer may be older than now).
   std::int64_t oldest_ns = 0;
@@ -323,61 +379,149 @@ class Checker {
     return m_path_buffer.c_str();
   }
 
-  /// Asks the memo about every path of `result` not probed yet (under one lock), then stats the ones it
-  /// did not answer on several threads, when there are enough of them to pay for the threads (a big tree
-  /// in a fresh process: each stat(2) is a path walk in the kernel, and they run side by side). check()
-  /// then finds them probed.
+  /// Asks the memo about every path of `result` not probed yet (under one lock), then settles the rest:
+  /// the headers on several threads when there are enough of them to pay for the threads (a big tree in
+  /// a fresh process: each stat(2) is a path walk in the kernel, and they run side by side), the absent
+  /// paths meanwhile on this thread, by way of their folders (absent_walk). check() then finds them
+  /// probed; what is left (few headers, very long paths) it stats itself.
   void prefetch(const ResultRefs& result) {
-    std::vector<std::uint32_t> todo;
-    const auto want = [&](std::uint32_t path) {
-      if (m_probes[path].stat_state == PathProbe::Stat::unknown) todo.push_back(path);
-    };
-    for (const std::uint32_t absent : m_view.result_absent(result)) want(m_view.absent[absent]);
-    for (const std::uint32_t file : m_view.result_files(result)) want(m_view.files[file].path);
-    std::sort(todo.begin(), todo.end());
-    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
-    if (m_memo != nullptr && !todo.empty()) {
-      // What the memo knows, asked under one lock; the rest is stat'ed below (or by stat_path).
-      std::vector<std::string_view> paths(todo.size());
-      for (std::size_t i = 0; i < todo.size(); ++i) paths[i] = m_view.paths[todo[i]];
-      m_memo->find_each(paths, m_now_ns, m_memo_ttl, [&](std::size_t i, const StatMemo::Seen& seen) {
-        fill_from_memo(todo[i], seen);
-        todo[i] = kKnown;
-      });
-      todo.erase(std::remove(todo.begin(), todo.end(), kKnown), todo.end());
+    std::vector<std::uint32_t> files;
+    std::vector<std::uint32_t> absent;
+    for (const std::uint32_t file : m_view.result_files(result)) {
+      if (m_probes[m_view.files[file].path].stat_state == PathProbe::Stat::unknown) files.push_back(m_view.files[file].path);
     }
-    if (m_stat_threads < 2 || todo.size() < kParallelStatPaths) return;
+    std::sort(files.begin(), files.end());
+    files.erase(std::unique(files.begin(), files.end()), files.end());
+    for (const std::uint32_t index : m_view.result_absent(result)) {
+      const std::uint32_t path = m_view.absent[index];
+      // (A path named as both a header and absent is settled as a header: one writer per probe.)
+      if (m_probes[path].stat_state == PathProbe::Stat::unknown && !std::binary_search(files.begin(), files.end(), path)) {
+        absent.push_back(path);
+      }
+    }
+    if (m_memo != nullptr) {
+      ask_memo(files);
+      ask_memo(absent);
+    }
     const std::int64_t at_ns = realtime_now_ns();
+    std::vector<std::thread> helpers;
     std::atomic<std::size_t> next{0};
     // Nothing in here allocates or throws: a path too long for the buffer is left to stat_path.
     const auto work = [&]() noexcept {
       char buffer[kStatPathBytes + 1];
       for (;;) {
         const std::size_t begin = next.fetch_add(kStatBatch, std::memory_order_relaxed);
-        if (begin >= todo.size()) return;
-        for (std::size_t i = begin; i < std::min(todo.size(), begin + kStatBatch); ++i) {
-          const std::string_view path = m_view.paths[todo[i]];
+        if (begin >= files.size()) return;
+        for (std::size_t i = begin; i < std::min(files.size(), begin + kStatBatch); ++i) {
+          const std::string_view path = m_view.paths[files[i]];
           if (path.size() > kStatPathBytes) continue;
           std::memcpy(buffer, path.data(), path.size());
           buffer[path.size()] = '\0';
-          stat_into(m_probes[todo[i]], buffer);
+          stat_into(m_probes[files[i]], buffer);
         }
       }
     };
-    std::vector<std::thread> helpers;
-    const std::size_t wanted = std::min<std::size_t>(m_stat_threads, todo.size() / kStatBatch + 1) - 1;
-    helpers.reserve(wanted);  // (may throw, before any thread runs)
-    try {
-      for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
-    } catch (...) {
-      // No more threads: the ones started and this one share the work all the same.
+    const bool parallel = m_stat_threads >= 2 && files.size() >= kParallelStatPaths;
+    if (parallel) {
+      const std::size_t wanted = std::min<std::size_t>(m_stat_threads, files.size() / kStatBatch + 1) - 1;
+      try {
+        helpers.reserve(wanted);
+        for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
+      } catch (...) {
+        // No more threads: the ones started and this one share the work all the same.
+      }
     }
-    work();
-    for (std::thread& helper : helpers) helper.join();
-    for (const std::uint32_t path : todo) {
-      if (m_probes[path].stat_state == PathProbe::Stat::unknown) continue;  // left to stat_path
+    // The absent paths, on this thread while the helpers stat the headers (they touch other probes).
+    std::exception_ptr failure;
+    try {
+      absent_walk(absent, at_ns);
+    } catch (...) {  // (allocation) the helpers must be joined first; check() stats what is left
+      failure = std::current_exception();
+    }
+    if (parallel) {
+      work();
+      for (std::thread& helper : helpers) helper.join();
+      for (const std::uint32_t path : files) {
+        if (m_probes[path].stat_state == PathProbe::Stat::unknown) continue;  // left to stat_path
+        ++stats;
+        if (m_memo != nullptr) remember(path, m_probes[path], at_ns);
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  /// What the memo knows of `paths`, asked under one lock; the paths it answered leave the list.
+  void ask_memo(std::vector<std::uint32_t>& todo) {
+    if (todo.empty()) return;
+    std::vector<std::string_view> paths(todo.size());
+    for (std::size_t i = 0; i < todo.size(); ++i) paths[i] = m_view.paths[todo[i]];
+    m_memo->find_each(paths, m_now_ns, m_memo_ttl, [&](std::size_t i, const StatMemo::Seen& seen) {
+      fill_from_memo(todo[i], seen);
+      todo[i] = kKnown;
+    });
+    todo.erase(std::remove(todo.begin(), todo.end(), kKnown), todo.end());
+  }
+
+  /// Settles paths recorded absent, most without a stat of their own: a compiler probes a header in
+  /// every include folder before the one that has it, so a big tree's absent paths are mostly names
+  /// under a few folders that do not exist (<folder>/cuda/std/... where <folder> has no cuda/). When a
+  /// path is absent, its folders are stat'ed upwards until one exists; every path under a folder found
+  /// absent is then absent too, as its own stat at that moment would have said. The folders found are
+  /// views into the paths (prefixes), kept for this checker's lookups only.
+  void absent_walk(const std::vector<std::uint32_t>& absent, std::int64_t at_ns) {
+    for (const std::uint32_t path : absent) {
+      PathProbe& probe = m_probes[path];
+      if (probe.stat_state != PathProbe::Stat::unknown) continue;
+      const std::string_view text = m_view.paths[path];
+      if (under_absent_folder(text)) {
+        probe.stat_state = PathProbe::Stat::absent;
+        ++inferred;
+      } else {
+        ++stats;
+        stat_into(probe, c_path(path));
+        if (probe.stat_state == PathProbe::Stat::absent) note_absent_folders(text);
+      }
+      if (m_memo != nullptr) remember(path, probe, at_ns);
+    }
+  }
+
+  static std::string_view folder_of(std::string_view path) noexcept {
+    const std::size_t slash = path.rfind('/');
+    if (slash == std::string_view::npos || slash == 0) return {};  // no folder, or "/" (always there)
+    return path.substr(0, slash);
+  }
+
+  /// Whether a folder above `path` was found absent; folders passed on the way up that were not known
+  /// yet are absent as well and are noted. Stops at the first folder found present.
+  bool under_absent_folder(std::string_view path) {
+    std::string_view folder = folder_of(path);
+    std::size_t unknown = 0;
+    while (!folder.empty()) {
+      const auto it = m_folders.find(folder);
+      if (it != m_folders.end()) {
+        if (!it->second) return false;
+        // Absent: so is every folder below it on the way here.
+        for (std::string_view below = folder_of(path); unknown-- > 0; below = folder_of(below)) m_folders.emplace(below, true);
+        return true;
+      }
+      ++unknown;
+      folder = folder_of(folder);
+    }
+    return false;
+  }
+
+  /// `path` was found absent: stats its folders upwards, noting each, until one exists (or is known).
+  void note_absent_folders(std::string_view path) {
+    for (std::string_view folder = folder_of(path); !folder.empty(); folder = folder_of(folder)) {
+      if (m_folders.contains(folder)) return;
+      PathProbe probe;
+      m_folder_buffer.assign(folder);
       ++stats;
-      if (m_memo != nullptr) remember(path, m_probes[path], at_ns);
+      stat_into(probe, m_folder_buffer.c_str());
+      if (probe.stat_state == PathProbe::Stat::failed) return;  // (not known either way: not noted)
+      const bool absent = probe.stat_state == PathProbe::Stat::absent;
+      m_folders.emplace(folder, absent);
+      if (!absent) return;
     }
   }
 
@@ -509,6 +653,9 @@ class Checker {
   std::deque<ReadProbe> m_reads;
   std::vector<std::uint32_t> m_pending;
   std::string m_path_buffer;
+  std::string m_folder_buffer;
+  /// Folders of absent paths stat'ed by absent_walk: true when absent. Views into the view's paths.
+  std::unordered_map<std::string_view, bool> m_folders;
   std::unique_ptr<std::byte[]> m_buffer;
 };
 

@@ -702,6 +702,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     out.check_ns = lap();
     if (checker_slot) {
       out.stats = checker_slot->stats;
+      out.inferred_absent = checker_slot->inferred;
       out.memo_hits = checker_slot->memo_hits;
       out.reads = checker_slot->reads;
       out.bytes_hashed = checker_slot->bytes_hashed;
@@ -930,12 +931,12 @@ std::optional<DependencyManifests::RecentStat> DependencyManifests::recent_stat(
                                                                                std::int64_t now_ns) const {
   const std::optional<StatMemo::Seen> seen = m_state->stat_memo.find(path, now_ns, m_config.stat_memo);
   if (!seen) return std::nullopt;
-  return RecentStat{seen->present, seen->stat};
+  return RecentStat{seen->present, seen->stat, seen->folder};
 }
 
 void DependencyManifests::note_stat(std::string_view path, const RecentStat& found, std::int64_t at_ns) const {
   if (m_config.stat_memo.count() <= 0) return;
-  m_state->stat_memo.remember(path, StatMemo::Seen{found.present, found.stat, at_ns});
+  m_state->stat_memo.remember(path, StatMemo::Seen{found.present, found.stat, at_ns, found.present && found.folder});
 }
 
 bool DependencyManifests::remove(const Hash128& request_key) noexcept {

@@ -335,7 +335,7 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
         folders.push_back(std::move(folder));
       }
     }
-    r.include_folders = checked_include_folders(folders);
+    r.include_folders = checked_include_folders(folders, &m_storage.manifests());
   }
   make_key(r, facts->identity);
   return r;
@@ -353,11 +353,11 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
         m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), &looked, &dependency_part);
     KILN_LOG(debug,
              "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms: {} stat, "
-             "{} from the stat memo, {} header(s) re-read{})",
+             "{} absent under an absent folder, {} from the stat memo, {} header(s) re-read{})",
              r.source.name(), r.request_hash.hex(), cache::to_string(looked.outcome),
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
              looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6, looked.stats,
-             looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
+             looked.inferred_absent, looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
     if (result) {
       r.dependency_part = std::move(dependency_part);
       r.includes.reset();

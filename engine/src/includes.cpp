@@ -681,18 +681,31 @@ struct Unit {
   std::shared_ptr<const std::string> rewritten;           ///< the text the compiler gets
 };
 
-/// The folder as an absolute, normal path; ConfigError when it is empty, missing or not a folder.
-std::string checked_folder(const std::filesystem::path& folder) {
+/// The folder as an absolute, normal path; ConfigError when it is empty, missing or not a folder. With
+/// `memo`, a folder it saw as a folder moments ago is not stat'ed again (a request names the same few
+/// folders every time).
+std::string checked_folder(const std::filesystem::path& folder, const cache::DependencyManifests* memo = nullptr,
+                           std::int64_t now_ns = 0) {
   if (folder.empty()) throw ConfigError("an include folder is empty");
-  std::error_code ec;
-  const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
-  if (ec) throw ConfigError(fmt::format("include folder '{}': {}", folder.string(), ec.message()));
-  std::string path = normalize(absolute.string());
+  std::string path;
+  const std::string& given = folder.native();
+  if (given.front() == '/' && plainly_normal(given)) {
+    path = given;
+  } else {
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+    if (ec) throw ConfigError(fmt::format("include folder '{}': {}", folder.string(), ec.message()));
+    path = normalize(absolute.string());
+  }
+  if (memo != nullptr) {
+    if (const auto seen = memo->recent_stat(path, now_ns); seen && seen->folder) return path;
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw ConfigError(fmt::format("include folder '{}' does not exist ({})", folder.string(), std::strerror(errno)));
   }
   if (!S_ISDIR(st.st_mode)) throw ConfigError(fmt::format("include folder '{}' is not a folder", folder.string()));
+  if (memo != nullptr) memo->note_stat(path, {true, cache::to_file_stat(st), true}, now_ns);
   return path;
 }
 
@@ -990,10 +1003,12 @@ std::vector<std::filesystem::path> include_candidates(const std::filesystem::pat
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) { return Resolver(input).run(); }
 
-std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders) {
+std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders,
+                                                           const cache::DependencyManifests* memo) {
   std::vector<std::filesystem::path> out;
   out.reserve(folders.size());
-  for (const std::filesystem::path& folder : folders) out.emplace_back(checked_folder(folder));
+  const std::int64_t now_ns = memo != nullptr ? cache::realtime_now_ns() : 0;
+  for (const std::filesystem::path& folder : folders) out.emplace_back(checked_folder(folder, memo, now_ns));
   return out;
 }
 

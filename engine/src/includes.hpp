@@ -140,7 +140,9 @@ struct ResolvedIncludes {
 
 /// The folders as absolute, lexically normal paths, in the same order. Throws ConfigError for a folder
 /// that is empty, does not exist or is not a folder (one stat each).
-[[nodiscard]] std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders);
+/// With `memo`, a folder seen as a folder less than its stat memo time ago is not stat'ed again.
+[[nodiscard]] std::vector<std::filesystem::path> checked_include_folders(
+    std::span<const std::filesystem::path> folders, const cache::DependencyManifests* memo = nullptr);
 
 /// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
 /// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.

@@ -190,7 +190,8 @@ TEST_CASE("manifest: record then lookup hits by stat alone, with zero header rea
   CHECK(stats.outcome == ManifestOutcome::hit);
   CHECK(stats.reads == 0);
   CHECK(stats.bytes_hashed == 0);
-  CHECK(stats.stats == 5);  // 3 headers + 2 absent paths, each once
+  CHECK(stats.stats == 6);  // 3 headers + 2 absent paths, each once, and the absent paths' folder once
+  CHECK(stats.inferred_absent == 0);
   CHECK(stats.refreshed == 0);
   CHECK_FALSE(stats.rewritten);
 
@@ -319,7 +320,7 @@ TEST_CASE("manifest: several results (header version A, then B, then A again) al
   CHECK(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("A"));
   CHECK(stats.results_checked == 2);
   CHECK(stats.reads == 1);  // read once, compared with both recorded digests
-  CHECK(stats.stats == 3);  // a.h, b.h, inc0/a.h: each once for both results
+  CHECK(stats.stats == 4);  // a.h, b.h, inc0/a.h and its folder: each once for both results
   CHECK(stats.rewritten);
   CHECK(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("A"));
   CHECK(stats.reads == 1);  // B is newest: its stale stat for a.h needs the bytes to rule it out
@@ -950,7 +951,10 @@ TEST_CASE("manifest: lookup time for 2,000 headers and 2,000 absent paths (print
       kHeaders, kHeaders, static_cast<unsigned long long>(size), record_s * 1e3, lookup * 1e3, lookups.front() * 1e3,
       floor * 1e3, lookup / floor);
   std::fflush(stdout);
-  CHECK(stats.stats == 2 * kHeaders);
+  // Each header, and per absent library folder (inc0/libNN/detail, 40 of them, none there) its first
+  // path, detail/ and libNN/; inc0 once. The other absent paths lie under a folder found absent.
+  CHECK(stats.stats == kHeaders + 3 * 40 + 1);
+  CHECK(stats.inferred_absent == kHeaders - 40);
 }
 
 TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing header is seen once the memo's "
@@ -963,7 +967,7 @@ TEST_CASE("the stat memo: a burst of lookups stats each path once; a shadowing h
   manifests.record(f.request.key, f.request.canonical, f.standard_deps(), result_key("A"));
   LookupStats first;
   REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &first) == result_key("A"));
-  CHECK(first.stats == 5);
+  CHECK(first.stats == 6);
   LookupStats second;
   REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &second) == result_key("A"));
   CHECK(second.stats == 0);
@@ -1166,20 +1170,55 @@ TEST_CASE("manifest: a large result's paths are stat'ed on several threads, and 
     manifests.record(f.request.key, f.request.canonical, deps(headers, absent), result_key("many"));
     LookupStats stats;
     REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("many"));
-    CHECK(stats.stats == 600);  // each path once, whichever thread stat'ed it
+    // Each header once, whichever thread stat'ed it; of the absent paths (all under inc0/many/, which
+    // does not exist) the first one, its folder and inc0.
+    CHECK(stats.stats == 300 + 3);
+    CHECK(stats.inferred_absent == 299);
     CHECK(stats.reads == 0);
-    // A header appears in the earlier folder (it would shadow one): a miss that names it.
+    // A header appears in the earlier folder (it would shadow one), in a folder that was not there: a
+    // miss that names it.
     write_text(absent[150], "int shadow;\n");
     CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &stats));
     CHECK(stats.detail.find(absent[150].string()) != std::string::npos);
     CHECK(stats.detail.find("appeared") != std::string::npos);
     fs::remove(absent[150]);
+    fs::remove(absent[150].parent_path());
     // A header vanishes.
     fs::rename(headers[200], f.inc / "moved.h");
     CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &stats));
     CHECK(stats.detail.find(headers[200].string() + " no longer exists") != std::string::npos);
     fs::rename(f.inc / "moved.h", headers[200]);
   }
+}
+
+TEST_CASE("manifest: absent paths under a folder found absent take no stat; a folder or a header that appears "
+          "there is seen", "[include]") {
+  Fixture f;
+  std::vector<fs::path> absent;
+  for (int i = 0; i < 50; ++i) absent.push_back(f.inc0 / "x" / "y" / fmt::format("h{}.h", i));
+  DependencyManifests manifests(config_for(f.root));
+  manifests.record(f.request.key, f.request.canonical, deps({f.inc / "a.h"}, absent), result_key("A"));
+  LookupStats stats;
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("A"));
+  CHECK(stats.stats == 1 + 1 + 3);  // a.h; the first absent path; inc0/x/y and inc0/x (absent), inc0
+  CHECK(stats.inferred_absent == 49);
+
+  // The folder appears, empty: every path is stat'ed again, and all are still absent.
+  fs::create_directories(f.inc0 / "x" / "y");
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("A"));
+  CHECK(stats.stats == 1 + 50 + 1);
+  CHECK(stats.inferred_absent == 0);
+
+  // A header appears in it: named.
+  write_text(absent[37], "int shadow;\n");
+  CHECK_FALSE(manifests.lookup(f.request.key, f.request.canonical, &stats));
+  CHECK(stats.detail.find(absent[37].string() + " was absent and exists now") != std::string::npos);
+
+  // A file where the folder was: the paths under it cannot exist (ENOTDIR), so the set holds again.
+  fs::remove_all(f.inc0 / "x");
+  write_text(f.inc0 / "x", "not a folder\n");
+  REQUIRE(manifests.lookup(f.request.key, f.request.canonical, &stats) == result_key("A"));
+  CHECK(stats.inferred_absent == 49);  // inc0/x/y cannot exist under a file: it settles the rest
 }
 
 TEST_CASE("the stat memo keeps the bytes its keys point into, also when a full memo is cleared", "[include]") {

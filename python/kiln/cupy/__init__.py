@@ -55,6 +55,7 @@ _original = None  # CuPy's function, saved by the first enable()
 _engine = None  # None: kiln.default_engine()
 _counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"python": 0.0, "kiln": 0.0, "load": 0.0}}
 _warned = set()
+_translated = {}  # CuPy's options tuple -> translate_options(it): a program compiles with a few option sets
 
 # --- options ---------------------------------------------------------------------------------------
 # CuPy passes NVRTC flags. Each one this module knows maps to kiln's spelling; the others send the
@@ -199,7 +200,18 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         full += ("--device-debug", "--generate-line-info")
     arch_flag = _arch_flag(compiler, arch)
     target = arch_flag.split("=", 1)[1]  # sm_XX (CUBIN) or compute_XX (PTX)
-    kiln_options, reason = translate_options(full)
+    try:
+        translated = _translated.get(full)
+    except TypeError:  # an option that is not hashable: translate_options says why it is refused
+        translated = None
+    if translated is None:
+        translated = translate_options(full)
+        if len(_translated) < 256:
+            try:
+                _translated[full] = translated
+            except TypeError:
+                pass
+    kiln_options, reason = translated
     if reason:
         return fallback(reason)
     if isinstance(source, bytes):

@@ -12,6 +12,9 @@ namespace kiln::cache::detail {
 /// XXH3-128 of `size` bytes with a seed. Never throws.
 [[nodiscard]] Hash128 xxh3_128(const void* data, std::size_t size, std::uint64_t seed) noexcept;
 
+/// XXH3-64 of `size` bytes (seed 0): a fast hash for in-memory tables (paths), not a key or a checksum.
+[[nodiscard]] std::uint64_t xxh3_64(const void* data, std::size_t size) noexcept;
+
 /// XXH3-128 of data given in pieces (the entry checksum while an entry is read).
 class Xxh3Stream {
  public:

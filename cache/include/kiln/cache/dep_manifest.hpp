@@ -196,6 +196,8 @@ struct LookupStats {
   std::string detail;                 ///< why, when it is not a hit: the content error, or each result's first change
   std::uint32_t results_checked = 0;  ///< results looked at (up to and including the matching one)
   std::uint32_t stats = 0;            ///< stat(2) calls on header and absent paths (each path at most once)
+  /// and on the folders above absent paths; absent paths under a folder found absent take no stat:
+  std::uint32_t inferred_absent = 0;  ///< absent paths settled by a folder above them found absent
   std::uint32_t memo_hits = 0;        ///< paths answered from the stat memo (ManifestConfig::stat_memo)
   /// Results answered because this instance checked the same dependency set (same headers with the same
   /// digests, same absent paths) for another request within the stat memo's time: no path checked.
@@ -304,6 +306,7 @@ class DependencyManifests {
   struct RecentStat {
     bool present = false;  ///< else absent: nothing at the path (ENOENT, ENOTDIR)
     FileStat stat;         ///< present: what stat(2) said
+    bool folder = false;   ///< present, and a directory
   };
   /// What a stat of `path` found less than stat_memo before `now_ns` (CLOCK_REALTIME), if one did.
   [[nodiscard]] std::optional<RecentStat> recent_stat(std::string_view path, std::int64_t now_ns) const;
