@@ -303,6 +303,7 @@ class Checker {
   static constexpr std::size_t kParallelStatPaths = 256;
   static constexpr std::size_t kStatBatch = 64;  ///< paths a thread takes at a time
   static constexpr std::size_t kStatPathBytes = 4096;  ///< longer paths are stat'ed by stat_path
+  static constexpr std::size_t kWalkRun = 512;  ///< absent paths per run when they are settled in parallel
 
   Checker(const ManifestView& view, const ManifestLimits& limits, std::int64_t now_ns, std::chrono::nanoseconds window,
           StatMemo* memo = nullptr, std::chrono::nanoseconds memo_ttl = {}, unsigned stat_threads = 1)
@@ -380,9 +381,10 @@ class Checker {
   }
 
   /// Asks the memo about every path of `result` not probed yet (under one lock), then settles the rest:
-  /// the headers on several threads when there are enough of them to pay for the threads (a big tree in
-  /// a fresh process: each stat(2) is a path walk in the kernel, and they run side by side), the absent
-  /// paths meanwhile on this thread, by way of their folders (absent_walk). check() then finds them
+  /// the absent paths by way of their folders (walk()), the headers by a stat each. With enough paths to
+  /// pay for threads (a big tree in a fresh process: each stat(2) is a path walk in the kernel, and they
+  /// run side by side), both run on several threads: the absent paths in a few runs of the manifest's
+  /// order (each run's paths share their folders), the headers in batches. check() then finds them
   /// probed; what is left (few headers, very long paths) it stats itself.
   void prefetch(const ResultRefs& result) {
     std::vector<std::uint32_t> files;
@@ -399,31 +401,45 @@ class Checker {
         absent.push_back(path);
       }
     }
+    std::sort(absent.begin(), absent.end());  // (manifests list a result's absent paths in order already)
+    absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
     if (m_memo != nullptr) {
       ask_memo(files);
       ask_memo(absent);
     }
+    if (files.empty() && absent.empty()) return;
     const std::int64_t at_ns = realtime_now_ns();
-    std::vector<std::thread> helpers;
+    const bool parallel = m_stat_threads >= 2 && files.size() + absent.size() >= kParallelStatPaths;
+    // Work units: first the runs of absent paths, then batches of headers (stat'ed here only in parallel).
+    const std::size_t runs =
+        absent.empty() ? 0 : parallel ? std::clamp<std::size_t>(absent.size() / kWalkRun, 1, m_stat_threads) : 1;
+    std::vector<Walker> walkers(runs);
+    const std::size_t batches = parallel ? (files.size() + kStatBatch - 1) / kStatBatch : 0;
+    const std::size_t units = runs + batches;
     std::atomic<std::size_t> next{0};
-    // Nothing in here allocates or throws: a path too long for the buffer is left to stat_path.
+    std::atomic<std::uint32_t> header_stats{0};
     const auto work = [&]() noexcept {
       char buffer[kStatPathBytes + 1];
       for (;;) {
-        const std::size_t begin = next.fetch_add(kStatBatch, std::memory_order_relaxed);
-        if (begin >= files.size()) return;
-        for (std::size_t i = begin; i < std::min(files.size(), begin + kStatBatch); ++i) {
-          const std::string_view path = m_view.paths[files[i]];
-          if (path.size() > kStatPathBytes) continue;
-          std::memcpy(buffer, path.data(), path.size());
-          buffer[path.size()] = '\0';
-          stat_into(m_probes[files[i]], buffer);
+        const std::size_t unit = next.fetch_add(1, std::memory_order_relaxed);
+        if (unit >= units) return;
+        if (unit < runs) {
+          walk(std::span(absent).subspan(unit * absent.size() / runs, (unit + 1) * absent.size() / runs -
+                                                                           unit * absent.size() / runs),
+               walkers[unit], buffer);
+          continue;
         }
+        const std::size_t begin = (unit - runs) * kStatBatch;
+        std::uint32_t stated = 0;
+        for (std::size_t i = begin; i < std::min(files.size(), begin + kStatBatch); ++i) {
+          stated += stat_probe(m_probes[files[i]], m_view.paths[files[i]], buffer) ? 1 : 0;
+        }
+        header_stats.fetch_add(stated, std::memory_order_relaxed);
       }
     };
-    const bool parallel = m_stat_threads >= 2 && files.size() >= kParallelStatPaths;
+    std::vector<std::thread> helpers;
     if (parallel) {
-      const std::size_t wanted = std::min<std::size_t>(m_stat_threads, files.size() / kStatBatch + 1) - 1;
+      const std::size_t wanted = std::min<std::size_t>(m_stat_threads, units) - 1;
       try {
         helpers.reserve(wanted);
         for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
@@ -431,23 +447,18 @@ class Checker {
         // No more threads: the ones started and this one share the work all the same.
       }
     }
-    // The absent paths, on this thread while the helpers stat the headers (they touch other probes).
-    std::exception_ptr failure;
-    try {
-      absent_walk(absent, at_ns);
-    } catch (...) {  // (allocation) the helpers must be joined first; check() stats what is left
-      failure = std::current_exception();
+    work();
+    for (std::thread& helper : helpers) helper.join();
+    stats += header_stats.load();
+    for (const Walker& walker : walkers) {
+      stats += walker.stats;
+      inferred += walker.inferred;
     }
+    if (m_memo == nullptr) return;
+    for (const std::uint32_t path : absent) remember(path, m_probes[path], at_ns);
     if (parallel) {
-      work();
-      for (std::thread& helper : helpers) helper.join();
-      for (const std::uint32_t path : files) {
-        if (m_probes[path].stat_state == PathProbe::Stat::unknown) continue;  // left to stat_path
-        ++stats;
-        if (m_memo != nullptr) remember(path, m_probes[path], at_ns);
-      }
+      for (const std::uint32_t path : files) remember(path, m_probes[path], at_ns);
     }
-    if (failure) std::rethrow_exception(failure);
   }
 
   /// What the memo knows of `paths`, asked under one lock; the paths it answered leave the list.
@@ -462,26 +473,45 @@ class Checker {
     todo.erase(std::remove(todo.begin(), todo.end(), kKnown), todo.end());
   }
 
+  /// Stats `path` into `probe` through `buffer` (kStatPathBytes + 1 bytes); false, leaving the probe
+  /// unknown (for stat_path), when the path is longer than that.
+  static bool stat_probe(PathProbe& probe, std::string_view path, char* buffer) noexcept {
+    if (path.size() > kStatPathBytes) return false;
+    std::memcpy(buffer, path.data(), path.size());
+    buffer[path.size()] = '\0';
+    stat_into(probe, buffer);
+    return true;
+  }
+
+  /// One run of absent paths being settled (walk()): the folders it stat'ed, true when absent (views
+  /// into the paths: prefixes of them), and what it did.
+  struct Walker {
+    std::unordered_map<std::string_view, bool> folders;
+    std::uint32_t stats = 0;
+    std::uint32_t inferred = 0;
+  };
+
   /// Settles paths recorded absent, most without a stat of their own: a compiler probes a header in
   /// every include folder before the one that has it, so a big tree's absent paths are mostly names
   /// under a few folders that do not exist (<folder>/cuda/std/... where <folder> has no cuda/). When a
   /// path is absent, its folders are stat'ed upwards until one exists; every path under a folder found
-  /// absent is then absent too, as its own stat at that moment would have said. The folders found are
-  /// views into the paths (prefixes), kept for this checker's lookups only.
-  void absent_walk(const std::vector<std::uint32_t>& absent, std::int64_t at_ns) {
-    for (const std::uint32_t path : absent) {
-      PathProbe& probe = m_probes[path];
-      if (probe.stat_state != PathProbe::Stat::unknown) continue;
-      const std::string_view text = m_view.paths[path];
-      if (under_absent_folder(text)) {
-        probe.stat_state = PathProbe::Stat::absent;
-        ++inferred;
-      } else {
-        ++stats;
-        stat_into(probe, c_path(path));
-        if (probe.stat_state == PathProbe::Stat::absent) note_absent_folders(text);
+  /// absent is then absent too, as its own stat at that moment would have said. Never throws: a path it
+  /// cannot settle (no memory, too long) stays unknown, and check() stats it.
+  void walk(std::span<const std::uint32_t> paths, Walker& walker, char* buffer) noexcept {
+    try {
+      for (const std::uint32_t path : paths) {
+        PathProbe& probe = m_probes[path];
+        const std::string_view text = m_view.paths[path];
+        if (under_absent_folder(text, walker)) {
+          probe.stat_state = PathProbe::Stat::absent;
+          ++walker.inferred;
+          continue;
+        }
+        if (!stat_probe(probe, text, buffer)) continue;
+        ++walker.stats;
+        if (probe.stat_state == PathProbe::Stat::absent) note_absent_folders(text, walker, buffer);
       }
-      if (m_memo != nullptr) remember(path, probe, at_ns);
+    } catch (...) {  // (std::bad_alloc from the folder map) the rest is left to check()
     }
   }
 
@@ -493,34 +523,34 @@ class Checker {
 
   /// Whether a folder above `path` was found absent; folders passed on the way up that were not known
   /// yet are absent as well and are noted. Stops at the first folder found present.
-  bool under_absent_folder(std::string_view path) {
-    std::string_view folder = folder_of(path);
+  static bool under_absent_folder(std::string_view path, Walker& walker) {
     std::size_t unknown = 0;
-    while (!folder.empty()) {
-      const auto it = m_folders.find(folder);
-      if (it != m_folders.end()) {
-        if (!it->second) return false;
-        // Absent: so is every folder below it on the way here.
-        for (std::string_view below = folder_of(path); unknown-- > 0; below = folder_of(below)) m_folders.emplace(below, true);
-        return true;
+    for (std::string_view folder = folder_of(path); !folder.empty(); folder = folder_of(folder)) {
+      const auto it = walker.folders.find(folder);
+      if (it == walker.folders.end()) {
+        ++unknown;
+        continue;
       }
-      ++unknown;
-      folder = folder_of(folder);
+      if (!it->second) return false;
+      // Absent: so is every folder below it on the way here.
+      for (std::string_view below = folder_of(path); unknown > 0; below = folder_of(below), --unknown) {
+        walker.folders.emplace(below, true);
+      }
+      return true;
     }
     return false;
   }
 
   /// `path` was found absent: stats its folders upwards, noting each, until one exists (or is known).
-  void note_absent_folders(std::string_view path) {
+  static void note_absent_folders(std::string_view path, Walker& walker, char* buffer) {
     for (std::string_view folder = folder_of(path); !folder.empty(); folder = folder_of(folder)) {
-      if (m_folders.contains(folder)) return;
+      if (walker.folders.contains(folder)) return;
       PathProbe probe;
-      m_folder_buffer.assign(folder);
-      ++stats;
-      stat_into(probe, m_folder_buffer.c_str());
+      if (!stat_probe(probe, folder, buffer)) return;
+      ++walker.stats;
       if (probe.stat_state == PathProbe::Stat::failed) return;  // (not known either way: not noted)
       const bool absent = probe.stat_state == PathProbe::Stat::absent;
-      m_folders.emplace(folder, absent);
+      walker.folders.emplace(folder, absent);
       if (!absent) return;
     }
   }
@@ -653,9 +683,6 @@ class Checker {
   std::deque<ReadProbe> m_reads;
   std::vector<std::uint32_t> m_pending;
   std::string m_path_buffer;
-  std::string m_folder_buffer;
-  /// Folders of absent paths stat'ed by absent_walk: true when absent. Views into the view's paths.
-  std::unordered_map<std::string_view, bool> m_folders;
   std::unique_ptr<std::byte[]> m_buffer;
 };
 

@@ -219,11 +219,31 @@ def _read_binary(library, handle):
         expression, symbol = ctypes.c_char_p(), ctypes.c_char_p()
         check(library.kiln_binary_name(handle, index, ctypes.byref(expression), ctypes.byref(symbol)))
         lowered[_text(expression.value)] = _text(symbol.value)
-    log = ctypes.c_char_p()
-    check(library.kiln_binary_log(handle, ctypes.byref(log)))
+    origin = _native.ORIGINS.get(info.origin, f"unknown ({info.origin})")
+    log = ""
+    if origin == "compiled":  # (kiln_binary_log is empty for a binary from any cache: one call saved)
+        text = ctypes.c_char_p()
+        check(library.kiln_binary_log(handle, ctypes.byref(text)))
+        log = _text(text.value)
     return Binary(data, _native.BINARY_KINDS.get(info.kind, f"unknown ({info.kind})"), _text(info.target),
-                  _text(info.key), _native.ORIGINS.get(info.origin, f"unknown ({info.origin})"), lowered,
-                  _text(log.value), info.seconds)
+                  _text(info.key), origin, lowered, log, info.seconds)
+
+
+_encoded_options = {}  # tuple of option strings -> strings(...) of them: a runtime repeats a few option sets
+
+
+def _option_strings(options):
+    """strings(options, "options"), kept for option sets seen before (the C side only reads them)."""
+    try:
+        key = tuple(options) if not isinstance(options, (str, bytes)) else (options,)
+        found = _encoded_options.get(key)
+    except TypeError:  # an unhashable item: strings() says what is wrong with it
+        return strings(options, "options")
+    if found is None:
+        found = strings(key, "options")
+        if len(_encoded_options) < 64:
+            _encoded_options[key] = found
+    return found
 
 
 class Engine(_Handle):
@@ -311,7 +331,7 @@ class Engine(_Handle):
         expressions (e.g. "scale<float>"), whose symbols come back in Binary.lowered_names."""
         library = _native.require(_native.COMPILE_API_VERSION, "kiln.Engine.compile (kiln_compile)")
         source = _as_source(source)
-        opts, nopts = strings(options, "options")
+        opts, nopts = _option_strings(options)
         exprs, nexprs = strings(names, "names")
         handle = H()
         check(library.kiln_compile(self._handle, source._handle, opts, nopts, exprs, nexprs,
