@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -401,7 +400,7 @@ class Checker {
         absent.push_back(path);
       }
     }
-    std::sort(absent.begin(), absent.end());  // (manifests list a result's absent paths in order already)
+    std::sort(absent.begin(), absent.end());  // (each once, even from a manifest that names one twice)
     absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
     if (m_memo != nullptr) {
       ask_memo(files);

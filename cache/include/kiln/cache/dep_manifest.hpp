@@ -195,9 +195,10 @@ struct LookupStats {
   ManifestOutcome outcome = ManifestOutcome::no_manifest;
   std::string detail;                 ///< why, when it is not a hit: the content error, or each result's first change
   std::uint32_t results_checked = 0;  ///< results looked at (up to and including the matching one)
-  std::uint32_t stats = 0;            ///< stat(2) calls on header and absent paths (each path at most once)
-  /// and on the folders above absent paths; absent paths under a folder found absent take no stat:
-  std::uint32_t inferred_absent = 0;  ///< absent paths settled by a folder above them found absent
+  /// stat(2) calls: on headers and absent paths (each at most once), and on the folders above an absent
+  /// path (upwards until one exists), whose answer settles the other absent paths under them.
+  std::uint32_t stats = 0;
+  std::uint32_t inferred_absent = 0;  ///< absent paths settled by a folder above them found absent (no stat)
   std::uint32_t memo_hits = 0;        ///< paths answered from the stat memo (ManifestConfig::stat_memo)
   /// Results answered because this instance checked the same dependency set (same headers with the same
   /// digests, same absent paths) for another request within the stat memo's time: no path checked.
