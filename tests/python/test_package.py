@@ -153,6 +153,22 @@ def test_compile_ptx_and_options(engine, compile_api):
         engine.compile(KERNELS, target="sm_1")
 
 
+def test_compile_options_are_read_at_each_call(engine, compile_api):
+    # Option sets are encoded once and kept (_option_strings): a list the caller changes between two
+    # calls must still give the request it holds at each call, and bad items are still refused.
+    options = ["-DEXTRA=1"]
+    first = engine.compile(KERNELS, options=options, target="sm_90")
+    options[0] = "-DEXTRA=2"
+    second = engine.compile(KERNELS, options=options, target="sm_90")
+    again = engine.compile(KERNELS, options=("-DEXTRA=1",), target="sm_90")
+    assert first.key != second.key and again.key == first.key
+    assert engine.compile(KERNELS, options="-DEXTRA=2", target="sm_90").key == second.key  # one lone option
+    with pytest.raises(TypeError, match="options"):
+        engine.compile(KERNELS, options=[1], target="sm_90")
+    with pytest.raises(TypeError, match="options"):
+        engine.compile(KERNELS, options=[["-DEXTRA=1"]], target="sm_90")
+
+
 def test_compile_error_carries_log(engine, compile_api):
     with pytest.raises(kiln.CompileError) as caught:
         engine.compile("#include <kiln/rtc.h>\nKILN_KERNEL void k() { not_declared_here; }\n", target="sm_90")
