@@ -361,7 +361,7 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     if (result) {
       r.dependency_part = std::move(dependency_part);
       r.includes.reset();
-      make_key(r, r.compiler);
+      key_with_dependencies(r);
       if (r.hash == *result) {
         m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
         return;
@@ -395,7 +395,7 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
            }());
   r.dependency_part = cache::canonical_dependencies(resolved->dependencies);
   r.includes = std::move(resolved);
-  make_key(r, r.compiler);
+  key_with_dependencies(r);
 }
 
 std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const Request& r, const CompileError& error) {
@@ -458,6 +458,17 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
     r.request_hash = r.key.hash();
     if (!r.dependency_part.empty()) r.key.add("dependencies", r.dependency_part);
   }
+  seal_key(r);
+}
+
+void EngineCore::key_with_dependencies(Request& r) {
+  // What make_key gives for the settled part, without building the request key's parts again.
+  r.key = r.request_key;
+  r.key.add("dependencies", r.dependency_part);
+  seal_key(r);
+}
+
+KILN_HOT void EngineCore::seal_key(Request& r) {
   try {
     cache::check_canonical_key(r.key.bytes());  // the readers' limit: refuse before compiling what no one could read
   } catch (const std::length_error& e) {

@@ -133,6 +133,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   static void make_key(Request& request, const std::string& compiler_identity);
+  /// A request with include folders whose dependency part is settled: its entry key, the request key
+  /// plus that part (as make_key would give it).
+  static void key_with_dependencies(Request& request);
+  /// Checks the key against the readers' limit (ConfigError) and sets the request's hash.
+  static void seal_key(Request& request);
   /// Settles which files a request with include folders reads, and so its entry key: from the dependency
   /// manifest when `use_manifest` and it still matches (no header is read), else by resolving the
   /// includes. Does nothing for a request without include folders.
