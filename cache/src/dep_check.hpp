@@ -209,8 +209,10 @@ class StatMemo {
       m_items.clear();
       std::fill(m_index.begin(), m_index.end(), 0);
     }
+    /// Room for `items` without moving an item or rebuilding the index; the items' vector gets twice that
+    /// (only what is used is ever touched): the stats that follow a takeover add paths one by one.
     void reserve(std::size_t items) {
-      m_items.reserve(items);
+      m_items.reserve(2 * items);
       if (2 * items > m_index.size()) rebuild(items);
     }
     [[nodiscard]] const Item* find(std::string_view path, std::uint64_t hash) const noexcept {
@@ -367,6 +369,8 @@ class Checker {
   std::vector<Refresh> refreshes;  ///< header infos re-hashed with their recorded digest (may repeat)
   std::uint32_t stats = 0;
   std::uint32_t inferred = 0;  ///< absent paths settled by a folder above them found absent (no stat)
+  std::uint64_t settle_ns = 0;      ///< time in prefetch (LookupStats::settle_ns)
+  std::uint32_t settle_threads = 0;  ///< the most threads one prefetch used
   std::uint32_t memo_hits = 0;  ///< paths answered by the process's stat memo instead of stat(2)
   /// The oldest moment a stat this checker relied on was taken (a memo's answer may be older than now).
   std::int64_t oldest_ns = 0;
@@ -386,6 +390,15 @@ class Checker {
   /// order (each run's paths share their folders), the headers in batches. check() then finds them
   /// probed; what is left (few headers, very long paths) it stats itself.
   void prefetch(const ResultRefs& result) {
+    const auto started = std::chrono::steady_clock::now();
+    struct Clock {  // adds this prefetch's time to settle_ns however it returns
+      Checker& self;
+      std::chrono::steady_clock::time_point started;
+      ~Clock() {
+        self.settle_ns += static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+      }
+    } clock{*this, started};
     std::vector<std::uint32_t> files;
     std::vector<std::uint32_t> absent;
     for (const std::uint32_t file : m_view.result_files(result)) {
@@ -448,6 +461,7 @@ class Checker {
     }
     work();
     for (std::thread& helper : helpers) helper.join();
+    settle_threads = std::max<std::uint32_t>(settle_threads, static_cast<std::uint32_t>(helpers.size() + 1));
     stats += header_stats.load();
     for (const Walker& walker : walkers) {
       stats += walker.stats;

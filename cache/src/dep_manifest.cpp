@@ -703,6 +703,8 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     if (checker_slot) {
       out.stats = checker_slot->stats;
       out.inferred_absent = checker_slot->inferred;
+      out.settle_ns = checker_slot->settle_ns;
+      out.settle_threads = checker_slot->settle_threads;
       out.memo_hits = checker_slot->memo_hits;
       out.reads = checker_slot->reads;
       out.bytes_hashed = checker_slot->bytes_hashed;

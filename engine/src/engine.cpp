@@ -352,12 +352,13 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     const std::optional<cache::Hash128> result =
         m_storage.manifests().lookup(r.request_hash, r.request_key.bytes(), &looked, &dependency_part);
     KILN_LOG(debug,
-             "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms: {} stat, "
-             "{} absent under an absent folder, {} from the stat memo, {} header(s) re-read{})",
+             "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms, of "
+             "which {:.3f} ms settling paths on {} thread(s): {} stat, {} absent under an absent folder, {} from the stat "
+             "memo, {} header(s) re-read{})",
              r.source.name(), r.request_hash.hex(), cache::to_string(looked.outcome),
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
-             looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6, looked.stats,
-             looked.inferred_absent, looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
+             looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6,
+             looked.settle_ns / 1e6, looked.settle_threads, looked.stats, looked.inferred_absent, looked.memo_hits, looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
     if (result) {
       r.dependency_part = std::move(dependency_part);
       r.includes.reset();

@@ -212,6 +212,10 @@ struct LookupStats {
   /// Where the lookup's time went (the engine's debug log prints them): reading the file, parsing and
   /// verifying it, checking the results (digests of the sets, stats, re-reads).
   std::uint64_t read_ns = 0, parse_ns = 0, check_ns = 0;
+  /// Of check_ns: settling paths not known yet (the memo asked, the stats and the absent folders), and
+  /// the threads that did it (1: this one alone; 0: nothing was left to settle).
+  std::uint64_t settle_ns = 0;
+  std::uint32_t settle_threads = 0;
 };
 
 /// How a recorded dependency differs from the file system now.
