@@ -330,11 +330,25 @@ class Engine(_Handle):
         as a kiln.Binary without loading it. Needs no GPU for a named target. `names`: name
         expressions (e.g. "scale<float>"), whose symbols come back in Binary.lowered_names."""
         library = _native.require(_native.COMPILE_API_VERSION, "kiln.Engine.compile (kiln_compile)")
-        source = _as_source(source)
+        if isinstance(source, str):
+            return self._compile_text(library, "source.cu", source, options, names, target)
+        return self._compile_source(library, _as_source(source)._handle, options, names, target)
+
+    def _compile_text(self, library, name, text, options, names, target):
+        """compile() of source text named `name`: its C source lives for this call only (no Source object:
+        a runtime that hands over a new text per kernel pays for one C source, nothing more)."""
+        source = H()
+        check(library.kiln_source_from_text(name.encode(), text.encode(), None, 0, ctypes.byref(source)))
+        try:
+            return self._compile_source(library, source, options, names, target)
+        finally:
+            library.kiln_source_destroy(source)
+
+    def _compile_source(self, library, source, options, names, target):
         opts, nopts = _option_strings(options)
-        exprs, nexprs = strings(names, "names")
+        exprs, nexprs = strings(names, "names") if names else (None, 0)
         handle = H()
-        check(library.kiln_compile(self._handle, source._handle, opts, nopts, exprs, nexprs,
+        check(library.kiln_compile(self._handle, source, opts, nopts, exprs, nexprs,
                                    target.encode() if target else None, ctypes.byref(handle)))
         try:
             return _read_binary(library, handle.value)

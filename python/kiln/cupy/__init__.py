@@ -220,8 +220,8 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
     started = time.perf_counter()
     try:
         engine = _engine or _api.default_engine()
-        kiln_source = _api.Source.from_text(source, name=SOURCE_NAME)
-        binary = engine.compile(kiln_source, kiln_options, names=list(name_expressions or ()), target=target)
+        library = _native.require(_native.COMPILE_API_VERSION, "kiln.cupy (kiln_compile)")
+        binary = engine._compile_text(library, SOURCE_NAME, source, kiln_options, name_expressions, target)
     except CompileError as error:
         with _lock:
             _counts["compile_errors"] += 1
