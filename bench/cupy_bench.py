@@ -557,7 +557,8 @@ def part_prewarm(runner, kiln_cli):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one process per timing cell")
-    parser.add_argument("--runs", type=int, default=5, help="processes per timing cell (default 5)")
+    parser.add_argument("--runs", type=int, default=9, help="processes per timing cell (default 9: single processes "
+                        "move by several ms in module loads alone, so a cell needs that many for a stable median)")
     parser.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,3")
     parser.add_argument("--work", help="folder for caches and outputs (default: a new temporary folder)")
     parser.add_argument("--kiln", help="the kiln CLI (part 3)")

@@ -45,8 +45,8 @@ if [[ "${KILN_H200_ONLY:-}" == cupy ]]; then
   cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli $gpu_tests >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   echo "== ctest -L gpu"; (cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tail -12)
   echo "== cupy_bench"
-  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-420}" python3 "$root/bench/cupy_bench.py" \
-    --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-540}" python3 "$root/bench/cupy_bench.py" \
+    --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-9}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
   exit 0
 fi
 # KILN_H200_ONLY=cupydiag: single cupy_bench children with KILN_LOG=debug (kiln cold, kiln warm), a clean
