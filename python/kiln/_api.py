@@ -346,7 +346,7 @@ class Engine(_Handle):
 
     def _compile_source(self, library, source, options, names, target):
         opts, nopts = _option_strings(options)
-        exprs, nexprs = strings(names, "names") if names else (None, 0)
+        exprs, nexprs = strings(names, "names")
         handle = H()
         check(library.kiln_compile(self._handle, source, opts, nopts, exprs, nexprs,
                                    target.encode() if target else None, ctypes.byref(handle)))
