@@ -440,6 +440,7 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
     r.key.add("env", environment);
   }
   r.key.add("names", join(r.names, '\n'));
+  r.key.add("source-name", r.source.name());  // the compiler's file name: __FILE__ carries it into the binary
   r.key.add("source", r.source.text());
   if (r.source.embedded_headers_intact()) {
     // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.

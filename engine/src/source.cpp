@@ -74,6 +74,7 @@ KILN_HOT std::shared_ptr<const Source::Data> finish(std::string name, std::strin
   // checksum run, so a process's first request warms it once.
   std::string record;
   const auto field = [&record](std::string_view bytes) { append_field(record, bytes); };
+  field(data->name);  // the compiler's name for the file: __FILE__ and debug info carry it into the binary
   field(data->text);
   for (const Header& h : data->user) {
     field(h.name);

@@ -88,7 +88,8 @@ class Source(_Handle):
 
     @classmethod
     def from_text(cls, text, name="source.cu", headers=None):
-        """`headers`: {include name: text}, what `#include "name"` resolves to before any -I folder."""
+        """`name`: the compiler's file name (in its messages and in `__FILE__`; part of the cache key).
+        `headers`: {include name: text}, what `#include "name"` resolves to before any -I folder."""
         items = list((headers or {}).items())
         array = (_native.Header * len(items))(*[_native.Header(k.encode(), v.encode()) for k, v in items]) \
             if items else None

@@ -173,6 +173,32 @@ TEST_CASE("engine cache: an sm_80 entry never serves sm_90; another compiler ver
   }
 }
 
+TEST_CASE("engine cache: the same text under another source name is another binary (__FILE__ names it)", "[cache]") {
+  TempDir dir;
+  const std::string text = "extern \"C\" __global__ void where(const char** out) { *out = __FILE__; }\n";
+  const auto contains = [](std::span<const std::byte> bytes, std::string_view what) {
+    const std::string_view view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    return view.find(what) != std::string_view::npos;
+  };
+  {
+    kiln::Engine engine(config_for(dir.path()));
+    const kiln::CompiledBinary first = engine.compile(kiln::Source::from_text("first_name.cu", text), {}, {}, "sm_90");
+    const kiln::CompiledBinary second = engine.compile(kiln::Source::from_text("second_name.cu", text), {}, {}, "sm_90");
+    CHECK(first.origin() == Origin::compiled);
+    CHECK(second.origin() == Origin::compiled);  // neither engine memory nor the disk entry of the first
+    CHECK(first.key() != second.key());
+    CHECK(contains(first.bytes(), "first_name.cu"));
+    CHECK(contains(second.bytes(), "second_name.cu"));
+    CHECK_FALSE(contains(second.bytes(), "first_name.cu"));
+    CHECK(kiln::Source::from_text("a.cu", text).content_hash() != kiln::Source::from_text("b.cu", text).content_hash());
+  }
+  // A new engine (another process) finds each on disk under its own name.
+  kiln::Engine engine(config_for(dir.path()));
+  const kiln::CompiledBinary again = engine.compile(kiln::Source::from_text("second_name.cu", text), {}, {}, "sm_90");
+  CHECK(again.origin() == Origin::disk);
+  CHECK(contains(again.bytes(), "second_name.cu"));
+}
+
 TEST_CASE("engine cache: read-only caches serve hits, compile misses and store nothing", "[cache]") {
   TempDir dir;
   ::chmod(dir.path().c_str(), 0711);

@@ -53,7 +53,9 @@ def test_translate_options():
 
 def test_routed_module_gets_kiln_cubin(routed):
     cupy, engine = routed
-    expected = engine.compile(KERNELS, options=["-std=c++17", "-DCUPY_STAND_IN=1", "-ftz=true"], target="sm_90")
+    # kiln.cupy compiles CuPy's code under one source name (part of the request, as the file name __FILE__ gives).
+    expected = engine.compile(kiln.Source.from_text(KERNELS, name=kiln.cupy.SOURCE_NAME),
+                              options=["-std=c++17", "-DCUPY_STAND_IN=1", "-ftz=true"], target="sm_90")
     module = call(cupy)
     assert isinstance(module, cupy.cuda.function.Module)
     assert module.image == expected.data and module.image[:4] == b"\x7fELF"  # exactly kiln's CUBIN for sm_90
@@ -87,7 +89,8 @@ def test_include_folders_reach_kiln(routed, tmp_path):
     source = '#include <bench/defs.cuh>\nextern "C" __global__ void k(int* out) { *out = BENCH_VALUE; }\n'
     options = ("-I" + str(tmp_path), "--std=c++17")
     module = call(cupy, source=source, options=options)
-    expected = engine.compile(source, ["-I" + str(tmp_path), "-std=c++17", "-ftz=true"], target="sm_90")
+    expected = engine.compile(kiln.Source.from_text(source, name=kiln.cupy.SOURCE_NAME),
+                              ["-I" + str(tmp_path), "-std=c++17", "-ftz=true"], target="sm_90")
     assert module.image == expected.data and expected.origin == "memory"
     assert cupy.cuda.compiler.calls == []
 

@@ -110,6 +110,22 @@ def test_compile_cubin(engine, compile_api):
     assert engine.prewarm(source, "sm_90", names=names)["key"] == binary.key
 
 
+def test_compile_of_text_is_the_request_of_a_source_named_source_cu(engine, compile_api):
+    # Text is compiled without a kiln.Source object (one C source for the call), as Source.from_text(text)
+    # would be: the same key, served from the engine's memory the second time, and the same refusals.
+    names = ["py_scale<float>"]
+    from_text = engine.compile(KERNELS, names=names, target="sm_90")
+    from_source = engine.compile(kiln.Source.from_text(KERNELS), names=names, target="sm_90")
+    assert from_source.key == from_text.key and from_source.origin == "memory"
+    assert from_source.lowered_names == from_text.lowered_names
+    named = engine.compile(kiln.Source.from_text(KERNELS, name="other.cu"), names=names, target="sm_90")
+    assert named.origin == "compiled" and named.key != from_text.key  # the file name is part of the request
+    with pytest.raises(kiln.ConfigError, match="empty kernel name"):
+        engine.compile(KERNELS, names="", target="sm_90")
+    with pytest.raises(TypeError):
+        engine.compile(KERNELS.encode(), target="sm_90")
+
+
 def test_compile_from_disk_in_a_new_engine(cache_dir, compile_api):
     with kiln.Engine(cache_dir=cache_dir) as first:
         compiled = first.compile(KERNELS, target="sm_90")

@@ -71,13 +71,16 @@ TEST_CASE("unknown built-in names list what exists", "[source]") {
   }
 }
 
-TEST_CASE("content hash covers text and headers and nothing else", "[source]") {
+TEST_CASE("content hash covers the name, the text and the headers", "[source]") {
   const auto a = Source::from_text("a.cu", "KILN_KERNEL void k() {}", {{"h.h", "#define X 1"}});
-  const auto same = Source::from_text("other-name.cu", "KILN_KERNEL void k() {}", {{"h.h", "#define X 1"}});
+  const auto same = Source::from_text("a.cu", "KILN_KERNEL void k() {}", {{"h.h", "#define X 1"}});
+  // The name is the compiler's file name: __FILE__ (what assert prints) and debug info carry it.
+  const auto name = Source::from_text("other-name.cu", "KILN_KERNEL void k() {}", {{"h.h", "#define X 1"}});
   const auto text = Source::from_text("a.cu", "KILN_KERNEL void k() { }", {{"h.h", "#define X 1"}});
   const auto header = Source::from_text("a.cu", "KILN_KERNEL void k() {}", {{"h.h", "#define X 2"}});
   const auto header_name = Source::from_text("a.cu", "KILN_KERNEL void k() {}", {{"g.h", "#define X 1"}});
   CHECK(a.content_hash() == same.content_hash());
+  CHECK(a.content_hash() != name.content_hash());
   CHECK(a.content_hash() != text.content_hash());
   CHECK(a.content_hash() != header.content_hash());
   CHECK(a.content_hash() != header_name.content_hash());

@@ -210,8 +210,9 @@ typedef struct kiln_header {
   const char* text;
 } kiln_header;
 
-/** A source from text. `name` appears in compiler messages (NULL: "source.cu"). `headers` (may be
- *  NULL when `header_count` is 0) are copied. Every source also sees kiln's embedded headers
+/** A source from text. `name` (NULL: "source.cu") is the compiler's file name: it appears in compiler
+ *  messages and in `__FILE__`, and it is part of the cache key. `headers` (may be NULL when
+ *  `header_count` is 0) are copied. Every source also sees kiln's embedded headers
  *  (`#include <kiln/rtc.h>`). The caller owns `*source` and destroys it with kiln_source_destroy.
  *  Errors: INVALID_ARGUMENT (text or source NULL, a header with a NULL name or text), CONFIG (empty
  *  text). */

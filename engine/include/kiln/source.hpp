@@ -23,8 +23,9 @@ class Source {
   /// An embedded source of device_src/, by file name with or without ".cu" ("saxpy" or "saxpy.cu").
   /// Throws ConfigError listing the built-in names when there is none.
   static Source builtin(std::string_view name);
-  /// Source text given at run time. `name` appears in compiler messages. Throws ConfigError when the
-  /// text is empty. Every source also sees the embedded headers (kiln/rtc.h).
+  /// Source text given at run time. `name` is the file name the compiler is given: it appears in
+  /// compiler messages and in `__FILE__` (so in what `assert` prints), and it is part of the cache key.
+  /// Throws ConfigError when the text is empty. Every source also sees the embedded headers (kiln/rtc.h).
   static Source from_text(std::string name, std::string text, std::vector<Header> headers = {});
   /// The names of the built-in kernel sources ("saxpy.cu", ...).
   static std::vector<std::string> builtin_names();
@@ -42,8 +43,8 @@ class Source {
   /// The kernels a source lists on its `//! kiln-kernels: a; ns::b<float, 4>` line (names or name
   /// expressions, `;`-separated); empty when it has none. What `kiln prewarm --all-builtin` compiles.
   [[nodiscard]] std::vector<std::string> listed_kernels() const;
-  /// XXH3-128 over the text, the user's headers (name and bytes) and the embedded headers (their
-  /// digest when intact, else name and bytes); computed once.
+  /// XXH3-128 over the name, the text, the user's headers (name and bytes) and the embedded headers
+  /// (their digest when intact, else name and bytes); computed once.
   [[nodiscard]] const cache::Hash128& content_hash() const noexcept;
 
   struct Data;
