@@ -773,13 +773,14 @@ int run_verify(const VerifyArgs& args) {
         note = " (not removed: a read error does not prove the manifest bad)";
       }
       if (!gone) ++left;
-      bad_manifests.push_back({{"request", m.request_key.hex()},
+      const std::string request = m.in_place_of_folder ? std::string() : m.request_key.hex();
+      bad_manifests.push_back({{"request", request},
                                {"path", m.path.string()},
                                {"error", m.error},
                                {"state", io ? "unreadable" : "damaged"},
                                {"removed", gone}});
-      text += fmt::format("{} manifest: {} {}: {}{}\n", io ? "unreadable" : "bad", m.request_key.hex(), m.path.string(),
-                          one_line(m.error), note);
+      text += fmt::format("{} manifest: {}{}{}: {}{}\n", io ? "unreadable" : "bad", request, request.empty() ? "" : " ",
+                          m.path.string(), one_line(m.error), note);
     }
   }
   const std::size_t bad = count[static_cast<int>(Kind::damaged)];
@@ -975,9 +976,12 @@ int run_export(const ExportArgs& args) {
     const std::lock_guard lock(refused_mutex);
     refused.insert(std::string(e.path));
   });
-  cache::PackWriter writer(args.file);
+  cache::PackWriter writer(args.file);  // removes its temp file unless committed
   std::size_t skipped = 0;
   std::size_t skipped_refused = 0;
+  std::map<std::string, std::size_t> per_target;  // --target -> entries it matched
+  for (const std::string& target : args.targets) per_target[target] = 0;
+  std::set<std::string> present;  // every entry's target, to name them when a --target matched none
   for (const cache::EntryFile& file : store->list()) {
     if (refused.count(file.path.string()) != 0) {
       ++skipped_refused;
@@ -993,11 +997,25 @@ int run_export(const ExportArgs& args) {
                                entry ? "file name names another key" : std::get<cache::ContentError>(parsed).reason);
       continue;
     }
-    if (!args.targets.empty() && std::none_of(args.targets.begin(), args.targets.end(),
-                                              [&](const std::string& t) { return target_matches(entry->target, t); })) {
-      continue;
+    present.insert(entry->target);
+    bool wanted = args.targets.empty();
+    for (auto& [target, matched] : per_target) {
+      if (target_matches(entry->target, target)) {
+        ++matched;
+        wanted = true;
+      }
     }
-    writer.add(*entry);
+    if (wanted) writer.add(*entry);
+  }
+  // A --target that matched nothing is a mistake (a typo, or a target never compiled here): write no
+  // pack, rather than one that silently lacks what was asked for.
+  std::vector<std::string> unmatched;
+  for (const auto& [target, matched] : per_target) {
+    if (matched == 0) unmatched.push_back(target);
+  }
+  if (!unmatched.empty()) {
+    throw UsageError(fmt::format("cache export: no entry for target {} (targets in the cache: {}); nothing written",
+                                 fmt::join(unmatched, ", "), present.empty() ? "none" : fmt::format("{}", fmt::join(present, ", "))));
   }
   const std::size_t count = writer.size();
   const std::uint64_t bytes = writer.data_bytes();

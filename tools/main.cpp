@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     for (bool deeper = true; deeper;) {
       deeper = false;
       for (const CLI::App* sub : level->get_subcommands({})) {
-        if (sub->parsed() && !sub->get_subcommands({}).empty()) {
+        if (sub->parsed()) {  // the deepest command given: its --help describes the bad argument
           level = sub;
           path += " " + sub->get_name();
           deeper = true;
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       print_error(
           fmt::format("unknown or missing command after '{}' (commands: {}; see {} --help)", path, names, path));
     } else {
-      print_error(fmt::format("{} (see {} --help)", e.what(), path));
+      print_error(fmt::format("{}: {} (see {} --help)", path, e.what(), path));
     }
     return kiln::cli::kExitError;
   }

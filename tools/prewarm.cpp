@@ -18,6 +18,7 @@
 #include "kiln/engine.hpp"
 #include "prewarm_plan.hpp"
 #include "prewarm_report.hpp"
+#include "tiers.hpp"
 #include "worker_pool.hpp"
 
 namespace kiln::cli {
@@ -88,6 +89,13 @@ int run_prewarm(const PrewarmArgs& args) {
   if (args.remote && EngineConfig::from_environment().remote.empty()) {
     throw UsageError("--remote: set KILN_REMOTE_CACHE=redis://[user:password@]host:port[/db] first");
   }
+  if (args.remote) {
+    // Before compiling anything: a remote that cannot be opened (an unusable secret file) would take
+    // none of the entries this command is asked to publish.
+    if (const std::string why = remote_unusable(EngineConfig::from_environment()); !why.empty()) {
+      throw UsageError(fmt::format("--remote: {}", why));
+    }
+  }
   const auto start = Clock::now();
   // Named targets need no GPU runtime: no cuInit at start, no driver teardown at exit. The local GPUs
   // are asked for only for `native` and when no target is given (the defaults are the local GPUs').
@@ -107,6 +115,13 @@ int run_prewarm(const PrewarmArgs& args) {
   std::vector<JobResult> results(jobs.size());
   Progress progress(jobs, args.quiet || args.json);
   const JobDone done = [&progress](std::size_t index, const JobResult& result) { progress.done(index, result); };
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].refused.empty()) continue;
+    results[i].status = Status::failed;
+    results[i].error = jobs[i].refused;
+    results[i].bad_input = true;
+    done(i, results[i]);
+  }
   run_on_threads(engine, jobs, plan.in_process, parallel, results, done);
   if (!plan.in_workers.empty()) {
     KILN_LOG(debug, "prewarm: starting {} workers at {:.1f} ms", plan.workers, since_start());

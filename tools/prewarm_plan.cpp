@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -92,20 +93,25 @@ Header read_header_flag(const std::string& spec) {
 /// request for it would fail the same way. A manifest's request is checked whole (its options, names
 /// and target as recorded), and its error names the manifest's line. Builds keys only: nothing is
 /// compiled.
-void validate_jobs(const std::vector<Job>& jobs, const std::vector<std::vector<std::string>>& option_sets,
+void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::string>>& option_sets,
                    Engine& engine) {
-  std::set<std::string> targets;
+  std::map<std::string, std::string> targets;  // target -> why it cannot be compiled for (empty: it can)
   std::set<Vendor> vendors;
-  for (const Job& job : jobs) {
+  for (Job& job : jobs) {
+    if (!job.refused.empty()) continue;
     if (job.origin.empty()) vendors.insert(job.vendor);  // the requests --option applies to
-    if (!targets.insert(job.request.target).second) continue;
-    try {
-      (void)engine.describe_key(*job.source, Options(), {}, job.request.target);
-    } catch (const Error& error) {
-      // A target the command line gave is the flag's fault; a recorded one is its line's.
-      throw UsageError(job.origin.empty() || job.target_from_flags ? std::string(error.what())
-                                                                     : fmt::format("{}: {}", job.origin, error.what()));
+    auto [known, inserted] = targets.try_emplace(job.request.target);
+    if (inserted) {
+      try {
+        (void)engine.describe_key(*job.source, Options(), {}, job.request.target);
+      } catch (const Error& error) {
+        known->second = error.what();
+      }
     }
+    if (known->second.empty()) continue;
+    // A target the command line gave is the flag's fault; a recorded one is its line's alone.
+    if (job.origin.empty() || job.target_from_flags) throw UsageError(known->second);
+    job.refused = fmt::format("{}: {}", job.origin, known->second);
   }
   for (const auto& options : option_sets) {
     for (const Vendor vendor : vendors) {
@@ -116,13 +122,13 @@ void validate_jobs(const std::vector<Job>& jobs, const std::vector<std::vector<s
       }
     }
   }
-  for (const Job& job : jobs) {
-    if (job.origin.empty()) continue;
+  for (Job& job : jobs) {
+    if (job.origin.empty() || !job.refused.empty()) continue;
     try {
       (void)engine.describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
                                 job.request.target);
     } catch (const Error& error) {
-      throw UsageError(fmt::format("{}: {}", job.origin, error.what()));
+      job.refused = fmt::format("{}: {}", job.origin, error.what());
     }
   }
 }
@@ -215,10 +221,19 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   std::vector<Job> jobs;
   std::set<std::string> seen;
   const auto add_job = [&](Job job) {
-    job.vendor = detail::parse_target(job.request.target).vendor;
-    const std::string identity =
-        fmt::format("{}\n{}\n{}\n{}", job.source->content_hash().hex(), fmt::join(job.request.name_expressions, "\x1f"),
-                    canonical_options(job.request.options, "--option"), job.request.target);
+    std::string identity;
+    if (job.refused.empty()) {
+      job.vendor = detail::parse_target(job.request.target).vendor;
+      try {
+        identity = fmt::format("{}\n{}\n{}\n{}", job.source->content_hash().hex(),
+                               fmt::join(job.request.name_expressions, "\x1f"),
+                               canonical_options(job.request.options, "--option"), job.request.target);
+      } catch (const UsageError& error) {
+        if (job.origin.empty()) throw;
+        job.refused = fmt::format("{}: {}", job.origin, error.what());  // a recorded option set of its own
+      }
+    }
+    if (!job.refused.empty()) identity = fmt::format("{}\n{}", job.origin, job.request.target);
     if (seen.insert(identity).second) jobs.push_back(std::move(job));
   };
   for (const SourceSpec& spec : specs) {
@@ -249,14 +264,14 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   for (std::size_t r = 0; r < recorded.size(); ++r) {
     const detail::ManifestRecord& record = recorded[r];
     const std::string& origin = recorded_at[r];
-    Source source = [&] {
-      try {
-        return make_source(record);
-      } catch (const Error& error) {
-        throw UsageError(fmt::format("{}: {}", origin, error.what()));
-      }
-    }();
-    if (record.builtin && source.content_hash().hex() != record.source_hash &&
+    std::optional<Source> source;
+    std::string refused;
+    try {
+      source = make_source(record);
+    } catch (const Error& error) {
+      refused = fmt::format("{}: {}", origin, error.what());
+    }
+    if (source && record.builtin && source->content_hash().hex() != record.source_hash &&
         warned.insert(record.source_name).second && !quiet) {
       std::cerr << fmt::format(
           "kiln: note: built-in {} changed since the manifest was recorded; prewarming the "
@@ -266,12 +281,14 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
     const std::vector<std::string> record_targets =
         flags.targets.empty() ? std::vector<std::string>{record.target} : targets;
     for (const std::string& target : record_targets) {
+      Job job;
+      job.refused = refused;
       try {
         (void)detail::parse_target(target);
       } catch (const Error& error) {
-        throw UsageError(fmt::format("{}: target {}: {}", origin, target, error.what()));
+        if (!flags.targets.empty()) throw UsageError(fmt::format("--target {}: {}", target, error.what()));
+        if (job.refused.empty()) job.refused = fmt::format("{}: target {}: {}", origin, target, error.what());
       }
-      Job job;
       job.request = record;
       job.request.target = target;
       job.source = source;
@@ -315,6 +332,7 @@ std::size_t estimated_cost(const Job& job) {
 Plan plan_jobs(Engine& engine, const std::vector<Job>& jobs, unsigned parallel, bool use_processes) {
   Plan plan;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].refused.empty()) continue;  // not run (run_prewarm reports it)
     const bool process = use_processes && parallel > 1 && !locally_cached(engine, jobs[i]);
     (process ? plan.in_workers : plan.in_process).push_back(i);
   }

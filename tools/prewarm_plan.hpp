@@ -41,6 +41,10 @@ struct Job {
   /// Where a manifest's request came from ("manifest m.jsonl line 3"), for its errors; empty otherwise.
   std::string origin;
   bool target_from_flags = false;  ///< a manifest's request replayed for a --target, not its recorded one
+  /// A manifest's request that cannot be made here (an unknown built-in, a target or option the compiler
+  /// cannot take, a missing include folder, ...): why, naming its line. It is not run: it is reported
+  /// as a failed request of bad input, and the manifest's other requests run (source may be empty).
+  std::string refused;
   [[nodiscard]] std::string label() const;
 };
 

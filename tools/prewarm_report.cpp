@@ -66,7 +66,11 @@ void Progress::done(std::size_t index, const JobResult& result) {
   // A failure's reason is printed once, by the report (grouped with the others that share it).
   const std::string what = result.status == Status::failed
                                ? std::string("FAILED (the reason follows in the report)")
-                               : fmt::format("{} ({})", to_string(result.status), format_seconds(result.seconds));
+                               : fmt::format("{} ({}{})", to_string(result.status), format_seconds(result.seconds),
+                                             result.wait_seconds >= 0.5
+                                                 ? fmt::format(", after waiting {} for another process's compile",
+                                                               format_seconds(result.wait_seconds))
+                                                 : std::string());
   std::cerr << fmt::format("[{}/{}] {} {}\n", m_done, m_jobs.size(), m_jobs[index].label(), what);
 }
 
@@ -104,6 +108,7 @@ void print_json_report(const Outcome& outcome) {
                  {"status", std::string(to_string(result.status))},
                  {"key", result.key},
                  {"seconds", result.seconds},
+                 {"wait_seconds", result.wait_seconds},
                  {"bytes", result.bytes}};
     if (result.status == Status::failed) {
       item["error"] = result.error;

@@ -38,6 +38,15 @@ std::vector<TierReport> describe_tiers(const EngineConfig& config) {
   return reports;
 }
 
+std::string remote_unusable(const EngineConfig& config) {
+  for (const cache::OpenedTier& opened : open_for_inspection(config)) {
+    if (opened.kind == cache::TierKind::remote && !opened.tier) {
+      return fmt::format("the remote cache {} cannot be used: {}", opened.location, opened.error);
+    }
+  }
+  return {};
+}
+
 std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config, std::vector<std::string>& errors) {
   std::vector<std::unique_ptr<cache::Tier>> tiers;
   for (cache::OpenedTier& opened : open_for_inspection(config)) {

@@ -25,6 +25,10 @@ struct TierReport {
 /// Every configured tier and whether it can be used. Never throws for a broken tier (it is reported).
 [[nodiscard]] std::vector<TierReport> describe_tiers(const EngineConfig& config);
 
+/// Why the configured remote tier cannot be opened (an unusable secret file, a malformed address), or
+/// empty when it can (whether its server answers is not asked). For commands that need the remote.
+[[nodiscard]] std::string remote_unusable(const EngineConfig& config);
+
 /// Opens every configured tier that can be opened, in the engine's order; problems go to `errors`.
 [[nodiscard]] std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config,
                                                                    std::vector<std::string>& errors);

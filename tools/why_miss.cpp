@@ -52,9 +52,9 @@ std::string describe_explanation(const cache::ManifestExplanation& explanation) 
       return "dependency manifest: none (the cache is memory-only)\n";
     case cache::ManifestOutcome::corrupt:
     case cache::ManifestOutcome::corrupt_removed:
-      return fmt::format("dependency manifest: damaged ({}); the engine replaces it\n", one_line(explanation.detail));
+      return fmt::format("dependency manifest: damaged: {}; the engine replaces it\n", one_line(explanation.detail));
     case cache::ManifestOutcome::io_error:
-      return fmt::format("dependency manifest: cannot be read ({})\n", one_line(explanation.detail));
+      return fmt::format("dependency manifest: cannot be read: {}\n", one_line(explanation.detail));
     case cache::ManifestOutcome::hit:
     case cache::ManifestOutcome::no_match:
       break;
@@ -67,7 +67,7 @@ std::string describe_explanation(const cache::ManifestExplanation& explanation) 
                           r.result_key.hex());
     } else {
       text += fmt::format("  {}. {}: {} {}{}\n", i + 1, r.result_key.hex(), to_string(r.change), r.path,
-                          r.detail.empty() ? std::string() : fmt::format(" ({})", one_line(r.detail)));
+                          r.detail.empty() ? std::string() : fmt::format(": {}", one_line(r.detail)));
     }
   }
   return text;
@@ -122,7 +122,7 @@ int run_why_miss(const WhyMissArgs& args) {
   const fs::path path = store.entry_path(hash);
   std::error_code ec;
   if (store.mode() == cache::StoreMode::memory_only) {
-    damaged = fmt::format("the engine does not read the local cache: it is memory-only ({})", store.mode_reason());
+    damaged = fmt::format("the engine does not read the local cache, which is memory-only: {}", store.mode_reason());
   } else if (fs::exists(path, ec)) {
     const std::string refusal = entry_refusal(store, hash, path);
     auto parsed = store.read_file(path);
@@ -135,7 +135,7 @@ int run_why_miss(const WhyMissArgs& args) {
         damaged = "the entry file holds another request (a hash collision: the engine treats it as a miss)";
       }
     } else {
-      damaged = fmt::format("the entry file is damaged ({}): the engine deletes it and recompiles",
+      damaged = fmt::format("the entry file is damaged, so the engine deletes it and recompiles: {}",
                             std::get<cache::ContentError>(parsed).reason);
     }
   }

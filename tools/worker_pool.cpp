@@ -2,7 +2,7 @@
 // The pipe protocol: the parent writes "<index>\t<manifest line>\n" per job; the worker answers one
 // The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<manifest line>\n" per
 // job (JSON escapes tabs, so neither field holds one); the worker answers one JSON object per line:
-// {"i", "status", "key", "seconds", "bytes", "error", "log", "bad_input"}.
+// {"i", "status", "key", "seconds", "wait_seconds", "bytes", "error", "log", "bad_input"}.
 #include "worker_pool.hpp"
 
 #include <fcntl.h>
@@ -44,11 +44,19 @@ std::string_view to_string(Status status) {
 
 namespace {
 
+JobResult failed_result(std::string why) {
+  JobResult result;
+  result.status = Status::failed;
+  result.error = std::move(why);
+  return result;
+}
+
 json result_json(std::size_t index, const JobResult& result) {
   return {{"i", index},
           {"status", std::string(to_string(result.status))},
           {"key", result.key},
           {"seconds", result.seconds},
+          {"wait_seconds", result.wait_seconds},
           {"bytes", result.bytes},
           {"error", result.error},
           {"log", result.log},
@@ -61,6 +69,7 @@ JobResult result_from_json(const json& object) {
   result.status = status == "compiled" ? Status::compiled : status == "cached" ? Status::cached : Status::failed;
   result.key = object.at("key").get<std::string>();
   result.seconds = object.at("seconds").get<double>();
+  result.wait_seconds = object.at("wait_seconds").get<double>();
   result.bytes = object.at("bytes").get<std::uint64_t>();
   result.error = object.at("error").get<std::string>();
   result.log = object.at("log").get<std::string>();
@@ -145,13 +154,19 @@ JobResult execute(Engine& engine, const Job& job) {
         engine.prewarm(source, options, job.request.name_expressions, job.request.target, job.plain_kernels);
     result.key = prewarmed.key.hex();
     result.seconds = prewarmed.seconds;
+    result.wait_seconds = prewarmed.wait_seconds;
     result.bytes = prewarmed.binary_bytes;
     if (prewarmed.origin == Origin::compiled && !prewarmed.stored) {
       result.status = Status::failed;
       const cache::Store& store = engine.store();
+      // The store's own reason first (a refused shard directory, a full disk, ...); the cache's mode alone
+      // says "read_write" for a shard it refuses.
+      const std::string why = store.last_put_error();
       result.error =
-          fmt::format("compiled, but the cache did not store it (cache {} is {}{}{})", store.config().root.string(),
-                      cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason());
+          why.empty() ? fmt::format("compiled, but the cache did not store it (cache {} is {}{}{})",
+                                    store.config().root.string(), cache::to_string(store.mode()),
+                                    store.mode_reason().empty() ? "" : ": ", store.mode_reason())
+                      : fmt::format("compiled, but the cache did not store it: {}", why);
     } else {
       result.status = prewarmed.origin == Origin::compiled ? Status::compiled : Status::cached;
     }
@@ -226,7 +241,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       while (!pending.empty()) {
         finish_job(
             pending.front(),
-            JobResult{Status::failed, {}, 0, 0, fmt::format("cannot start a worker process: {}", spawn_error), {}, false});
+            failed_result(fmt::format("cannot start a worker process: {}", spawn_error)));
         pending.pop_front();
         --outstanding;
       }
@@ -267,8 +282,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
             if (worker.job) {
               finish_job(
                   *worker.job,
-                  JobResult{
-                      Status::failed, {}, 0, 0, fmt::format("worker sent a malformed answer: {}", error.what()), {}, false});
+                  failed_result(fmt::format("worker sent a malformed answer: {}", error.what())));
             }
           }
           worker.job.reset();
@@ -281,7 +295,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       if (worker.job) {
         finish_job(
             *worker.job,
-            JobResult{Status::failed, {}, 0, 0, fmt::format("worker process died while compiling: {}", how), {}, false});
+            failed_result(fmt::format("worker process died while compiling: {}", how)));
         --outstanding;
       }
       worker.pid = -1;

@@ -26,7 +26,8 @@ enum class Status { pending, compiled, cached, failed };
 struct JobResult {
   Status status = Status::pending;
   std::string key;
-  double seconds = 0;
+  double seconds = 0;       ///< the compile's own time (or the lookup's)
+  double wait_seconds = 0;  ///< before it: waiting for another process's compile of the key
   std::uint64_t bytes = 0;
   std::string error;
   std::string log;  ///< the compiler's log for a failed compile

@@ -424,6 +424,7 @@ struct DependencyManifests::State {
   std::string reason;
   std::atomic<bool> write_failure_warned{false};
   std::atomic<bool> refusal_warned{false};
+  std::atomic<bool> damage_warned{false};
   StatMemo stat_memo;  ///< shared by this instance's lookups and resolves (ManifestConfig::stat_memo)
   ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
   ReadBuffers buffers;      ///< what lookups read manifests into
@@ -449,9 +450,22 @@ struct DependencyManifests::State {
 
   void warn_write_failure(const std::string& what) {
     if (!write_failure_warned.exchange(true)) {
-      KILN_LOG(warn, "dependency manifest not written (kernels are still served; the request recompiles): {}", what);
+      KILN_LOG(warn,
+               "dependency manifest not written (kernels are still served; a later process resolves this request's "
+               "includes again instead of checking them by stat): {}",
+               what);
     } else {
       KILN_LOG(debug, "dependency manifest not written: {}", what);
+    }
+  }
+
+  /// A manifest that did not parse was removed or is being replaced: a warning the first time for this
+  /// instance (something damaged or wrote it), info level afterwards.
+  void warn_damage(const std::string& what) {
+    if (!damage_warned.exchange(true)) {
+      KILN_LOG(warn, "{} (it only costs resolving the request's includes again)", what);
+    } else {
+      KILN_LOG(info, "{}", what);
     }
   }
 
@@ -621,7 +635,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       out.detail = fmt::format("{}: {}", path, reason);
       done_reading();
       if (mode == StoreMode::read_write && raw.have_st && State::unlink_if_same(path, raw.st)) {
-        KILN_LOG(info, "removed a bad dependency manifest: {}", out.detail);
+        s.warn_damage(fmt::format("removed a damaged dependency manifest: {}", out.detail));
         out.outcome = ManifestOutcome::corrupt_removed;
       } else {
         out.outcome = ManifestOutcome::corrupt;
@@ -799,7 +813,8 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
       if (auto* view = std::get_if<ManifestView>(&parsed)) {
         old = std::move(*view);
       } else {
-        KILN_LOG(info, "replacing a bad dependency manifest {}: {}", path, std::get<ContentError>(parsed).reason);
+        s.warn_damage(
+            fmt::format("replacing a damaged dependency manifest {}: {}", path, std::get<ContentError>(parsed).reason));
       }
     }
     // A header is trusted by stat only when the resolver trusted it (relative to when it read it) and its
@@ -997,9 +1012,36 @@ std::size_t DependencyManifests::clear() noexcept {
 std::vector<ScannedManifest> DependencyManifests::scan() const {
   std::vector<ScannedManifest> out;
   const State& s = *m_state;
-  if (s.mode.load() == StoreMode::memory_only) return out;
-  DIR* top = ::opendir(s.directory.c_str());
-  if (top == nullptr) return out;
+  if (s.directory.empty()) return out;  // no cache root: nothing on disk
+  // A link or file in place of the manifests folder or a shard folder is reported as itself (verify
+  // --fix removes that, never anything it points to) and not entered: opened with O_NOFOLLOW. That
+  // holds also when such a thing made the manifests memory-only (refused); a folder refused for its
+  // owner or mode is not entered either.
+  const auto not_a_folder = [&](const std::string& path) {
+    struct stat st {};
+    if ((errno != ELOOP && errno != ENOTDIR) || ::lstat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) return;
+    ScannedManifest scanned;
+    scanned.path = path;
+    scanned.in_place_of_folder = true;
+    scanned.size = static_cast<std::uint64_t>(st.st_size);
+    scanned.error = S_ISLNK(st.st_mode) ? "a symbolic link where a folder of the cache belongs (not followed)"
+                                        : "a file where a folder of the cache belongs";
+    out.push_back(std::move(scanned));
+  };
+  const int top_fd = ::open(s.directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top_fd < 0) {
+    not_a_folder(s.directory);
+    return out;
+  }
+  if (s.mode.load() == StoreMode::memory_only) {
+    ::close(top_fd);
+    return out;
+  }
+  DIR* top = ::fdopendir(top_fd);
+  if (top == nullptr) {
+    ::close(top_fd);
+    return out;
+  }
   std::vector<std::string> shards;
   try {
     while (const dirent* shard = ::readdir(top)) {
@@ -1015,7 +1057,10 @@ std::vector<ScannedManifest> DependencyManifests::scan() const {
   for (const std::string& shard : shards) {
     const std::string shard_path = s.directory + "/" + shard;
     const int shard_fd = ::open(shard_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (shard_fd < 0) continue;
+    if (shard_fd < 0) {
+      not_a_folder(shard_path);
+      continue;
+    }
     DIR* files = ::fdopendir(shard_fd);
     if (files == nullptr) {
       ::close(shard_fd);

@@ -1,6 +1,7 @@
 #include "kiln/cache/lease.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -126,6 +129,59 @@ bool holder_gone(const Holder& holder) {
   return !start.empty() && start != holder.start;
 }
 
+/// Refreshes the leases this process holds (their mtime set to now) every kLeaseRefresh, on one thread
+/// started with the first lease taken. It never ends (nor blocks an exit: it is detached and its state
+/// is never destroyed). A forked child holds none of its parent's leases and starts its own thread
+/// when it takes one.
+class LeaseKeeper {
+ public:
+  static LeaseKeeper& instance() {
+    static LeaseKeeper* keeper = [] {
+      auto* made = new LeaseKeeper();  // never destroyed: the thread may outlive static destruction
+      ::pthread_atfork([] { instance().m_mutex.lock(); }, [] { instance().m_mutex.unlock(); },
+                       [] {
+                         LeaseKeeper& k = instance();
+                         k.m_held.clear();
+                         k.m_running = false;  // the thread is not in the child
+                         k.m_mutex.unlock();
+                       });
+      return made;
+    }();
+    return *keeper;
+  }
+
+  void hold(const std::string& path) {
+    const std::lock_guard lock(m_mutex);
+    m_held.push_back(path);
+    if (!m_running) {
+      std::thread([this] { run(); }).detach();
+      m_running = true;
+    }
+  }
+
+  void drop(const std::string& path) noexcept {
+    const std::lock_guard lock(m_mutex);
+    const auto it = std::find(m_held.begin(), m_held.end(), path);
+    if (it != m_held.end()) m_held.erase(it);
+  }
+
+ private:
+  LeaseKeeper() = default;
+
+  [[noreturn]] void run() {
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+      m_wake.wait_for(lock, kLeaseRefresh);
+      for (const std::string& path : m_held) (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    }
+  }
+
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  std::vector<std::string> m_held;
+  bool m_running = false;
+};
+
 }  // namespace
 
 CompileLease::CompileLease(CompileLease&& other) noexcept
@@ -147,6 +203,7 @@ CompileLease::~CompileLease() { release(); }
 
 void CompileLease::release() noexcept {
   if (m_path.empty()) return;
+  LeaseKeeper::instance().drop(m_path.string());
   try {
     // Remove the file only while it is still ours: a waiter may have judged it stale and replaced it.
     const UniqueFd fd(::open(m_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -181,6 +238,7 @@ CompileLease acquire_compile_lease(const std::string& lock_dir, const Hash128& k
         ::close(fd);
         lease.m_path = lease_path;
         lease.m_token = token;
+        LeaseKeeper::instance().hold(lease_path);
         // The owner may have published between our check and our create: nothing left to compile.
         if (!written || entry_exists()) lease.release();
         return lease;
@@ -210,11 +268,15 @@ CompileLease acquire_compile_lease(const std::string& lock_dir, const Hash128& k
           noticed = true;
           const double held = std::chrono::duration<double>(age).count();
           if (owner.readable()) {
+            // The wait ends when the entry appears, the lease goes, the lease goes stale (its holder
+            // stopped refreshing it) or max_wait passes: say the nearer bound that is known now.
+            const double left = std::min(
+                std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count(),
+                std::chrono::duration<double>(kLeaseStaleAge).count() - held);
             KILN_LOG(warn,
-                     "disk cache: waiting for process {} on {} to finish compiling key {} (it has held the compile "
-                     "lease {} for {:.1f} s; waiting up to {:.1f} s more)",
-                     owner.pid, owner.host, key.hex(), lease_path, held,
-                     std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+                     "disk cache: waiting for process {} on {} to finish compiling key {} (its compile lease {} was "
+                     "refreshed {:.1f} s ago; it is broken if {:.1f} s more pass without a refresh)",
+                     owner.pid, owner.host, key.hex(), lease_path, held, std::max(0.0, left));
           } else {
             KILN_LOG(warn, "disk cache: waiting on the unreadable compile lease {} of key {} (written {:.1f} s ago)",
                      lease_path, key.hex(), held);

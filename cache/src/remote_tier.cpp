@@ -45,6 +45,10 @@ std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
 
 namespace {
 
+/// Set by a lookup of this thread that refused an entry for its MAC (RemoteTier::get reads it): such a
+/// refusal is counted as remote_unauthenticated only, not as a remote error as well.
+thread_local bool t_refused_unauthenticated = false;
+
 using detail::CircuitBreaker;
 using detail::CommandResult;
 using detail::CompileLeases;
@@ -122,6 +126,7 @@ class RedisTier final : public RemoteTier {
   [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
     const auto start = std::chrono::steady_clock::now();
     LookupResult result;
+    t_refused_unauthenticated = false;
     try {
       result = lookup(key, canonical_key);
     } catch (...) {  // std::bad_alloc: answer io_error, never fail the request
@@ -137,7 +142,9 @@ class RedisTier final : public RemoteTier {
         m_misses.fetch_add(1, std::memory_order_relaxed);
         break;
       default:
-        m_errors.fetch_add(1, std::memory_order_relaxed);
+        // An entry refused for its MAC is counted once, as remote_unauthenticated: it is not the
+        // server failing.
+        if (!t_refused_unauthenticated) m_errors.fetch_add(1, std::memory_order_relaxed);
         break;
     }
     const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(
@@ -299,12 +306,13 @@ class RedisTier final : public RemoteTier {
     const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
     m_rejected.fetch_add(1, std::memory_order_relaxed);
     m_unauthenticated.fetch_add(1, std::memory_order_relaxed);
+    t_refused_unauthenticated = true;
     const std::string why = had_mac ? "its MAC is wrong (written under another secret, or planted)"
                                     : "it has no MAC (written by a node without KILN_REMOTE_SECRET_FILE, or planted)";
     if (!m_warned_unauthenticated.exchange(true)) {
       KILN_LOG(warn,
-               "remote cache {}: refused the entry under {}: {}; {} it, compiling instead (further refusals are "
-               "counted as remote_unauthenticated, not printed)",
+               "remote cache {}: refused the entry under {}: {}; {} it, compiling instead (this process counts "
+               "further refusals as remote_unauthenticated and does not print them)",
                m_display, name, why, deleted.reply ? "deleted" : "could not delete");
     } else {
       KILN_LOG(debug, "remote cache {}: refused the entry {}: {}", m_display, key.hex(), why);

@@ -1139,9 +1139,20 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
   const char shard_name[2] = {kHexDigits[shard >> 4], kHexDigits[shard & 0xF]};
   std::string path;
   path.reserve(s.v1_dir.size() + 4 + 30 + kEntrySuffix.size());
-  path.append(s.v1_dir).append("/").append(shard_name, 2).append("/");
+  path.append(s.v1_dir).append("/").append(shard_name, 2);
+  // No trailing '/' on the path opened: with one, O_NOFOLLOW would not apply and a link in place of the
+  // shard directory would be entered (and its target's files reported as this cache's, or removed by
+  // verify --fix). A link or any other non-directory there is reported as what it is, never entered.
   const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir_fd < 0) return;
+  if (dir_fd < 0) {
+    struct stat st {};
+    if ((errno == ELOOP || errno == ENOTDIR) && on_stray && ::lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+      on_stray(StrayFile{path, file_kind(st.st_mode), std::nullopt, static_cast<std::uint64_t>(st.st_size),
+                         to_time_point(st.st_mtim)});
+    }
+    return;
+  }
+  path.append("/");
   DIR* dir = ::fdopendir(dir_fd);
   if (dir == nullptr) {
     ::close(dir_fd);

@@ -85,8 +85,12 @@ struct EngineCore::Request {
   std::vector<std::string> flags;  // complete vendor flags
   std::string compiler;  // the identity the key was made with
   /// Include folders (-I, then the toolkit's) in search order: absolute, normal, checked to be folders.
-  /// Empty: the request reads no file and has a one-level key.
   std::vector<std::filesystem::path> include_folders;
+  /// The compile could open files: include folders are given, or the source or a header names a file by
+  /// an absolute path or through a macro (opens_files_by_name). kiln then resolves every include itself
+  /// and the key has two levels; otherwise the compiler gets in-memory headers only and can open no file
+  /// (make_request's search flags), and the key has one level.
+  bool reads_files = false;
   /// With include folders, the request's two-level key (dep_manifest.hpp): `request_key` is every input
   /// but the headers' bytes (the include folders are part of it); it names the dependency manifest.
   cache::CanonicalKey request_key;
@@ -144,7 +148,8 @@ EngineCore::EngineCore(EngineConfig config)
       }
       reasons.push_back(fmt::format("{}: runtime loaded but it reports no device", to_string(v)));
     } catch (const Error& e) {
-      if (m_config.vendor != Vendor::none) throw;  // an explicit vendor that cannot load is an error now
+      // Also for an explicit vendor: an engine without its runtime still compiles for named targets (a
+      // build container has the toolkit but no driver); using a device says why there is none.
       reasons.push_back(fmt::format("{}: {}", to_string(v), e.what()));
     }
   }
@@ -153,6 +158,12 @@ EngineCore::EngineCore(EngineConfig config)
     KILN_LOG(info, "{}; compile-only engine (prewarm with named targets works)", m_runtime_error);
   } else if (m_runtime->devices().empty()) {
     m_runtime_error = fmt::format("the {} runtime reports no device", to_string(m_runtime->vendor()));
+  }
+  if (m_config.device > 0 && (!m_runtime || m_runtime->devices().empty())) {
+    // Device 0 is every engine's default, so it stays a compile-only engine's too; a later ordinal names
+    // a device the caller expects to use.
+    throw ConfigError(fmt::format("device {} requested (KILN_DEVICE or config) but there is no device ({})",
+                                  m_config.device, m_runtime_error));
   }
   if (m_runtime && !m_runtime->devices().empty()) {
     const int count = static_cast<int>(m_runtime->devices().size());
@@ -319,11 +330,26 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
   std::sort(r.names.begin(), r.names.end());
   r.names.erase(std::unique(r.names.begin(), r.names.end()), r.names.end());
 
+  // The compiler searches no folder of its own: every file it may open is one kiln resolved and keyed.
+  // NVRTC looks up a quoted include next to its includer, which for the source (and an in-memory header)
+  // means the process's working directory: --no-source-include turns that off. HIPRTC (clang) searches
+  // the system folders (/usr/include, ...) for an <include>: -nostdlibinc turns that off and keeps
+  // clang's own builtin headers, which belong to the compiler the key names.
   if (r.target.vendor == Vendor::cuda) {
     r.flags.push_back("-arch=" + r.target.full);
     r.flags.emplace_back("-default-device");
+    r.flags.emplace_back("--no-source-include");
   } else {
     r.flags.push_back("--offload-arch=" + r.target.full);
+    r.flags.emplace_back("-nostdlibinc");
+    for (const Header& h : r.source.user_headers()) {
+      if (h.name.starts_with('/')) {
+        throw ConfigError(fmt::format(
+            "source '{}': the in-memory header '{}' has an absolute name, and HIPRTC opens an #include of an absolute "
+            "path from the disk instead of the header handed to it; give the header a relative name",
+            source.name(), h.name));
+      }
+    }
   }
   r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
   if (!options.include_dirs().empty() || options.toolkit_includes()) {
@@ -336,13 +362,22 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
       }
     }
     r.include_folders = checked_include_folders(folders, &m_storage.manifests());
+    r.reads_files = true;
+  } else {
+    // An absolute #include is opened by the compiler whatever its search flags; a computed one may be.
+    r.reads_files = opens_files_by_name(r.source.text()) ||
+                    std::any_of(r.source.user_headers().begin(), r.source.user_headers().end(),
+                                [](const Header& h) { return opens_files_by_name(h.text); }) ||
+                    (!r.source.embedded_headers_intact() &&
+                     std::any_of(r.source.headers().begin(), r.source.headers().end(),
+                                 [](const Header& h) { return opens_files_by_name(h.text); }));
   }
   make_key(r, facts->identity);
   return r;
 }
 
 void EngineCore::settle_includes(Request& r, bool use_manifest) {
-  if (r.include_folders.empty()) return;
+  if (!r.reads_files) return;
   if (use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
     // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
@@ -449,7 +484,7 @@ KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_ident
   } else {
     for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
   }
-  if (!r.include_folders.empty()) {
+  if (r.reads_files) {
     // The two-level key: the request key holds the folders searched (absolute: the same relative -I in
     // another directory is another request); the entry's key adds what was read there, by path and
     // digest, and every place probed and found empty before a match.
@@ -519,7 +554,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
     output = compiler.compile(input);
   } catch (const CompileError& e) {
     m_counters.add({.compile_failures = 1});
-    const std::optional<std::string> missing = r.includes ? missing_include_from_log(e.log()) : std::nullopt;
+    const std::optional<std::string> missing = missing_include_from_log(e.log());
     if (!missing) throw;
     // A header kiln could not resolve (not in memory, not in any folder, or named by a computed
     // include the scan could not follow): say where kiln looked.
@@ -559,10 +594,11 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   // Local disk again, the tiers, then the compile lease (waiting for another process's compile).
   std::variant<cache::Found, cache::Reservation> looked_up =
       m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
+  const double looked = seconds();  // mostly a wait for another process's compile, when there was one
   if (auto* found = std::get_if<cache::Found>(&looked_up)) {
     note_dependencies(r);
     // Every tier's hit is `disk` here; `tier` keeps which one (Engine::compile reports it).
-    return {std::move(found->entry), Origin::disk, seconds(), found->stored, found->origin, {}};
+    return {std::move(found->entry), Origin::disk, looked, 0, found->stored, found->origin, {}};
   }
   // Destroyed without put() (the compiler cannot be loaded, the compile throws, the request is re-keyed),
   // the reservation tells every tier the compile will not come and releases the lease.
@@ -580,7 +616,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   }
   const Request* work = &r;
   std::optional<Request> resolved;
-  if (!r.include_folders.empty() && !r.includes) {
+  if (r.reads_files && !r.includes) {
     // The key came from the manifest, but a compile needs the headers' bytes: resolve them now. What is
     // compiled is what is read now, so when the tree changed since the manifest was checked, the
     // request is keyed by what was read (never a binary under another tree's key).
@@ -609,7 +645,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   note_dependencies(*work);
   KILN_LOG(debug, "{}: stored the entry and its dependency manifest in {:.3f} ms", work->source.name(),
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - storing).count());
-  return {entry, Origin::compiled, seconds(), stored, cache::HitOrigin::local, std::move(log)};
+  return {entry, Origin::compiled, seconds(), looked, stored, cache::HitOrigin::local, std::move(log)};
 }
 
 KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
@@ -622,7 +658,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
       note_dependencies(r);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       KILN_LOG(debug, "{}: disk hit {} in {:.3f} ms", r.source.name(), r.hash.hex(), elapsed * 1e3);
-      return {entry, Origin::disk, elapsed, false, cache::HitOrigin::local, {}};
+      return {entry, Origin::disk, elapsed, 0, false, cache::HitOrigin::local, {}};
     }
   }
   // Single flight: the first thread for a key does the work; the others wait for its result.
@@ -767,7 +803,8 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
   result.key = obtained.entry->key_hash;  // the request's key, or the key it was re-keyed to (a retry)
   result.target = r.target.full;
   result.origin = obtained.origin;
-  result.seconds = obtained.seconds;
+  result.seconds = obtained.seconds - obtained.waited;
+  result.wait_seconds = obtained.waited;
   result.binary_bytes = obtained.entry->payload.size();
   result.stored = obtained.stored || obtained.origin == Origin::disk;
   return result;
@@ -845,7 +882,7 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
     *dependencies = cache::DependencySet();
     if (r.includes) {
       *dependencies = r.includes->dependencies;
-    } else if (!r.include_folders.empty()) {
+    } else if (r.reads_files) {
       std::optional<cache::DependencySet> recorded =
           m_storage.manifests().recorded(r.request_hash, r.request_key.bytes(), r.hash);
       if (!recorded) {  // the manifest changed since it matched: resolve

@@ -72,6 +72,9 @@ struct Obtained {
   /// remote hit is `disk` here, as Program and PrewarmResult report it; `tier` tells which it was.
   Origin origin = Origin::compiled;
   double seconds = 0;
+  /// For a compile: of `seconds`, the time spent before it in the tiers, waiting for another process's
+  /// compile of the same key (its lease) when there was one. 0 for a hit.
+  double waited = 0;
   bool stored = false;
   cache::HitOrigin tier = cache::HitOrigin::local;  ///< where a disk hit was found
   std::string log;  ///< the compiler's log when origin is compiled (warnings; often empty), else empty

@@ -124,6 +124,9 @@ class Scanner {
   /// definitions.
   void run(ScanResult& found) {
     m_found = &found;
+    // A leading UTF-8 byte order mark is not a token: the compiler does not see it (rtc_compile.hpp), so
+    // a directive on the first line is still at the start of its line.
+    if (m_text.starts_with("\xEF\xBB\xBF")) m_pos = 3;
     bool line_start = true;
     for (int c = peek(); c >= 0; c = peek()) {
       if (c == '\n') {
@@ -1029,11 +1032,21 @@ std::optional<std::string> missing_include_from_log(std::string_view log) {
   return std::nullopt;
 }
 
+bool opens_files_by_name(std::string_view text) {
+  if (text.find("include") == std::string_view::npos) return false;  // no include of any form
+  ScanResult found;
+  Scanner(text).run(found);
+  return !found.computed.empty() || std::any_of(found.refs.begin(), found.refs.end(), [](const IncludeRef& ref) {
+    return ref.name.starts_with('/');
+  });
+}
+
 std::string describe_missing_include(std::string_view name, std::span<const std::filesystem::path> folders) {
   if (folders.empty()) {
     return fmt::format(
-        "header '{}' is not among the in-memory headers and no include folder was given "
-        "(pass -I DIR, or --toolkit-includes for the toolkit's own headers)",
+        "header '{}' is not among the in-memory headers and no include folder was given (pass -I DIR, or "
+        "--toolkit-includes for the toolkit's own headers; the compiler searches neither the working directory "
+        "nor the source's folder, so a header there needs -I too)",
         name);
   }
   std::string list;
@@ -1041,8 +1054,10 @@ std::string describe_missing_include(std::string_view name, std::span<const std:
     if (!list.empty()) list += ", ";
     list += folder.string();
   }
-  return fmt::format("header '{}' is not among the in-memory headers nor in the include folders searched: {}", name,
-                     list);
+  return fmt::format(
+      "header '{}' is not among the in-memory headers nor in the include folders searched: {} (the working directory "
+      "and the source's folder are not searched: a header there needs -I too)",
+      name, list);
 }
 
 std::vector<std::filesystem::path> toolkit_include_dirs(const std::filesystem::path& compiler_library) {

@@ -148,6 +148,13 @@ struct ResolvedIncludes {
 /// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
 [[nodiscard]] std::optional<std::string> missing_include_from_log(std::string_view log);
 
+/// Whether `text` (a source or an in-memory header) has an include the compiler would open from the disk
+/// whatever folders it is given: one by an absolute path (#include, #include_next or __has_include), or a
+/// computed one (#include MACRO), which may expand to one. The engine resolves such a request's includes
+/// itself, so the file is read by kiln, keyed and handed over in memory. Cheap for a text without the
+/// word "include".
+[[nodiscard]] bool opens_files_by_name(std::string_view text);
+
 /// A sentence for a CompileError about a header that was not found: where kiln looked.
 [[nodiscard]] std::string describe_missing_include(std::string_view name,
                                                    std::span<const std::filesystem::path> folders);

@@ -130,14 +130,19 @@ void Options::parse_one(std::string_view option) {
     if (option.starts_with(prefix)) {
       const std::string_view flag = option.substr(prefix.size());
       if (flag.empty()) throw ConfigError(fmt::format("bad option '{}': nothing after '='", option));
-      // Include folders go through kiln's resolver, which knows what a compile read; a folder handed
-      // to the compiler directly would let it read headers the cache key does not name.
-      for (const std::string_view include_flag :
-           {"-I", "--include-path", "-isystem", "-idirafter", "-iquote", "-include", "--pre-include"}) {
-        if (flag.starts_with(include_flag)) {
+      // Include folders go through kiln's resolver, which knows what a compile read; a folder or file
+      // handed to the compiler directly would let it read headers the cache key does not name. Matched
+      // with the leading dashes dropped: the compilers take most of these with one dash or two.
+      const std::string_view bare = flag.substr(std::min(flag.find_first_not_of('-'), flag.size()));
+      for (const std::string_view reading_flag :
+           {"I", "include", "pre-include", "isystem", "system-include", "idirafter", "iquote", "imacros", "iprefix",
+            "iwithprefix", "isysroot", "sysroot", "resource-dir", "use-pch", "create-pch", "pch-dir", "Xclang",
+            "cuda-path", "hip-path", "rocm-path", "rocm-device-lib-path", "hip-device-lib"}) {
+        if (bare.starts_with(reading_flag)) {
           throw ConfigError(fmt::format(
-              "bad option '{}': kiln resolves includes itself and hands the compiler the headers in memory; give "
-              "include folders to kiln as -I DIR (and #include a forced header in the source)",
+              "bad option '{}': kiln resolves includes itself and hands the compiler the headers in memory, so the "
+              "compiler may open no file of its own; give include folders to kiln as -I DIR (and #include a forced "
+              "header in the source)",
               option));
         }
       }

@@ -1,11 +1,13 @@
 """The objects of the kiln package: Engine, Source, Program, Kernel and Binary."""
 
+import collections.abc
 import ctypes
+import operator
 import os
 import threading
 
 from . import _native
-from ._native import H, check, sized, strings
+from ._native import H, c_string, check, sized, strings
 
 f32, f64 = ctypes.c_float, ctypes.c_double
 i32, u32, i64, u64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64
@@ -53,6 +55,64 @@ def _text(value):
     return value.decode(errors="replace") if value is not None else ""
 
 
+def _target(target):
+    """The C string of a `target` argument. None means "native" (the engine's device), as the C API reads
+    NULL in kiln_compile; it is passed as "native", never as NULL. An empty string is refused: it names
+    no target (and used to turn into NULL here, that is "native", without a word)."""
+    if target is None:
+        return b"native"
+    if isinstance(target, str) and not target:
+        raise ValueError("target is empty: name one (\"sm_90\", \"compute_90\" for PTX, \"gfx90a\") or \"native\" for "
+                         "the engine's device")
+    return c_string(target, "target")
+
+
+def _source_name(name):
+    """The C string of a source's `name`: a non-empty str."""
+    if isinstance(name, str) and not name:
+        raise ValueError("name is empty: a source's name is the compiler's file name (in its messages and in "
+                         "__FILE__) and part of the cache key; give one, e.g. \"kernels.cu\" (the default is "
+                         "\"source.cu\")")
+    return c_string(name, "name")
+
+
+def _headers(headers):
+    """(kiln_header[], count, the bytes they point to) of a {include name: header text} dict (None: none)."""
+    if headers is None:
+        return None, 0, ()
+    if not isinstance(headers, collections.abc.Mapping):
+        raise TypeError(f"headers must be a dict of str (include name) to str (header text), got "
+                        f"{type(headers).__name__}")
+    kept = []
+    for key, value in headers.items():
+        if not isinstance(key, str):
+            raise TypeError(f"headers: an include name must be a str, got {type(key).__name__} ({key!r})")
+        kept.append((c_string(key, f"headers: the include name {key!r}"), c_string(value, f"headers[{key!r}]")))
+    if not kept:
+        return None, 0, ()
+    array = (_native.Header * len(kept))(*[_native.Header(name, text) for name, text in kept])
+    return array, len(kept), kept
+
+
+def _cache_dir(cache_dir):
+    """The C string of Engine's `cache_dir`: None (NULL: the environment's) or a non-empty folder path."""
+    if cache_dir is None:
+        return None
+    if not isinstance(cache_dir, (str, bytes, os.PathLike)):
+        raise TypeError(f"cache_dir must be a folder path (str, bytes or os.PathLike), or None for the "
+                        f"environment's (KILN_CACHE_DIR, else the default), got {type(cache_dir).__name__} "
+                        f"({cache_dir!r})")
+    path = os.fsencode(cache_dir)
+    if not path:
+        raise ValueError("cache_dir is empty: refused, as the CLI and KILN_CACHE_DIR refuse it (it is never taken "
+                         "for the default cache); pass None for the environment's cache (KILN_CACHE_DIR, else "
+                         "the default)")
+    if b"\0" in path:
+        raise ValueError(f"cache_dir holds a NUL byte ({cache_dir!r}): a C string ends there, so kiln would get "
+                         "another folder")
+    return path
+
+
 class _Handle:
     """Owns one C handle; destroyed by close(), `with`, or garbage collection."""
     _destroy = None
@@ -88,21 +148,28 @@ class Source(_Handle):
 
     @classmethod
     def from_text(cls, text, name="source.cu", headers=None):
-        """`name`: the compiler's file name (in its messages and in `__FILE__`; part of the cache key).
-        `headers`: {include name: text}, what `#include "name"` resolves to before any -I folder."""
-        items = list((headers or {}).items())
-        array = (_native.Header * len(items))(*[_native.Header(k.encode(), v.encode()) for k, v in items]) \
-            if items else None
+        """A source from its text (a str).
+
+        `name`: the compiler's file name, a non-empty str (in its messages and in `__FILE__`; part of the
+        cache key). `headers`: a dict {include name: header text} of str to str (None: none), what
+        `#include "name"` resolves to before any -I folder.
+
+        Text, name and headers are str only; bytes are refused (TypeError) here as everywhere in the
+        package: decode them first. TypeError for a wrong type; ValueError for an empty name or a string
+        holding a NUL byte (kiln reads C strings: the text after it would be lost); kiln.ConfigError for
+        an empty text."""
+        name = _source_name(name)
+        text = c_string(text, "text")
+        array, count, _kept = _headers(headers)  # _kept: the bytes the array points to, alive until the call returns
         handle = H()
-        check(_native.lib().kiln_source_from_text(name.encode(), text.encode(), array, len(items),
-                                                  ctypes.byref(handle)))
+        check(_native.lib().kiln_source_from_text(name, text, array, count, ctypes.byref(handle)))
         return cls(handle.value)
 
     @classmethod
     def builtin(cls, name):
-        """A source embedded in libkiln, e.g. "saxpy" (see builtin_names())."""
+        """A source embedded in libkiln, e.g. "saxpy" (see builtin_names()); `name` is a str."""
         handle = H()
-        check(_native.lib().kiln_source_builtin(name.encode(), ctypes.byref(handle)))
+        check(_native.lib().kiln_source_builtin(c_string(name, "name"), ctypes.byref(handle)))
         return cls(handle.value)
 
     @staticmethod
@@ -123,7 +190,8 @@ def _as_source(source):
         return source
     if isinstance(source, str):
         return Source.from_text(source)
-    raise TypeError(f"expected a kiln.Source or the source text, got {type(source).__name__}")
+    raise TypeError(f"source must be a kiln.Source or the source text (a str; decode bytes first), got "
+                    f"{type(source).__name__}")
 
 
 class Kernel(_Handle):
@@ -176,8 +244,9 @@ class Program(_Handle):
                 "origin": _native.ORIGINS.get(info.origin, "?"), "kernels": names}
 
     def kernel(self, name):
+        """A kernel of the program by plain name or name expression (a str)."""
         handle = H()
-        check(_native.lib().kiln_program_get_kernel(self._handle, name.encode(), ctypes.byref(handle)))
+        check(_native.lib().kiln_program_get_kernel(self._handle, c_string(name, "name"), ctypes.byref(handle)))
         return Kernel(handle.value, self._engine)
 
 
@@ -235,8 +304,13 @@ _encoded_options = {}  # tuple of option strings -> strings(...) of them: a runt
 
 def _option_strings(options):
     """strings(options, "options"), kept for option sets seen before (the C side only reads them)."""
+    if isinstance(options, str):
+        key = (options,)
+    elif isinstance(options, (tuple, list)):
+        key = tuple(options)
+    else:  # None, another iterable, or what is no sequence of str: strings() reads it or says what is wrong
+        return strings(options, "options")
     try:
-        key = tuple(options) if not isinstance(options, (str, bytes)) else (options,)
         found = _encoded_options.get(key)
     except TypeError:  # an unhashable item: strings() says what is wrong with it
         return strings(options, "options")
@@ -250,17 +324,32 @@ def _option_strings(options):
 class Engine(_Handle):
     """A kiln engine: one vendor lane, a device, the disk cache. Settings default to the environment
     (KILN_VENDOR, KILN_DEVICE, KILN_CACHE_DIR, KILN_CACHE_*, KILN_CACHE_PACKS, KILN_REMOTE_CACHE, ...).
-    An engine is created without a GPU too: it compiles and prewarms for named targets."""
+    An engine is created without a GPU too: it compiles and prewarms for named targets.
+
+    vendor     None or "auto" (KILN_VENDOR, else the first lane with a device), "cuda" or "hip"
+    device     the default device ordinal; -1: KILN_DEVICE, else 0
+    cache_dir  the disk cache's folder (a path: str, bytes or os.PathLike); None: KILN_CACHE_DIR, else
+               the default cache. An empty path is refused (ValueError), never taken for the default.
+
+    Text arguments of the engine's methods (options, names, targets, source text) are str only, bytes
+    refused (TypeError); a str holding a NUL byte is refused (ValueError), as kiln reads C strings."""
     _destroy = "kiln_engine_destroy"
 
     def __init__(self, vendor=None, device=-1, cache_dir=None, cache_disable=False, cache_readonly=False):
+        if vendor is not None and not isinstance(vendor, str):
+            raise TypeError(f"vendor must be None or a str ('auto', 'cuda' or 'hip'), got {type(vendor).__name__}")
         if vendor not in _native.VENDORS:
             raise ValueError(f"vendor must be None, 'auto', 'cuda' or 'hip', not {vendor!r}")
+        try:
+            device = operator.index(device)
+        except TypeError:
+            raise TypeError(f"device must be an int (-1: KILN_DEVICE, else 0), got {type(device).__name__}") from None
+        cache_path = _cache_dir(cache_dir)
         library = _native.lib()
         config = sized(_native.EngineConfig)
         config.vendor = _native.VENDORS[vendor]
         config.device = device
-        config.cache_dir = os.fsencode(cache_dir) if cache_dir else None
+        config.cache_dir = cache_path
         config.flags = ((_native.ENGINE_CACHE_DISABLE if cache_disable else 0)
                         | (_native.ENGINE_CACHE_READONLY if cache_readonly else 0))
         handle = H()
@@ -305,21 +394,26 @@ class Engine(_Handle):
         return Program(handle.value, self)
 
     def kernel(self, source, name, options=(), device=-1):
-        """Compiles (or finds in the cache) and loads one kernel: a plain name or a name expression."""
+        """Compiles (or finds in the cache) and loads one kernel: `name` (a str) is a plain name or a name
+        expression."""
         source = _as_source(source)
+        name = c_string(name, "name")
         opts, nopts = strings(options, "options")
         handle = H()
-        check(_native.lib().kiln_kernel_get(self._handle, source._handle, name.encode(), opts, nopts, device,
+        check(_native.lib().kiln_kernel_get(self._handle, source._handle, name, opts, nopts, device,
                                             ctypes.byref(handle)))
         return Kernel(handle.value, self)
 
     def prewarm(self, source, target, options=(), names=()):
-        """Compiles into the disk cache for a named target ("sm_90", "gfx90a"); needs no GPU."""
+        """Compiles into the disk cache for a named target ("sm_90", "gfx90a"); needs no GPU. `target`:
+        a str, or "native" (None means "native" too) for the engine's device; an empty string is a
+        ValueError. `options`, `names`: a str (one item) or a sequence of str."""
         source = _as_source(source)
+        target = _target(target)
         opts, nopts = strings(options, "options")
         exprs, nexprs = strings(names, "names")
         result = sized(_native.PrewarmResult)
-        check(_native.lib().kiln_prewarm(self._handle, source._handle, opts, nopts, exprs, nexprs, target.encode(),
+        check(_native.lib().kiln_prewarm(self._handle, source._handle, opts, nopts, exprs, nexprs, target,
                                          ctypes.byref(result)))
         return {"key": _text(result.key), "target": _text(result.target),
                 "origin": _native.ORIGINS.get(result.origin, "?"), "seconds": result.seconds,
@@ -327,9 +421,12 @@ class Engine(_Handle):
 
     def compile(self, source, options=(), names=(), target="native"):
         """Compiles (or finds: engine memory, disk cache, packs, remote) a source's binary for `target`
-        ("sm_90", "compute_90" for PTX, "gfx90a", or "native" for the engine's device) and returns it
-        as a kiln.Binary without loading it. Needs no GPU for a named target. `names`: name
-        expressions (e.g. "scale<float>"), whose symbols come back in Binary.lowered_names."""
+        ("sm_90", "compute_90" for PTX, "gfx90a", or "native" for the engine's device; None means
+        "native" too, an empty string is a ValueError) and returns it as a kiln.Binary without loading
+        it. Needs no GPU for a named target. `source`: a kiln.Source or the text (a str, compiled as a
+        source named "source.cu"). `options`: a str (one option) or a sequence of str. `names`: name
+        expressions (e.g. "scale<float>"), a str or a sequence of str, whose symbols come back in
+        Binary.lowered_names."""
         library = _native.require(_native.COMPILE_API_VERSION, "kiln.Engine.compile (kiln_compile)")
         if isinstance(source, str):
             return self._compile_text(library, "source.cu", source, options, names, target)
@@ -338,19 +435,20 @@ class Engine(_Handle):
     def _compile_text(self, library, name, text, options, names, target):
         """compile() of source text named `name`: its C source lives for this call only (no Source object:
         a runtime that hands over a new text per kernel pays for one C source, nothing more)."""
+        name, text = _source_name(name), c_string(text, "source")
         source = H()
-        check(library.kiln_source_from_text(name.encode(), text.encode(), None, 0, ctypes.byref(source)))
+        check(library.kiln_source_from_text(name, text, None, 0, ctypes.byref(source)))
         try:
             return self._compile_source(library, source, options, names, target)
         finally:
             library.kiln_source_destroy(source)
 
     def _compile_source(self, library, source, options, names, target):
+        target = _target(target)
         opts, nopts = _option_strings(options)
         exprs, nexprs = strings(names, "names")
         handle = H()
-        check(library.kiln_compile(self._handle, source, opts, nopts, exprs, nexprs,
-                                   target.encode() if target else None, ctypes.byref(handle)))
+        check(library.kiln_compile(self._handle, source, opts, nopts, exprs, nexprs, target, ctypes.byref(handle)))
         try:
             return _read_binary(library, handle.value)
         finally:

@@ -238,18 +238,37 @@ def check(status):
         raise cls(library.kiln_last_error().decode(errors="replace"), name, log)
 
 
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def c_string(value, what):
+    """The bytes (UTF-8) of `value` for a `const char*` argument of the C API; `what` names the argument
+    in the errors. Only a str is taken (bytes are refused too, everywhere: the package has one kind of
+    text). A C string ends at its first NUL byte, so a str holding one would reach kiln cut short:
+    refused with a ValueError rather than cut silently."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__} ({_shown(value)})")
+    at = value.find("\0")
+    if at >= 0:
+        raise ValueError(f"{what} holds a NUL byte (at index {at}): a C string ends there, so kiln would get only "
+                         "what comes before it")
+    try:
+        return value.encode()
+    except UnicodeEncodeError as error:  # a lone surrogate: no UTF-8 for it
+        raise ValueError(f"{what} cannot be encoded as UTF-8: {error}") from None
+
+
 def strings(items, what):
-    """A (char*[], count) pair from a sequence of str/bytes; a lone string is one item."""
+    """A (char*[], count) pair from a sequence of str; a lone str is one item and None none. `what` names
+    the argument in the errors (TypeError for what is not a str or a sequence of str; ValueError for an
+    item holding a NUL byte, see c_string)."""
     if items is None:
         items = ()
-    elif isinstance(items, (str, bytes)):
+    elif isinstance(items, str):
         items = (items,)
-    encoded = []
-    for item in items:
-        if isinstance(item, str):
-            encoded.append(item.encode())
-        elif isinstance(item, bytes):
-            encoded.append(item)
-        else:
-            raise TypeError(f"{what}: expected strings, got {type(item).__name__} ({item!r})")
+    elif isinstance(items, (bytes, bytearray, dict)) or not hasattr(items, "__iter__"):
+        raise TypeError(f"{what} must be a str or a sequence of str, got {type(items).__name__} ({_shown(items)})")
+    encoded = [c_string(item, f"{what}[{index}]") for index, item in enumerate(items)]
     return ((ctypes.c_char_p * len(encoded))(*encoded) if encoded else None), len(encoded)

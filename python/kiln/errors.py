@@ -13,18 +13,48 @@ __all__ = ["Error", "InvalidArgumentError", "InvalidHandleError", "CompileError"
            "error_type"]
 
 
+def _last_line(text):
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _compose(message, log):
+    """(message, log_shown): kiln's message without a second copy of a log line, and whether the message
+    shows the log. A failed compile's message reads "<call> failed ... for sm_90: <the log's first error
+    line>" and then, on the next lines, the log (as the compiler wrote it, or with its file names put
+    right): the headline's copy of that line is dropped, so the text says each line once."""
+    head, newline, body = message.partition("\n")
+    log_text = log.strip()
+    # The body is the log when it holds it, or its last line (HIPRTC's log is shown with file names changed).
+    shown = bool(body.strip()) and (log_text in body or _last_line(log_text) in body)
+    quoted = body if shown else log
+    for line in quoted.splitlines():
+        line = line.strip()
+        if line and head.rstrip().endswith(": " + line):
+            head = head.rstrip()[:-len(line)].rstrip()  # "... for sm_90:", then the log
+            break
+    return head + newline + body, shown
+
+
 class Error(RuntimeError):
     """A kiln call failed. `status` is the KILN_ERROR_* name (None for errors of the Python package
-    itself), `code` its number, `message` what kiln said, `log` the compiler log ("" unless a compile
-    failed)."""
+    itself), `code` its number, `message` what kiln said, `log` the compiler log, whole ("" unless a
+    compile failed). str(error) is "<status>: <message>", followed by the log when the message does not
+    show it; each line of the log appears once (kiln's message for a failed compile quotes the log's
+    first error line and then the log: the quote is left out of `message`)."""
 
     status = None
     code = None
 
     def __init__(self, message, status=None, log=""):
         status = status or type(self).status
-        text = f"{status}: {message}" if status else str(message)
-        if log and log.strip() not in str(message):  # kiln's message often quotes the log already
+        message = str(message)
+        log = log or ""
+        shown = True
+        if log.strip():
+            message, shown = _compose(message, log)
+        text = f"{status}: {message}" if status else message
+        if not shown:
             text += f"\n--- compiler log ---\n{log}"
         super().__init__(text)
         self.message = message

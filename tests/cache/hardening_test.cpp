@@ -549,7 +549,9 @@ TEST_CASE("hardening: compile leases record the holder's start time; stale holde
     CHECK(text.find("process " + me) != std::string::npos);
     CHECK(text.find(host_name()) != std::string::npos);
     CHECK(text.find(entry.key_hash.hex()) != std::string::npos);
-    CHECK(text.find(" held ") != std::string::npos);
+    // When it was last refreshed, and how long until it is stale (not the whole wait: third probe).
+    CHECK(text.find(" refreshed ") != std::string::npos);
+    CHECK(text.find("broken if") != std::string::npos);
   }
 
   SECTION("an empty lease file past a short grace is stale at once; a fresh one is waited for briefly") {

@@ -1,7 +1,9 @@
 // The on-disk store with synthetic entries: layout, integrity, atomic publish, leases, eviction,
 // read-only and refused roots, write failures. No compiler, no GPU.
 #include <sys/file.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <map>
@@ -10,6 +12,7 @@
 
 #include "atomic_file.hpp"
 #include "cache_test_support.hpp"
+#include "test_support.hpp"
 #include "kiln/cache/stats.hpp"
 #include "store_hooks.hpp"
 
@@ -395,6 +398,33 @@ TEST_CASE("store: compile leases", "[cache]") {
     backdate(lease_path, Store::kLeaseStaleAge + 30s);
     const auto broken = store.acquire_lease(entry.key_hash, 2s);
     CHECK(broken.owned());
+  }
+
+  // Third probe: a lease left by a live process that is not compiling stalled a waiter for 60 s, while
+  // the warning promised "up to 119 s more". A holder now refreshes its lease while it works, so one
+  // that stopped refreshing is broken once it is kLeaseStaleAge old.
+  SECTION("a live holder that stopped refreshing its lease is waited for until it is stale, not the whole wait") {
+    const kiln::test::LiveChild holder;
+    fs::create_directories(lease_path.parent_path());
+    const std::string text = holder.lease_text();
+    write_bytes(lease_path, std::as_bytes(std::span(std::string_view(text))));
+    backdate(lease_path, Store::kLeaseStaleAge - 2s);
+    const auto started = std::chrono::steady_clock::now();
+    const auto lease = store.acquire_lease(entry.key_hash, 40s);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    CHECK(lease.owned());
+    CHECK(waited < 10.0);
+  }
+
+  SECTION("a lease is refreshed while its holder holds it") {
+    auto lease = store.acquire_lease(entry.key_hash, 1s);
+    REQUIRE(lease.owned());
+    backdate(lease_path, 10s);
+    std::this_thread::sleep_for(Store::kLeaseRefresh + 1500ms);
+    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(lease_path);
+    CHECK(age < std::chrono::duration_cast<fs::file_time_type::duration>(Store::kLeaseRefresh + 1s));
+    lease.release();
+    CHECK_FALSE(fs::exists(lease_path));
   }
 
   SECTION("release leaves a lease that is no longer ours") {

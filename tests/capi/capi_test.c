@@ -751,6 +751,42 @@ static void test_gpu_destroyed_engine(void) {
   EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
 }
 
+/* Third probe: an engine asked for the CUDA (or HIP) lane on a machine without its driver (a build
+ * container with the toolkit) failed with "no CUDA driver found", while an engine is promised "even
+ * when no device is present". It is a compile-only engine, as without a vendor; a device ordinal past
+ * 0 is refused (there is none to use). */
+static void test_explicit_vendor_without_device(const char* cache_dir, int can_compile) {
+  printf("an explicit vendor without its driver: a compile-only engine\n");
+  const kiln_vendor vendors[] = {KILN_VENDOR_CUDA, KILN_VENDOR_HIP};
+  for (size_t v = 0; v < 2; ++v) {
+    kiln_engine_config config;
+    kiln_engine_config_init(&config);
+    config.cache_dir = cache_dir;
+    config.vendor = vendors[v];
+    kiln_engine engine = NULL;
+    EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_OK, NULL);
+    if (engine == NULL) continue;
+    int devices = -1, device = -2;
+    EXPECT_STATUS(kiln_engine_device_count(engine, &devices, &device), KILN_OK, NULL);
+    CHECK(devices == 0);
+    if (can_compile && vendors[v] == KILN_VENDOR_CUDA) {
+      kiln_source source = NULL;
+      EXPECT_STATUS(kiln_source_from_text("vendor_only.cu", "extern \"C\" __global__ void k(int* p) { *p = 1; }\n",
+                                          NULL, 0, &source),
+                    KILN_OK, NULL);
+      kiln_binary binary = NULL;
+      EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "sm_90", &binary), KILN_OK, NULL);
+      EXPECT_STATUS(kiln_binary_destroy(binary), KILN_OK, NULL);
+      EXPECT_STATUS(kiln_source_destroy(source), KILN_OK, NULL);
+    }
+    EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
+    config.device = 99;
+    engine = NULL;
+    EXPECT_STATUS(kiln_engine_create(&config, &engine), KILN_ERROR_CONFIG, "no device");
+    CHECK(engine == NULL);
+  }
+}
+
 int main(void) {
   char cache_dir[] = "/tmp/kiln-capi-test-XXXXXX";
   if (mkdtemp(cache_dir) == NULL) {
@@ -779,6 +815,7 @@ int main(void) {
   if (compiled) test_include_counters(cache_dir);
   if (devices == 0) {
     test_no_device(engine);
+    test_explicit_vendor_without_device(cache_dir, compiled);
     printf("SKIPPED (GPU part): no GPU device\n");
   } else {
     test_gpu(engine, device);

@@ -621,16 +621,22 @@ TEST_CASE("[child] no AMD library anywhere", "[.no_amd_child]") {
   CHECK_THROWS_WITH(kiln::vendor::load_hiprtc(), Catch::StartsWith("no HIPRTC found (searched: ") &&
                                                      Catch::Contains(dir + "libhiprtc.so.7") &&
                                                      Catch::Contains("libamdhip64.so.5 (not found)"));
-  // The engine, asked for HIP explicitly: the same clear error, not a crash.
+  // The engine, asked for HIP explicitly: a compile-only engine (as without a vendor), whose device
+  // operations give the same clear error, not a crash.
   TempDir cache("kiln-no-amd-cache");
   kiln::EngineConfig config;
   config.vendor = kiln::Vendor::hip;
   config.cache.root = cache.path();
-  CHECK_THROWS_WITH(kiln::Engine(config), Catch::Contains("no HIP runtime found (searched: "));
+  {
+    kiln::Engine explicit_hip(config);
+    CHECK(explicit_hip.devices().empty());
+    CHECK_THROWS_WITH(explicit_hip.allocate(16), Catch::Contains("no HIP runtime found (searched: "));
+  }
   {
     ScopedEnv vendor("KILN_VENDOR", "hip");
     ScopedEnv cache_dir("KILN_CACHE_DIR", cache.path().c_str());
-    CHECK_THROWS_AS(kiln::Engine(), kiln::DeviceUnavailable);
+    kiln::Engine from_environment;
+    CHECK_THROWS_AS(from_environment.allocate(16), kiln::DeviceUnavailable);
   }
   // Auto: compile-only engine; a gfx prewarm says why, an sm_ prewarm works (the CUDA lane is intact).
   config.vendor = kiln::Vendor::none;

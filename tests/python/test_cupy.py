@@ -179,6 +179,22 @@ def test_kiln_refusal_falls_back_with_a_warning(routed):
     assert reason.startswith("kiln: KILN_ERROR_CONFIG")
 
 
+def test_header_only_in_the_working_directory_falls_back_to_cupy(routed, tmp_path, monkeypatch):
+    # NVRTC (as CuPy calls it) finds a quoted include next to the source, in the working directory;
+    # kiln searches only the include folders (it cannot key what the compiler reads on its own), so
+    # such a kernel goes to CuPy, which compiles it as it always has.
+    cupy, _engine = routed
+    (tmp_path / "here.h").write_text("#define VALUE 3\n")
+    monkeypatch.chdir(tmp_path)
+    source = '#include "here.h"\nextern "C" __global__ void k(int* p) { *p = VALUE; }\n'
+    with pytest.warns(RuntimeWarning, match="here.h"):
+        module = call(cupy, source=source)
+    assert module.image == b"stand-in: compiled by the original"
+    (reason,) = kiln.cupy.stats()["fallbacks"]
+    assert "working directory" in reason
+    assert kiln.cupy.stats()["compile_errors"] == 0
+
+
 def test_compile_error_is_cupys_compile_exception(routed, monkeypatch, capsys):
     cupy, _engine = routed
     bad = "extern \"C\" __global__ void k() { surely_not_declared; }\n"
@@ -297,3 +313,31 @@ def test_runner_runs_a_program_with_kiln(compile_api, tmp_path):
     assert result.stdout.strip() == "argv ['a', '--b'] enabled True"
     usage = subprocess.run([sys.executable, "-m", "kiln.cupy"], env=env, capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_runner_says_the_prefix_once(stand_in_cupy, monkeypatch, capsys):
+    # enable()'s messages mostly start with "kiln.cupy" already; the runner used to add its own in front.
+    from kiln.cupy.__main__ import main
+    monkeypatch.delattr(stand_in_cupy.cuda.function.Module, "_set_mapping")
+    assert main(["program.py"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("kiln.cupy: CuPy ") and "has no cupy.cuda.function.Module._set_mapping" in said, said
+    assert said.count("kiln.cupy") == 1, said
+    monkeypatch.undo()
+    # A message of kiln's own (no prefix yet) gets it, once.
+    library, path, _version = _native.load()
+    monkeypatch.setattr(_native, "_loaded", (library, path, 1))
+    assert main(["program.py"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("kiln.cupy (kiln_compile) needs kiln API version 2"), said
+    assert said.count("kiln.cupy") == 1, said
+
+
+def test_nul_byte_in_cupy_source_falls_back(routed):
+    # kiln takes C strings: a source holding a NUL byte is refused (ValueError), and CuPy compiles it itself.
+    cupy, _engine = routed
+    with pytest.warns(RuntimeWarning, match="kiln: ValueError: source holds a NUL byte"):
+        module = call(cupy, source=KERNELS + "\0 // after the NUL byte")
+    assert module.image == b"stand-in: compiled by the original"
+    (reason,) = kiln.cupy.stats()["fallbacks"]
+    assert reason.startswith("kiln: ValueError: source holds a NUL byte")

@@ -199,3 +199,138 @@ def test_module_level_functions(compile_api, monkeypatch, cache_dir):
     assert kiln.prewarm(KERNELS, "sm_90", names=["py_scale<int>"])["key"] == binary.key
     assert kiln.stats()["compiles"] == 1
     assert kiln.default_engine() is kiln.default_engine()
+
+
+TINY = 'extern "C" __global__ void tiny(int* out) { *out = 1; }\n'
+
+
+def test_engine_refuses_an_empty_cache_dir(monkeypatch, cache_dir):
+    # The CLI and KILN_CACHE_DIR refuse an empty folder; the package used to hand NULL (the default cache) over.
+    for empty in ("", b""):
+        with pytest.raises(ValueError, match="cache_dir is empty: refused"):
+            kiln.Engine(cache_dir=empty)
+    with pytest.raises(TypeError, match="cache_dir must be a folder path"):
+        kiln.Engine(cache_dir=123)
+    # None still means "from the environment": an empty KILN_CACHE_DIR is kiln's own refusal.
+    monkeypatch.setenv("KILN_CACHE_DIR", "")
+    with pytest.raises(kiln.ConfigError, match="KILN_CACHE_DIR"):
+        kiln.Engine(cache_dir=None)
+    monkeypatch.setenv("KILN_CACHE_DIR", cache_dir)
+    kiln.Engine(cache_dir=None).close()
+
+
+def test_nul_bytes_are_refused_naming_the_argument(engine):
+    # kiln reads C strings: a NUL byte would cut the string there (the text after it silently lost).
+    program = kiln.Program(None, engine)  # no handle (a program needs a GPU): the name is refused before any call
+    cases = [
+        ("text", lambda: kiln.Source.from_text(KERNELS + "\0 lost")),
+        ("name", lambda: kiln.Source.from_text(KERNELS, name="a.cu\0.txt")),
+        (r"headers: the include name 'a.h\x00'", lambda: kiln.Source.from_text(KERNELS, headers={"a.h\0": "x"})),
+        ("headers['a.h']", lambda: kiln.Source.from_text(KERNELS, headers={"a.h": "#define A 1\0"})),
+        ("name", lambda: kiln.Source.builtin("saxpy\0")),
+        ("source", lambda: engine.compile(KERNELS + "\0 lost", target="sm_90")),
+        ("options[1]", lambda: engine.compile(KERNELS, options=["-DA=1", "-DB=2\0"], target="sm_90")),
+        ("options[0]", lambda: engine.prewarm(KERNELS, "sm_90", options="-DB=2\0")),
+        ("names[0]", lambda: engine.compile(KERNELS, names=["py_scale<float>\0"], target="sm_90")),
+        ("names[0]", lambda: engine.prewarm(KERNELS, "sm_90", names="py_scale<float>\0")),
+        ("target", lambda: engine.compile(KERNELS, target="sm_90\0junk")),
+        ("target", lambda: engine.prewarm(KERNELS, "sm_90\0junk")),
+        ("name", lambda: engine.kernel(KERNELS, "py_fill\0")),
+        ("name", lambda: program.kernel("py_fill\0")),
+        ("cache_dir", lambda: kiln.Engine(cache_dir="/tmp/kiln\0cache")),
+    ]
+    for what, call in cases:
+        with pytest.raises(ValueError, match="^" + re.escape(f"{what} holds a NUL byte")):
+            call()
+
+
+def test_wrong_types_are_type_errors_naming_the_argument(engine):
+    program = kiln.Program(None, engine)  # no handle: the argument is refused before any call
+    cases = [
+        ("target must be a str, got int", lambda: engine.compile(KERNELS, target=123)),
+        ("target must be a str, got int", lambda: engine.prewarm(KERNELS, 90)),
+        ("target must be a str, got bytes", lambda: engine.compile(KERNELS, target=b"sm_90")),
+        ("name must be a str, got NoneType", lambda: kiln.Source.from_text(KERNELS, name=None)),
+        ("name must be a str, got NoneType", lambda: kiln.Source.builtin(None)),
+        ("name must be a str, got NoneType", lambda: engine.kernel(KERNELS, None)),
+        ("name must be a str, got NoneType", lambda: program.kernel(None)),
+        ("text must be a str, got bytes", lambda: kiln.Source.from_text(KERNELS.encode())),
+        ("headers must be a dict of str", lambda: kiln.Source.from_text(KERNELS, headers=["a.h"])),
+        ("headers['a.h'] must be a str, got int", lambda: kiln.Source.from_text(KERNELS, headers={"a.h": 1})),
+        ("headers: an include name must be a str, got int", lambda: kiln.Source.from_text(KERNELS, headers={1: ""})),
+        ("options must be a str or a sequence of str, got int", lambda: engine.compile(KERNELS, options=5)),
+        ("options must be a str or a sequence of str, got bytes", lambda: engine.prewarm(KERNELS, "sm_90", b"-DA")),
+        ("options[0] must be a str, got bytes", lambda: engine.compile(KERNELS, options=[b"-DA=1"])),
+        ("options[0] must be a str, got int", lambda: engine.kernel(KERNELS, "py_fill", options=[1])),
+        ("names[1] must be a str, got NoneType", lambda: engine.compile(KERNELS, names=["py_fill", None])),
+        ("source must be a kiln.Source or the source text", lambda: engine.prewarm(KERNELS.encode(), "sm_90")),
+        ("vendor must be None or a str", lambda: kiln.Engine(vendor=1)),
+        ("device must be an int", lambda: kiln.Engine(device="0")),
+    ]
+    for expected, call in cases:
+        with pytest.raises(TypeError, match="^" + re.escape(expected)):
+            call()
+
+
+def test_empty_target_is_refused_and_none_means_native(engine):
+    # The C API reads a NULL target as "native"; an empty string used to become NULL here without a word.
+    with pytest.raises(ValueError, match="target is empty"):
+        engine.compile(KERNELS, target="")
+    with pytest.raises(ValueError, match="target is empty"):
+        engine.prewarm(KERNELS, "")
+
+    def outcome(call):  # what a call gives: the binary's key, or the error kiln raised
+        try:
+            result = call()
+        except kiln.Error as error:
+            return type(error), error.message
+        return result.key if isinstance(result, kiln.Binary) else result["key"]
+
+    # None is documented as "native" (the engine's device: an error without a GPU, a binary with one).
+    assert outcome(lambda: engine.compile(KERNELS, target=None)) == outcome(lambda: engine.compile(KERNELS))
+    assert outcome(lambda: engine.prewarm(KERNELS, None)) == outcome(lambda: engine.prewarm(KERNELS, "native"))
+
+
+def test_source_name_must_not_be_empty(engine):
+    # The name is the compiler's file name and part of the key: libkiln used to rename "" to "<source>".
+    with pytest.raises(ValueError, match="name is empty"):
+        kiln.Source.from_text(KERNELS, name="")
+    with pytest.raises(ValueError, match="name is empty"):
+        engine._compile_text(_native.lib(), "", KERNELS, (), (), "sm_90")
+
+
+def test_engine_device_beyond_the_devices_is_a_config_error():
+    # With no device (this machine) as with too few: a device ordinal > 0 names a device that is not there.
+    with pytest.raises(kiln.ConfigError, match="device 99 requested"):
+        kiln.Engine(device=99)
+
+
+def test_compile_error_says_each_log_line_once(engine, compile_api):
+    with pytest.raises(kiln.CompileError) as caught:
+        engine.compile('extern "C" __global__ void k(int* o) { *o = ; }\n', target="sm_90")
+    error = caught.value
+    first = error.log.strip().splitlines()[0]
+    assert "error" in first and "source.cu" in first
+    assert str(error).count(first) == 1 and error.message.count(first) == 1
+    assert error.log.strip() in str(error)  # the whole log, once, in the text too
+    assert re.search(r"errors? detected", error.log)  # the log is whole: NVRTC's closing line
+    assert str(error).startswith("KILN_ERROR_COMPILE: ") and str(error) == f"{error.status}: {error.message}"
+    # A message that quotes the first line of a log it does not show: the log follows, the line once.
+    quoted = kiln.CompileError("compile failed: a.cu(1): error: bad", log="a.cu(1): error: bad\n  ^\n1 error\n")
+    assert str(quoted).count("a.cu(1): error: bad") == 1 and "1 error" in str(quoted)
+
+
+def test_cuda_engine_without_a_driver_compiles(cache_dir, compile_api):
+    # An explicit CUDA vendor on a machine with the toolkit but no driver is a compile-only engine.
+    with kiln.Engine(vendor="cuda", cache_dir=cache_dir) as engine:
+        binary = engine.compile(TINY, target="sm_90")
+    assert binary.kind == "cubin" and binary.data[:4] == b"\x7fELF" and binary.origin == "compiled"
+
+
+def test_kiln_vendor_cuda_without_a_driver_compiles(cache_dir, compile_api, monkeypatch):
+    # The same vendor from the environment (read when the engine is created).
+    monkeypatch.setenv("KILN_VENDOR", "cuda")
+    with kiln.Engine(cache_dir=cache_dir) as engine:
+        binary = engine.compile(TINY, target="sm_90")
+        assert engine.vendor in (None, "cuda")  # None: no driver, so no device
+    assert binary.kind == "cubin" and binary.data[:4] == b"\x7fELF" and binary.origin == "compiled"

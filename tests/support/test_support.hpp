@@ -1,6 +1,8 @@
 #pragma once
 // Small helpers shared by tests: a temporary directory removed at scope exit, a scoped environment
 // variable, and a skip reporter (exit code 77 = skipped for ctest).
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,6 +51,37 @@ class ScopedEnv {
  private:
   std::string m_name;
   std::optional<std::string> m_old;
+};
+
+/// A child process that lives (paused) until this object is destroyed: a pid that is alive and does
+/// nothing, e.g. the holder of a planted compile lease that is never refreshed.
+class LiveChild {
+ public:
+  LiveChild() : m_pid(::fork()) {
+    if (m_pid == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    if (m_pid < 0) std::abort();
+  }
+  ~LiveChild() {
+    ::kill(m_pid, SIGKILL);
+    ::waitpid(m_pid, nullptr, 0);
+  }
+  LiveChild(const LiveChild&) = delete;
+  LiveChild& operator=(const LiveChild&) = delete;
+  [[nodiscard]] pid_t pid() const { return m_pid; }
+
+  /// A lease file's text in the old four-field form ("pid host time nonce"), which is judged by its pid
+  /// alone: held by this live child on this host, it can only be broken for its age.
+  [[nodiscard]] std::string lease_text() const {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) std::abort();
+    return std::to_string(m_pid) + " " + host + " 1700000000 00\n";
+  }
+
+ private:
+  pid_t m_pid;
 };
 
 /// Prints the reason and exits with ctest's skip code.

@@ -470,7 +470,8 @@ TEST_CASE("prewarm without a disk cache (disabled or refused) is refused at once
 }
 
 // R11 (rest): errors found while replaying a manifest's request (an unknown built-in, a target the
-// compiler does not support, an option its compiler cannot spell) named no file and line.
+// compiler does not support, an option its compiler cannot spell) named no file and line. Third probe:
+// such a line stopped the whole replay; it now fails alone (bad input, 2) and the other lines compile.
 TEST_CASE("prewarm --manifest: errors found when a request is replayed name the manifest's line") {
   TempDir dir;
   const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
@@ -496,9 +497,13 @@ TEST_CASE("prewarm --manifest: errors found when a request is replayed name the 
     const Run run = run_kiln_exact({"prewarm", "-q", "--manifest", manifest.string()}, env, dir.path(), false, 120);
     INFO(c.bad << "\n" << run.describe());
     CHECK(run.rc == 2);
-    CHECK(count_lines(run.err) == 1);
-    CHECK(run.err.find("manifest " + manifest.string() + " line 3: ") != std::string::npos);
-    CHECK(run.err.find(c.says) != std::string::npos);
+    const std::size_t failed = run.out.find("failed: ");
+    REQUIRE(failed != std::string::npos);
+    const std::string reported = run.out.substr(failed, run.out.find('\n', failed) - failed);
+    CHECK(reported.find("manifest " + manifest.string() + " line 3: ") != std::string::npos);
+    CHECK(reported.find(c.says) != std::string::npos);
+    CHECK(run.out.find("1 failed") != std::string::npos);  // the good line was prewarmed, not stopped
+    CHECK(fs::exists(dir / "cache" / "v1"));
   }
 }
 
@@ -551,4 +556,136 @@ TEST_CASE("show and export report entries the engine refuses; export carries non
   CHECK(refused_show.rc == 1);
   CHECK(refused_show.out.find("REFUSED") != std::string::npos);
   REQUIRE(::chmod(root.c_str(), 0700) == 0);
+}
+
+// Third probe, defect 2: a link in place of a shard directory was entered by verify (its target's
+// entry counted as ok) and verify --fix removed files and a FIFO from the link's target. Every walker
+// now treats such a link as the engine does: refused, not entered; --fix removes the link itself.
+TEST_CASE("walkers never enter a link in place of a cache folder; verify --fix removes only paths inside the cache") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  const std::vector<fs::path> entries = fill_cache(root, 8);
+  const fs::path entry_shard = entries[0].parent_path();
+  // The foreign folders, each holding what a walker would take for its own: an entry, a damaged
+  // entry-named file, a manifest-named file, a stray file and a FIFO.
+  const auto foreign = [&](const std::string& name) {
+    const fs::path folder = dir / name;
+    fs::create_directories(folder);
+    std::ofstream(folder / "precious.txt") << "not the cache's\n";
+    REQUIRE(::mkfifo((folder / "pipe").c_str(), 0600) == 0);
+    std::ofstream(folder / "000000000000000000000000000000.kiln") << "garbage at an entry name\n";
+    std::ofstream(folder / "000000000000000000000000000000.kman") << "garbage at a manifest name\n";
+    return folder;
+  };
+  const fs::path moved = dir / "moved-shard";  // the real shard's files, now behind a link
+  fs::rename(entry_shard, moved);
+  std::ofstream(moved / "precious.txt") << "not the cache's\n";
+  REQUIRE(::mkfifo((moved / "pipe").c_str(), 0600) == 0);
+  std::ofstream(moved / "000000000000000000000000000000.kiln") << "garbage at an entry name\n";
+  fs::create_directory_symlink(moved, entry_shard);
+  const fs::path manifests = root / "manifests";
+  fs::create_directories(manifests);
+  const fs::path manifest_target = foreign("manifest-shard");
+  const fs::path manifest_link = manifests / "00";
+  fs::create_directory_symlink(manifest_target, manifest_link);
+  const auto foreign_files = [](const fs::path& folder) {
+    std::vector<std::string> names;
+    for (const auto& item : fs::directory_iterator(folder)) names.push_back(item.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> moved_before = foreign_files(moved);
+  const std::vector<std::string> manifest_before = foreign_files(manifest_target);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const auto untouched = [&] {
+    CHECK(foreign_files(moved) == moved_before);
+    CHECK(foreign_files(manifest_target) == manifest_before);
+  };
+  const std::size_t inside = static_cast<std::size_t>(std::count_if(
+      entries.begin(), entries.end(), [&](const fs::path& e) { return e.parent_path() != entry_shard; }));
+
+  const Run ls = run_kiln_exact({"cache", "ls", "--json"}, env, dir.path(), false, 30);
+  INFO(ls.describe());
+  CHECK(ls.rc == 1);
+  const Run stats = run_kiln_exact({"cache", "stats", "--json"}, env, dir.path(), false, 30);
+  INFO(stats.describe());
+  CHECK(stats.parsed().at("entries") == inside);  // the linked shard's entry is not this cache's
+  CHECK(stats.parsed().at("not_entries") == 1);   // the link itself
+
+  const Run verify = run_kiln_exact({"cache", "verify", "--json"}, env, dir.path(), false, 30);
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.parsed().at("entries") == inside);
+  CHECK(verify.parsed().at("ok") == inside);
+  untouched();
+
+  const Run exported = run_kiln_exact({"cache", "export", (dir / "p.kpack").string()}, env, dir.path(), false, 30);
+  INFO(exported.describe());
+  CHECK(exported.out.find("export: " + std::to_string(inside) + " entries") != std::string::npos);
+  untouched();
+
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path(), false, 30);
+  INFO(fix.describe());
+  CHECK(fix.rc == 0);
+  CHECK_FALSE(fs::exists(fs::symlink_status(entry_shard)));
+  CHECK_FALSE(fs::exists(fs::symlink_status(manifest_link)));
+  untouched();
+
+  // The whole manifests folder as a link, and the links back for clear and prune.
+  fs::remove_all(manifests);
+  const fs::path manifests_target = dir / "manifests-elsewhere";
+  fs::create_directories(manifests_target);
+  fs::create_directory_symlink(manifest_target, manifests_target / "00");
+  fs::create_directory_symlink(manifests_target, manifests);
+  fs::create_directory_symlink(moved, entry_shard);
+  const Run linked = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path(), false, 30);
+  INFO(linked.describe());
+  CHECK(linked.out.find("symbolic link") != std::string::npos);
+  CHECK_FALSE(fs::exists(fs::symlink_status(manifests)));
+  CHECK(fs::is_symlink(manifests_target / "00"));
+  untouched();
+  fs::create_directory_symlink(moved, entry_shard);
+  fs::create_directory_symlink(manifests_target, manifests);
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"cache", "prune", "--max-size", "1"}, {"cache", "clear"}}) {
+    const Run run = run_kiln_exact(command, env, dir.path(), false, 30);
+    INFO(run.describe());
+    CHECK(run.rc != 2);
+    untouched();
+    CHECK(fs::is_symlink(manifests_target / "00"));
+  }
+}
+
+// Third probe: `export --target gfx9999` wrote an empty pack and exited 0.
+TEST_CASE("export --target that matches no entry writes no pack and names the targets the cache holds") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  (void)fill_cache(root, 2);
+  const fs::path pack = dir / "p.kpack";
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run run = run_kiln_exact({"cache", "export", pack.string(), "--target", "gfx9999"}, env, dir.path(), false, 30);
+  INFO(run.describe());
+  CHECK(run.rc == 2);
+  CHECK(count_lines(run.err) == 1);
+  CHECK(run.err.find("gfx9999") != std::string::npos);
+  CHECK(run.err.find("nothing written") != std::string::npos);
+  CHECK_FALSE(fs::exists(pack));
+}
+
+// Third probe: `kiln prewarm --bogus` said "see kiln --help" (the top level's), not the command's.
+TEST_CASE("an unknown option names the command it was given to and that command's --help") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()}};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"prewarm", "--bogus"}, {"cache", "ls", "--bogus"}}) {
+    const Run run = run_kiln_exact(args, env, dir.path(), false, 30);
+    INFO(run.describe());
+    const std::string command = args.size() == 2 ? "kiln " + args[0] : "kiln " + args[0] + " " + args[1];
+    CHECK(run.rc == 2);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find("--bogus") != std::string::npos);
+    CHECK(run.err.find("see " + command + " --help") != std::string::npos);
+  }
 }

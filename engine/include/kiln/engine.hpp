@@ -33,8 +33,13 @@ struct EngineAccess;  // tests/support/engine_access.hpp: test-only
 }  // namespace detail
 
 struct EngineConfig {
-  Vendor vendor = Vendor::none;  ///< none = auto: the first lane with a device (KILN_VENDOR=auto|cuda|hip)
-  int device = -1;               ///< -1 = KILN_DEVICE, else 0
+  /// none = auto: the first lane with a device (KILN_VENDOR=auto|cuda|hip). A vendor whose runtime
+  /// cannot be loaded (the toolkit without the driver: a build container) gives a compile-only engine,
+  /// as auto does without a GPU: named targets compile, running kernels throws DeviceUnavailable.
+  Vendor vendor = Vendor::none;
+  /// -1 = KILN_DEVICE, else 0. An ordinal past the last device is a ConfigError (past 0 when there is
+  /// no device: 0 stays every compile-only engine's default).
+  int device = -1;
   cache::StoreConfig cache;      ///< KILN_CACHE_DIR, KILN_CACHE_DISABLE, KILN_CACHE_READONLY, KILN_CACHE_MAXSIZE
   std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines manifest
   std::vector<std::string> packs;  ///< KILN_CACHE_PACKS (colon-separated): read-only pack layers under the store
@@ -128,7 +133,10 @@ struct PrewarmResult {
   cache::Hash128 key;
   std::string target;
   Origin origin = Origin::compiled;  ///< disk (already cached) or compiled
-  double seconds = 0;
+  double seconds = 0;                ///< the request's own time (the compile's, for a compile)
+  /// Time spent before that: looking in the tiers and waiting for another process's compile of the same
+  /// key (the cross-process compile lease), reported apart so a wait is not taken for compile time.
+  double wait_seconds = 0;
   std::size_t binary_bytes = 0;
   bool stored = false;               ///< written to the disk tier
 };

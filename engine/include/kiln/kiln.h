@@ -128,8 +128,10 @@ typedef struct kiln_engine_config {
 KILN_API void kiln_engine_config_init(kiln_engine_config* config);
 
 /** Creates an engine. `config` may be NULL (everything from the environment). An engine is created
- *  even when no device is present: it can still compile and prewarm (kiln_prewarm); kernel gets then
- *  fail with KILN_ERROR_DEVICE_UNAVAILABLE. The caller owns `*engine` and destroys it with
+ *  even when no device is present, also when a vendor is named (config or KILN_VENDOR) whose runtime
+ *  cannot be loaded (a build machine with the toolkit but no driver): it can still compile and prewarm
+ *  (kiln_compile, kiln_prewarm); kernel gets then fail with KILN_ERROR_DEVICE_UNAVAILABLE. A device
+ *  ordinal past the last device (past 0 when there is none) is CONFIG. The caller owns `*engine` and destroys it with
  *  kiln_engine_destroy.
  *  Errors: INVALID_ARGUMENT (engine NULL; config->size smaller than the first version of the struct, or
  *  larger with unknown non-zero fields), CONFIG (a malformed KILN_* variable or field), INTERNAL. */
@@ -188,7 +190,7 @@ typedef struct kiln_stats {
   uint64_t remote_errors;
   /* API version 3: */
   uint64_t manifest_hits;          /**< requests with include folders keyed by their dependency manifest (no header read) */
-  uint64_t include_resolves;       /**< requests with include folders whose #include tree was resolved (headers read) */
+  uint64_t include_resolves;       /**< requests whose #include tree kiln resolved (headers read): those with include folders, or an include by absolute path or macro */
   uint64_t remote_unauthenticated; /**< remote entries refused for a missing or wrong MAC (a fleet secret is set) */
 } kiln_stats;
 

@@ -45,6 +45,16 @@ void trim_log(std::string& log);
 [[noreturn]] void compile_failed(const char* prefix, const char* status, const CompileInput& input,
                                  const std::string& log, const LogStyle& style);
 
+/// The text after a leading UTF-8 byte order mark (NVRTC takes one for a stray token and fails; editors
+/// on some systems write one). The key holds the bytes as given, mark and all; only the compiler's view
+/// skips it, so no text is copied.
+inline std::string_view without_bom(std::string_view text) {
+  return text.starts_with("\xEF\xBB\xBF") ? text.substr(3) : text;
+}
+inline const char* without_bom(const char* text) {
+  return text[0] == '\xEF' && text[1] == '\xBB' && text[2] == '\xBF' ? text + 3 : text;  // stops at the NUL
+}
+
 /// One program of one library (Calls: a binding made by KILN_RTC_CALLS), created from the input's
 /// source and headers with its name expressions added, and destroyed on every path, exceptions
 /// included: a program left behind holds hundreds of MB.
@@ -55,10 +65,10 @@ class Program {
   using Result = typename Calls::Result;
 
   Program(const Calls& calls, const CompileInput& input)
-      : m_calls(calls), m_input(input), m_source(input.source), m_name(input.source_name), m_owned{calls} {
+      : m_calls(calls), m_input(input), m_source(without_bom(input.source)), m_name(input.source_name), m_owned{calls} {
     std::vector<const char*> texts, names;
     for (const HeaderText& h : input.headers) {
-      texts.push_back(h.text);
+      texts.push_back(without_bom(h.text));
       names.push_back(h.name);
     }
     check(m_calls.create_program(&m_owned.handle, m_source.c_str(), m_name.c_str(), static_cast<int>(texts.size()),

@@ -173,6 +173,10 @@ def _warn_once(reason):
     warnings.warn(f"kiln.cupy: CuPy compiles this kernel itself: {reason}", RuntimeWarning, stacklevel=4)
 
 
+# kiln's CompileError for a header it did not find (engine/src/includes.cpp: describe_missing_include).
+_MISSING_HEADER = "is not among the in-memory headers"
+
+
 def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="nvrtc",
                              enable_cooperative_groups=False, name_expressions=None, log_stream=None,
                              cache_in_memory=False, jitify=False, to_ltoir=False):
@@ -223,6 +227,14 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         library = _native.require(_native.COMPILE_API_VERSION, "kiln.cupy (kiln_compile)")
         binary = engine._compile_text(library, SOURCE_NAME, source, kiln_options, name_expressions, target)
     except CompileError as error:
+        if _MISSING_HEADER in error.message:
+            # kiln hands NVRTC in-memory headers only; CuPy's own NVRTC call also searches the working
+            # directory (next to the source) for a quoted include, which kiln cannot key. CuPy decides:
+            # it compiles what it finds there, or reports the header missing as it always has.
+            reason = "kiln: a header not found in the include folders (CuPy also searches the working directory)"
+            said = next(line for line in error.message.splitlines() if _MISSING_HEADER in line)
+            _warn_once(f"{reason}: {said.strip()[:300]}")
+            return fallback(reason)
         with _lock:
             _counts["compile_errors"] += 1
         exception = compiler.CompileException(error.log or error.message, source, SOURCE_NAME, full + (arch_flag,),
@@ -230,10 +242,12 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         if _env_flag("CUPY_DUMP_CUDA_SOURCE_ON_ERROR"):
             exception.dump(sys.stderr)
         raise exception from None
-    except Error as error:
-        # kiln refuses the request as configured (an option or header it cannot take, no NVRTC, ...):
-        # CuPy may still compile it, and the program should not fail because kiln is in the way.
-        reason = f"kiln: {error.status or type(error).__name__}: {error.message}"
+    except (Error, ValueError) as error:
+        # kiln refuses the request as configured (an option or header it cannot take, no NVRTC, a string
+        # holding a NUL byte that a C string cannot carry, ...): CuPy may still compile it, and the
+        # program should not fail because kiln is in the way.
+        what = getattr(error, "status", None) or type(error).__name__
+        reason = f"kiln: {what}: {getattr(error, 'message', error)}"
         _warn_once(reason)
         return fallback(reason.split("\n", 1)[0][:200])
 

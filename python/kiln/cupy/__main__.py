@@ -14,6 +14,11 @@ from ..errors import Error
 _USAGE = "usage: python -m kiln.cupy PROGRAM.py [ARGS...] | -m MODULE [ARGS...]"
 
 
+def _prefixed(text):
+    """`text` said as kiln.cupy's: most of enable()'s messages start with "kiln.cupy" already."""
+    return text if text.startswith("kiln.cupy") else f"kiln.cupy: {text}"
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE, file=sys.stderr if not argv else sys.stdout)
@@ -24,7 +29,7 @@ def main(argv):
     try:
         enable()
     except Error as error:
-        print(f"kiln.cupy: {error}", file=sys.stderr)
+        print(_prefixed(str(error)), file=sys.stderr)
         return 2
     if argv[0] == "-m":
         sys.argv = argv[1:]

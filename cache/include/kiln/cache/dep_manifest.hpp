@@ -255,6 +255,9 @@ struct ScannedManifest {
   /// Empty when it parsed; else a content error, or one starting with "cannot open", "cannot stat" or
   /// "I/O error" (an I/O error: the manifest may be fine).
   std::string error;
+  /// `path` is a link or file where the manifests folder or one of its shard folders belongs (not
+  /// entered; request_key is zero). Removing it removes only that link or file.
+  bool in_place_of_folder = false;
 };
 
 class DependencyManifests {

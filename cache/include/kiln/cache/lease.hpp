@@ -4,7 +4,7 @@
 // /proc/<pid>/stat; boot-id: /proc/sys/kernel/random/boot_id; "-" when unknown). The process that
 // creates it compiles the key; the others wait for the entry to appear (then read it) or for the lease
 // to go away. A lease is broken by the next waiter when it is stale:
-//   - older than kLeaseStaleAge, whoever holds it;
+//   - not refreshed for kLeaseStaleAge, whoever holds it (a holder refreshes its leases while it works);
 //   - on this host, when its pid is dead, or alive but started at another time (the pid was reused: a
 //     container restarted under the same hostname), or the lease is from an earlier boot;
 //   - empty or unreadable for more than a short grace (its writer died between create and write, or
@@ -19,8 +19,12 @@
 
 namespace kiln::cache {
 
-/// A lease older than this is broken even when its owner looks alive.
-inline constexpr std::chrono::seconds kLeaseStaleAge{60};
+/// A lease not refreshed for this long is broken even when its owner looks alive. A holder refreshes
+/// its lease (sets its mtime to now) every kLeaseRefresh while it compiles, from one thread per process,
+/// so a live holder that stopped working (stopped, hung, or a lease file planted or left behind by a
+/// process that is not compiling) blocks the key for this long, not for a waiter's whole wait.
+inline constexpr std::chrono::seconds kLeaseStaleAge{15};
+inline constexpr std::chrono::seconds kLeaseRefresh{3};
 
 /// Held while this process compiles a key; released (lock file removed) in the destructor.
 class CompileLease {

@@ -190,6 +190,7 @@ class Store {
 
   /// A lease older than this is broken even when its owner looks alive (lease.hpp).
   static constexpr std::chrono::seconds kLeaseStaleAge = cache::kLeaseStaleAge;
+  static constexpr std::chrono::seconds kLeaseRefresh = cache::kLeaseRefresh;
   /// A hit touches an entry's mtime (its LRU age) when the mtime is older than this.
   static constexpr std::chrono::hours kTouchInterval{24};
   /// A put measures the store again when the last measurement is older than this.

@@ -1,0 +1,199 @@
+// Every file a compiler can open is in the key: real compiles through the public API (a compile-only
+// engine, NVRTC for sm_90, HIPRTC for gfx90a) against files the request does not hand over.
+//  - NVRTC looks up a quoted include in the process's working directory (next to the source, whose
+//    name has no folder): kiln turns that search off, so such a header is an error naming -I, with or
+//    without include folders, and never a binary keyed without the header's bytes.
+//  - An #include of an absolute path is opened by either compiler whatever its flags: kiln resolves
+//    it itself (two-level key), so an edit of that file is a new key in a fresh engine.
+//  - HIPRTC reads an absolute include from the disk even when an in-memory header has that name, and
+//    searches /usr/include for <includes>: the first is refused, the second turned off.
+//  - Raw compiler flags that make a compiler open files (-Xcuda=-I..., --pch-dir, -isysroot, ...) are
+//    refused; a header that starts with a UTF-8 byte order mark compiles.
+// Skips without NVRTC; the HIPRTC sections skip on their own when HIPRTC is missing.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "include_test_support.hpp"
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+
+using kiln::Engine;
+using kiln::Options;
+using kiln::Source;
+using kiln::test::TempDir;
+using kiln::test::write_file;
+
+namespace {
+
+std::unique_ptr<Engine> engine_on(const std::filesystem::path& cache) {
+  kiln::EngineConfig config;
+  config.runtime = false;
+  config.cache.root = cache;
+  return std::make_unique<Engine>(config);
+}
+
+bool can_compile(const std::string& target) {
+  static TempDir cache("kiln-reach-probe");
+  try {
+    (void)engine_on(cache.path())->compile(Source::from_text("probe.cu", "__global__ void k() {}"), Options(), {}, target);
+    return true;
+  } catch (const kiln::Error&) {
+    return false;
+  }
+}
+
+/// The working directory for one scope.
+class InDirectory {
+ public:
+  explicit InDirectory(const std::filesystem::path& dir) : m_old(std::filesystem::current_path()) {
+    std::filesystem::current_path(dir);
+  }
+  ~InDirectory() { std::filesystem::current_path(m_old); }
+  InDirectory(const InDirectory&) = delete;
+  InDirectory& operator=(const InDirectory&) = delete;
+
+ private:
+  std::filesystem::path m_old;
+};
+
+std::string bytes_of(const kiln::CompiledBinary& binary) {
+  return {reinterpret_cast<const char*>(binary.bytes().data()), binary.bytes().size()};
+}
+
+/// A kernel that writes VALUE from the header; the value lands in the binary as an immediate.
+const char* const kValueKernel = "extern \"C\" __global__ void k(int* out) { *out = VALUE; }\n";
+
+}  // namespace
+
+TEST_CASE("a quoted include found only in the working directory is an error naming -I, never an unkeyed read") {
+  TempDir work("kiln-reach-cwd");
+  TempDir cache("kiln-reach-cache");
+  TempDir empty("kiln-reach-empty");
+  write_file(work.path(), "cwd.h", "#define VALUE 7\n");
+  const InDirectory here(work.path());
+  const Source source = Source::from_text("k.cu", std::string("#include \"cwd.h\"\n") + kValueKernel);
+  auto engine = engine_on(cache.path());
+  for (const std::vector<std::string>& options : {std::vector<std::string>{}, {"-I" + empty.path().string()}}) {
+    INFO("options: " << (options.empty() ? "none" : options.front()));
+    try {
+      (void)engine->compile(source, Options(options), {}, "sm_90");
+      FAIL("the compile read cwd.h from the working directory");
+    } catch (const kiln::CompileError& e) {
+      const std::string what = e.what();
+      CHECK(what.find("cwd.h") != std::string::npos);
+      CHECK(what.find("-I") != std::string::npos);
+    }
+  }
+  // With the folder given, the header is read by kiln and keyed: an edit is another binary.
+  const Options with_folder({"-I" + work.path().string()});
+  const kiln::CompiledBinary seven = engine->compile(source, with_folder, {}, "sm_90");
+  write_file(work.path(), "cwd.h", "#define VALUE 8\n");
+  const kiln::CompiledBinary eight = engine_on(cache.path())->compile(source, with_folder, {}, "sm_90");
+  CHECK(seven.key() != eight.key());
+  CHECK(bytes_of(seven) != bytes_of(eight));
+}
+
+TEST_CASE("an absolute #include is read by kiln and keyed: an edit is a new key in a fresh engine") {
+  TempDir dir("kiln-reach-abs");
+  TempDir cache("kiln-reach-cache");
+  const std::filesystem::path header = write_file(dir.path(), "abs.h", "#define VALUE 7\n");
+  const std::string text = "#include \"" + header.string() + "\"\n" + kValueKernel;
+  std::vector<std::string> targets{"sm_90"};
+  if (can_compile("gfx90a")) targets.emplace_back("gfx90a");
+  for (const std::string& target : targets) {
+    DYNAMIC_SECTION("target " << target) {
+      write_file(dir.path(), "abs.h", "#define VALUE 7\n");
+      const Source source = Source::from_text("abs.cu", text);
+      const kiln::CompiledBinary seven = engine_on(cache.path())->compile(source, Options(), {}, target);
+      const kiln::CompiledBinary again = engine_on(cache.path())->compile(source, Options(), {}, target);
+      CHECK(again.key() == seven.key());
+      CHECK(again.origin() == kiln::Origin::disk);
+      write_file(dir.path(), "abs.h", "#define VALUE 8\n");
+      const kiln::CompiledBinary eight = engine_on(cache.path())->compile(source, Options(), {}, target);
+      CHECK(eight.key() != seven.key());
+      CHECK(eight.origin() == kiln::Origin::compiled);
+      CHECK(bytes_of(seven) != bytes_of(eight));
+      // __has_include of an absolute path is keyed too: the file's disappearance is another key.
+      const Source probe = Source::from_text(
+          "probe.cu", "#if __has_include(\"" + header.string() + "\")\n#define VALUE 1\n#else\n#define VALUE 2\n#endif\n" +
+                          kValueKernel);
+      const kiln::CompiledBinary present = engine_on(cache.path())->compile(probe, Options(), {}, target);
+      std::filesystem::remove(header);
+      const kiln::CompiledBinary absent = engine_on(cache.path())->compile(probe, Options(), {}, target);
+      CHECK(present.key() != absent.key());
+      CHECK(bytes_of(present) != bytes_of(absent));
+    }
+  }
+}
+
+TEST_CASE("a source without an include by path keeps its one-level key and reads no file") {
+  TempDir cache("kiln-reach-cache");
+  auto engine = engine_on(cache.path());
+  const Source source = Source::from_text("plain.cu", "#include \"v.h\"\n" + std::string(kValueKernel),
+                                          {{"v.h", "#define VALUE 3\n"}});
+  const kiln::CompiledBinary binary = engine->compile(source, Options(), {}, "sm_90");
+  CHECK(binary.origin() == kiln::Origin::compiled);
+  CHECK(engine->stats().include_resolves == 0);
+}
+
+TEST_CASE("HIPRTC: an in-memory header with an absolute name is refused; <system> headers are not searched") {
+  if (!can_compile("gfx90a")) {
+    WARN("HIPRTC cannot compile for gfx90a here: skipped");
+    return;
+  }
+  TempDir dir("kiln-reach-hip");
+  TempDir cache("kiln-reach-cache");
+  auto engine = engine_on(cache.path());
+  const std::filesystem::path header = write_file(dir.path(), "x.h", "#define VALUE 2\n");
+  const Source named = Source::from_text("k.cu", "#include \"" + header.string() + "\"\n" + kValueKernel,
+                                         {{header.string(), "#define VALUE 1\n"}});
+  CHECK_THROWS_WITH(engine->compile(named, Options(), {}, "gfx90a"), Catch::Contains("absolute name"));
+  // HIPRTC's clang would otherwise read /usr/include/zlib.h (or any header there) unkeyed.
+  const Source system = Source::from_text("sys.cu", "#include <zlib.h>\n__global__ void k() {}\n");
+  CHECK_THROWS_AS(engine->compile(system, Options(), {}, "gfx90a"), kiln::CompileError);
+}
+
+TEST_CASE("raw flags that would make a compiler open files are refused") {
+  for (const std::string option : {"-Xcuda=-I/tmp", "-Xcuda=--include-path=/tmp", "-Xcuda=--pch-dir=/tmp",
+                                   "-Xcuda=--use-pch=/tmp/x.pch", "-Xcuda=-pre-include=/tmp/x.h", "-Xhip=-isysroot/tmp",
+                                   "-Xhip=--sysroot=/tmp", "-Xhip=-imacros/tmp/x.h", "-Xhip=-Xclang", "-Xhip=--rocm-path=/x",
+                                   "-Xhip=-resource-dir=/tmp"}) {
+    INFO(option);
+    CHECK_THROWS_WITH(Options({option}), Catch::Contains("open no file of its own"));
+  }
+  CHECK_NOTHROW(Options({"-Xcuda=-pch"}));  // automatic PCH: NVRTC checks what it reuses itself
+}
+
+TEST_CASE("a header or source that starts with a UTF-8 byte order mark compiles, keyed on its bytes as read") {
+  TempDir dir("kiln-reach-bom");
+  TempDir cache("kiln-reach-cache");
+  auto engine = engine_on(cache.path());
+  const std::string bom = "\xEF\xBB\xBF";
+  write_file(dir.path(), "bom.h", bom + "#define VALUE 5\n");
+  const Options folder({"-I" + dir.path().string()});
+  const kiln::CompiledBinary from_disk =
+      engine->compile(Source::from_text("k.cu", "#include <bom.h>\n" + std::string(kValueKernel)), folder, {}, "sm_90");
+  const kiln::CompiledBinary from_memory = engine->compile(
+      Source::from_text("k.cu", "#include \"m.h\"\n" + std::string(kValueKernel), {{"m.h", bom + "#define VALUE 5\n"}}),
+      Options(), {}, "sm_90");
+  const kiln::CompiledBinary plain = engine->compile(
+      Source::from_text("k.cu", "#include \"m.h\"\n" + std::string(kValueKernel), {{"m.h", "#define VALUE 5\n"}}),
+      Options(), {}, "sm_90");
+  CHECK(from_memory.key() != plain.key());  // the key holds the bytes as given, mark and all
+  CHECK(bytes_of(from_memory) == bytes_of(plain));
+  CHECK(!from_disk.bytes().empty());
+  // A source that starts with one, and a first-line #include after it that kiln must still see.
+  write_file(dir.path(), "first.h", "#define VALUE 6\n");
+  const kiln::CompiledBinary marked =
+      engine->compile(Source::from_text("bom.cu", bom + "#include <first.h>\n" + kValueKernel), folder, {}, "sm_90");
+  CHECK(!marked.bytes().empty());
+}
+
+int main(int argc, char* argv[]) {
+  if (!can_compile("sm_90")) kiln::test::skip("NVRTC cannot compile for sm_90 here");
+  return Catch::Session().run(argc, argv);
+}
