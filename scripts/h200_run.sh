@@ -49,6 +49,20 @@ if [[ "${KILN_H200_ONLY:-}" == cupy ]]; then
     --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-9}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
   exit 0
 fi
+# KILN_H200_ONLY=check: the GPU tests and the tests of what the compilers may open (include_reach,
+# system_third_probe, capi_c) against the real driver, then cupy_bench (KILN_CUPY_BENCH_RUNS, 3 here).
+if [[ "${KILN_H200_ONLY:-}" == check ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli include_reach system_third_probe capi_c $gpu_tests \
+    >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== ctest -L gpu"; (cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -12)
+  echo "== ctest (what the compilers may open)"
+  (cd "$build" && ctest -R '^(include_reach|system_third_probe|capi_c)$' --output-on-failure 2>&1 | tail -8)
+  echo "== cupy_bench"
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-400}" python3 "$root/bench/cupy_bench.py" \
+    --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
+  exit 0
+fi
 # KILN_H200_ONLY=cupydiag: single cupy_bench children with KILN_LOG=debug (kiln cold, kiln warm), a clean
 # kiln warm child and a CuPy warm child; their reports and logs land in the output folder.
 if [[ "${KILN_H200_ONLY:-}" == cupydiag ]]; then
