@@ -19,6 +19,7 @@
 #include "dep_manifest_view.hpp"
 #include "kiln/base/log.hpp"
 #include "posix_util.hpp"
+#include "sharded_dir.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -51,51 +52,17 @@ constexpr std::size_t kHeadRead = 16 * 1024;
 
 // ---- files ----------------------------------------------------------------------------------------------
 
+using detail::distrust_reason;
+using detail::is_hex;
+using detail::is_permission_error;
 using detail::make_private_dir;
+using detail::make_private_dirs;
+using detail::ShardedNames;
 using detail::UniqueFd;
-
-bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
-
-
-/// mkdir -p with mode 0700 for the missing components. Returns 0 or the errno.
-int make_private_dirs(const std::string& path) {
-  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
-    const std::string partial = path.substr(0, slash);
-    struct stat st {};
-    if (::stat(partial.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;  // e.g. "/home": exists, not ours
-    if (const int error = make_private_dir(partial); error != 0) return error;
-  }
-  return make_private_dir(path);
-}
-
-/// Why a directory must not be trusted (another user could plant manifests in it); empty when it may be.
-std::string distrust_reason(std::string_view what, const std::string& path, const struct stat& st) {
-  if (!S_ISDIR(st.st_mode)) return fmt::format("{} {} is not a directory", what, path);
-  if (st.st_uid != ::geteuid()) {
-    return fmt::format("{} {} is owned by uid {}, not by the current user (uid {})", what, path, st.st_uid,
-                       ::geteuid());
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return fmt::format("{} {} is group- or world-writable (mode {:04o})", what, path, st.st_mode & 07777);
-  }
-  return {};
-}
-
-bool is_hex(std::string_view text) noexcept {
-  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
 
 /// The request key a manifest file name stands for ("<30 hex>.kman" in shard "<2 hex>"), else nullopt.
 std::optional<Hash128> manifest_file_hash(std::string_view shard, std::string_view name) noexcept {
-  if (shard.size() != 2 || name.size() != 30 + kManifestSuffix.size() || !name.ends_with(kManifestSuffix)) {
-    return std::nullopt;
-  }
-  const std::string_view stem = name.substr(0, 30);
-  if (!is_hex(shard) || !is_hex(stem)) return std::nullopt;
-  char hex[32];
-  std::memcpy(hex, shard.data(), 2);
-  std::memcpy(hex + 2, stem.data(), 30);
-  return Hash128::from_hex(std::string_view(hex, sizeof(hex)));
+  return ShardedNames(std::string(), kManifestSuffix).key_of(shard, name);
 }
 
 enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
@@ -419,6 +386,7 @@ std::string_view to_string(DependencyChange change) noexcept {
 struct DependencyManifests::State {
   std::string root;
   std::string directory;  ///< <root>/manifests
+  ShardedNames names;     ///< <root>/manifests/<2 hex>/<30 hex>.kman
   std::atomic<StoreMode> mode{StoreMode::read_write};
   mutable std::mutex reason_mutex;
   std::string reason;
@@ -477,38 +445,11 @@ struct DependencyManifests::State {
     }
   }
 
-  [[nodiscard]] std::string path_of(const Hash128& key) const {
-    const std::string hex = key.hex();
-    std::string path;
-    path.reserve(directory.size() + 4 + hex.size() + kManifestSuffix.size());
-    path.append(directory).append("/").append(hex, 0, 2).append("/").append(hex, 2, 30).append(kManifestSuffix);
-    return path;
-  }
-
-  /// Removes `path` if it is still the file `seen` describes (a writer may have renamed a fresh
-  /// manifest into place since it was read). True when it removed it.
-  static bool unlink_if_same(const std::string& path, const struct stat& seen) noexcept {
-    struct stat now {};
-    if (::lstat(path.c_str(), &now) != 0 || now.st_ino != seen.st_ino || now.st_dev != seen.st_dev) return false;
-    return ::unlink(path.c_str()) == 0;
-  }
-
-  /// Creates manifests/<2 hex>/ (and the root and its missing parents, all 0700). Returns the errno, 0 on
-  /// success.
-  [[nodiscard]] int make_directories(const std::string& manifest_file) const {
-    const std::string shard = manifest_file.substr(0, manifest_file.rfind('/'));
-    int error = make_private_dir(shard);
-    if (error == ENOENT) {
-      error = make_private_dirs(root);
-      if (error == 0) error = make_private_dir(directory);
-      if (error == 0) error = make_private_dir(shard);
-    }
-    return error;
-  }
+  [[nodiscard]] std::string path_of(const Hash128& key) const { return names.path_of(key); }
 
   /// Publishes `bytes` at `path` atomically. False (after warning) on failure.
   bool publish(const std::string& path, std::span<const std::byte> bytes) {
-    if (const int error = make_directories(path); error != 0) {
+    if (const int error = names.make_shard_folder(path, root); error != 0) {
       const std::string why = fmt::format("cannot create the directory of {}: {}", path, std::strerror(error));
       if (is_permission_error(error)) {
         degrade(StoreMode::read_only, why, true);
@@ -553,6 +494,7 @@ DependencyManifests::DependencyManifests(ManifestConfig config)
   s.root = m_config.root.lexically_normal().string();
   while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
   s.directory = s.root + "/" + std::string(kManifestDirectory);
+  s.names = ShardedNames(s.directory, kManifestSuffix);
   // A manifest names the binary a request gets: only trust a tree nobody else can write to.
   const auto refuse = [&s](std::string_view what, const std::string& path) {
     struct stat st {};
@@ -634,7 +576,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     const auto content_error = [&](const std::string& reason) {
       out.detail = fmt::format("{}: {}", path, reason);
       done_reading();
-      if (mode == StoreMode::read_write && raw.have_st && State::unlink_if_same(path, raw.st)) {
+      if (mode == StoreMode::read_write && raw.have_st && detail::unlink_if_same(path, raw.st)) {
         s.warn_damage(fmt::format("removed a damaged dependency manifest: {}", out.detail));
         out.outcome = ManifestOutcome::corrupt_removed;
       } else {
@@ -970,39 +912,26 @@ std::size_t DependencyManifests::clear() noexcept {
   if (s.mode.load() != StoreMode::read_write) return 0;
   std::size_t removed = 0;
   try {
-    const UniqueFd top_fd(::open(s.directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!top_fd) return 0;
-    DIR* top = ::fdopendir(::dup(top_fd.get()));
-    if (top == nullptr) return 0;
-    std::vector<std::string> shards;
-    while (const dirent* shard = ::readdir(top)) {
-      const std::string_view name(shard->d_name);
-      if (name.size() == 2 && is_hex(name)) shards.emplace_back(name);
-    }
-    ::closedir(top);
-    for (const std::string& shard : shards) {
-      const int shard_fd = ::openat(top_fd.get(), shard.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (shard_fd < 0) continue;
-      DIR* files = ::fdopendir(shard_fd);
-      if (files == nullptr) {
-        ::close(shard_fd);
-        continue;
-      }
-      std::vector<std::pair<std::string, bool>> doomed;  // name, is a manifest
-      while (const dirent* file = ::readdir(files)) {
-        const std::string_view name(file->d_name);
-        if (manifest_file_hash(shard, name)) {
-          doomed.emplace_back(name, true);
-        } else if (name.starts_with('.') && name.find(detail::kTempMarker) != std::string_view::npos) {
-          doomed.emplace_back(name, false);
-        }
-      }
-      for (const auto& [name, manifest] : doomed) {
-        if (::unlinkat(shard_fd, name.c_str(), 0) == 0 && manifest) ++removed;
-      }
-      ::closedir(files);
-      (void)::unlinkat(top_fd.get(), shard.c_str(), AT_REMOVEDIR);  // only when empty
-    }
+    s.names.for_each_shard(
+        [&](std::string_view shard, const std::string& shard_path, int shard_fd) {
+          DIR* files = ::fdopendir(::dup(shard_fd));
+          if (files == nullptr) return;
+          std::vector<std::pair<std::string, bool>> doomed;  // name, is a manifest
+          while (const dirent* file = ::readdir(files)) {
+            const std::string_view name(file->d_name);
+            if (manifest_file_hash(shard, name)) {
+              doomed.emplace_back(name, true);
+            } else if (name.starts_with('.') && name.find(detail::kTempMarker) != std::string_view::npos) {
+              doomed.emplace_back(name, false);
+            }
+          }
+          ::closedir(files);
+          for (const auto& [name, manifest] : doomed) {
+            if (::unlinkat(shard_fd, name.c_str(), 0) == 0 && manifest) ++removed;
+          }
+          (void)::rmdir(shard_path.c_str());  // only when empty
+        },
+        nullptr);
   } catch (...) {
     // Out of memory: stop.
   }
@@ -1017,9 +946,7 @@ std::vector<ScannedManifest> DependencyManifests::scan() const {
   // --fix removes that, never anything it points to) and not entered: opened with O_NOFOLLOW. That
   // holds also when such a thing made the manifests memory-only (refused); a folder refused for its
   // owner or mode is not entered either.
-  const auto not_a_folder = [&](const std::string& path) {
-    struct stat st {};
-    if ((errno != ELOOP && errno != ENOTDIR) || ::lstat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) return;
+  const auto not_a_folder = [&](const std::string& path, const struct stat& st) {
     ScannedManifest scanned;
     scanned.path = path;
     scanned.in_place_of_folder = true;
@@ -1028,44 +955,15 @@ std::vector<ScannedManifest> DependencyManifests::scan() const {
                                         : "a file where a folder of the cache belongs";
     out.push_back(std::move(scanned));
   };
-  const int top_fd = ::open(s.directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (top_fd < 0) {
-    not_a_folder(s.directory);
-    return out;
-  }
   if (s.mode.load() == StoreMode::memory_only) {
-    ::close(top_fd);
+    const ShardedNames::Opened top = s.names.open_shard(s.directory);
+    if (top.fd >= 0) ::close(top.fd);
+    if (top.is_link_or_file) not_a_folder(s.directory, top.in_place);
     return out;
   }
-  DIR* top = ::fdopendir(top_fd);
-  if (top == nullptr) {
-    ::close(top_fd);
-    return out;
-  }
-  std::vector<std::string> shards;
-  try {
-    while (const dirent* shard = ::readdir(top)) {
-      const std::string_view name(shard->d_name);
-      if (name.size() == 2 && is_hex(name)) shards.emplace_back(name);
-    }
-  } catch (...) {
-    ::closedir(top);
-    throw;
-  }
-  ::closedir(top);
-  std::sort(shards.begin(), shards.end());
-  for (const std::string& shard : shards) {
-    const std::string shard_path = s.directory + "/" + shard;
-    const int shard_fd = ::open(shard_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (shard_fd < 0) {
-      not_a_folder(shard_path);
-      continue;
-    }
-    DIR* files = ::fdopendir(shard_fd);
-    if (files == nullptr) {
-      ::close(shard_fd);
-      continue;
-    }
+  const auto scan_shard = [&](std::string_view shard, const std::string& shard_path, int shard_fd) {
+    DIR* files = ::fdopendir(::dup(shard_fd));
+    if (files == nullptr) return;
     std::vector<std::pair<std::string, Hash128>> names;
     try {
       while (const dirent* file = ::readdir(files)) {
@@ -1108,7 +1006,8 @@ std::vector<ScannedManifest> DependencyManifests::scan() const {
       }
       out.push_back(std::move(scanned));
     }
-  }
+  };
+  s.names.for_each_shard(scan_shard, not_a_folder, /*report_folder=*/true);
   return out;
 }
 

@@ -23,14 +23,20 @@
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
 #include "posix_util.hpp"
+#include "sharded_dir.hpp"
 #include "store_hooks.hpp"
 
 namespace kiln::cache {
 namespace {
 
 using Clock = std::chrono::system_clock;
+using detail::distrust_reason;
+using detail::is_permission_error;
+using detail::kHexDigits;
 using detail::make_private_dir;
+using detail::make_private_dirs;
 using detail::process_alive;
+using detail::ShardedNames;
 using detail::read_small;
 using detail::to_time_point;
 using detail::UniqueFd;
@@ -46,60 +52,12 @@ constexpr auto kRecentUse = std::chrono::hours(1);
 
 std::string errno_text(int error) { return std::strerror(error); }
 
-bool is_permission_error(int error) noexcept { return error == EACCES || error == EPERM || error == EROFS; }
-
 /// Whether the time `ts` (CLOCK_REALTIME) lies more than `age` before now. Reads the clock itself:
 /// no std::chrono clock on the hit path (its first call in a process binds clock_gettime lazily).
 KILN_HOT bool older_than(const struct timespec& ts, std::chrono::seconds age) noexcept {
   struct timespec now {};
   if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
   return now.tv_sec - ts.tv_sec > age.count();
-}
-
-/// mkdir -p, creating missing components with mode 0700.
-int make_private_dirs(const std::string& path) noexcept {
-  try {
-    std::string partial;
-    std::size_t position = 0;
-    while (position != std::string::npos) {
-      position = path.find('/', position + 1);
-      partial = path.substr(0, position);
-      if (partial.empty()) continue;
-      if (const int error = make_private_dir(partial); error != 0 && error != ENOTDIR) {
-        // A component we may not create (e.g. "/home") but that exists is fine.
-        struct stat st {};
-        if (::stat(partial.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return error;
-      }
-    }
-    return 0;
-  } catch (...) {
-    return ENOMEM;
-  }
-}
-
-std::string user_name(uid_t uid) {
-  struct passwd entry {};
-  struct passwd* found = nullptr;
-  char buffer[1024];
-  if (::getpwuid_r(uid, &entry, buffer, sizeof(buffer), &found) == 0 && found != nullptr) return found->pw_name;
-  return "?";
-}
-
-/// Why a directory of the cache must not be trusted; empty when it may be.
-std::string distrust_reason(const std::string& what, const std::string& path, const struct stat& st) {
-  if (!S_ISDIR(st.st_mode)) return fmt::format("{} {} is not a directory", what, path);
-  const uid_t me = ::geteuid();
-  if (st.st_uid != me) {
-    return fmt::format("{} {} is owned by uid {} ({}), not by the current user (uid {}, {})", what, path, st.st_uid,
-                       user_name(st.st_uid), me, user_name(me));
-  }
-  if ((st.st_mode & S_IWOTH) != 0) {
-    return fmt::format("{} {} is world-writable (mode {:04o})", what, path, st.st_mode & 07777);
-  }
-  if ((st.st_mode & S_IWGRP) != 0) {
-    return fmt::format("{} {} is group-writable (mode {:04o})", what, path, st.st_mode & 07777);
-  }
-  return {};
 }
 
 bool env_flag(const char* name) {
@@ -109,64 +67,35 @@ bool env_flag(const char* name) {
   return !(text.empty() || text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off");
 }
 
-bool is_hex(std::string_view text) noexcept {
-  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-/// The key an entry file name stands for: `shard` (2 lower-case hex) + `name` (30 lower-case hex +
-/// ".kiln"). nullopt for any other name (temps, strays).
-std::optional<Hash128> entry_file_hash(std::string_view shard, std::string_view name) noexcept {
-  if (shard.size() != 2 || name.size() != 30 + kEntrySuffix.size() || !name.ends_with(kEntrySuffix)) {
-    return std::nullopt;
-  }
-  const std::string_view stem = name.substr(0, 30);
-  if (!is_hex(shard) || !is_hex(stem)) return std::nullopt;
-  char hex[32];
-  std::memcpy(hex, shard.data(), 2);
-  std::memcpy(hex + 2, stem.data(), 30);
-  return Hash128::from_hex(std::string_view(hex, sizeof(hex)));
-}
-
 /// Calls `on_entry(EntryFile)` for every entry file and `on_temp(path, name, stat)` for every temp
-/// file under <root>/v1. Unreadable directories are skipped.
+/// file under <root>/v1. Unreadable directories, and links or files in place of one, are skipped.
 template <class OnEntry, class OnTemp>
-void walk_store(const std::string& v1_dir, OnEntry&& on_entry, OnTemp&& on_temp) {
-  DIR* top = ::opendir(v1_dir.c_str());
-  if (top == nullptr) return;
-  while (const dirent* shard = ::readdir(top)) {
-    const std::string_view shard_name(shard->d_name);
-    if (shard_name.size() != 2 || !is_hex(shard_name)) continue;
-    const std::string shard_path = fmt::format("{}/{}", v1_dir, shard_name);
-    const int shard_fd = ::open(shard_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (shard_fd < 0) continue;
-    DIR* files = ::fdopendir(shard_fd);
-    if (files == nullptr) {
-      ::close(shard_fd);
-      continue;
-    }
-    while (const dirent* file = ::readdir(files)) {
-      const std::string_view name(file->d_name);
-      if (name == "." || name == "..") continue;
-      struct stat st {};
-      if (::fstatat(shard_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (name[0] == '.') {
-        if (name.find(detail::kTempMarker) != std::string_view::npos) {
-          on_temp(fmt::format("{}/{}", shard_path, name), name, st);
+void walk_store(const ShardedNames& names, OnEntry&& on_entry, OnTemp&& on_temp) {
+  names.for_each_shard(
+      [&](std::string_view shard_name, const std::string& shard_path, int shard_fd) {
+        DIR* files = ::fdopendir(::dup(shard_fd));
+        if (files == nullptr) return;
+        while (const dirent* file = ::readdir(files)) {
+          const std::string_view name(file->d_name);
+          if (name == "." || name == "..") continue;
+          struct stat st {};
+          if (::fstatat(shard_fd, file->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+          if (name[0] == '.') {
+            if (name.find(detail::kTempMarker) != std::string_view::npos) {
+              on_temp(fmt::format("{}/{}", shard_path, name), name, st);
+            }
+            continue;
+          }
+          const auto hash = names.key_of(shard_name, name);
+          if (!hash) continue;
+          std::string path;
+          path.reserve(shard_path.size() + 1 + name.size());
+          path.append(shard_path).append("/").append(name);
+          on_entry(EntryFile{std::move(path), *hash, static_cast<std::uint64_t>(st.st_size), to_time_point(st.st_mtim)});
         }
-        continue;
-      }
-      const auto hash = entry_file_hash(shard_name, name);
-      if (!hash) continue;
-      std::string path;
-      path.reserve(shard_path.size() + 1 + name.size());
-      path.append(shard_path).append("/").append(name);
-      on_entry(EntryFile{std::move(path), *hash, static_cast<std::uint64_t>(st.st_size), to_time_point(st.st_mtim)});
-    }
-    ::closedir(files);
-  }
-  ::closedir(top);
+        ::closedir(files);
+      },
+      nullptr);
 }
 
 /// The content of lock/size: the total in decimal and a newline. nullopt for anything else.
@@ -280,6 +209,7 @@ struct Store::State {
   detail::StoreHooks hooks;  ///< test-only (store_hooks.hpp); empty outside tests
   std::string root;
   std::string v1_dir;
+  ShardedNames entries;  ///< v1/<2 hex>/<30 hex>.kiln
   std::string lock_dir;
   std::string size_file;
   std::string trim_lock;
@@ -473,7 +403,7 @@ struct Store::State {
   [[nodiscard]] std::uint64_t measure_entries() const {
     std::uint64_t total = 0;
     walk_store(
-        v1_dir, [&total](const EntryFile& file) { total += file.size; },
+        entries, [&total](const EntryFile& file) { total += file.size; },
         [](const std::string&, std::string_view, const struct stat&) {});
     return total;
   }
@@ -521,9 +451,7 @@ struct Store::State {
   /// Unlinks `path` if it is still the file described by `seen` (a concurrent writer may have renamed
   /// a fresh entry into place since). Returns true when it removed it.
   bool unlink_if_same(const std::string& path, const struct stat& seen) const {
-    struct stat now {};
-    if (::lstat(path.c_str(), &now) != 0 || now.st_ino != seen.st_ino || now.st_dev != seen.st_dev) return false;
-    if (::unlink(path.c_str()) != 0) return false;
+    if (!detail::unlink_if_same(path, seen)) return false;
     if (S_ISREG(seen.st_mode)) adjust_size(-static_cast<std::int64_t>(seen.st_size));
     return true;
   }
@@ -535,7 +463,7 @@ struct Store::State {
     try {
       const auto now = Clock::now();
       walk_store(
-          v1_dir, [](const EntryFile&) {},
+          entries, [](const EntryFile&) {},
           [&](const std::string& path, std::string_view name, const struct stat& st) {
             if (now - to_time_point(st.st_mtim) < age) return;
             const long owner = detail::temp_file_owner(name);
@@ -560,7 +488,7 @@ struct Store::State {
       (void)sweep_temps(std::chrono::duration_cast<std::chrono::seconds>(kTrimTempAge));
       std::vector<EntryFile> files;
       walk_store(
-          v1_dir, [&files](EntryFile file) { files.push_back(std::move(file)); },
+          entries, [&files](EntryFile file) { files.push_back(std::move(file)); },
           [](const std::string&, std::string_view, const struct stat&) {});
       TrimResult result;
       for (const EntryFile& file : files) result.bytes_before += file.size;
@@ -634,6 +562,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
   s.root = m_config.root.lexically_normal().string();
   while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
   s.v1_dir = s.root + "/v1";
+  s.entries = ShardedNames(s.v1_dir, kEntrySuffix);
   s.lock_dir = s.root + "/lock";
   s.size_file = s.lock_dir + "/size";
   s.trim_lock = s.lock_dir + "/trim";
@@ -941,7 +870,7 @@ std::vector<EntryFile> Store::list() const {
   if (m_state->v1_dir.empty()) return files;
   try {
     walk_store(
-        m_state->v1_dir, [&files](EntryFile file) { files.push_back(std::move(file)); },
+        m_state->entries, [&files](EntryFile file) { files.push_back(std::move(file)); },
         [](const std::string&, std::string_view, const struct stat&) {});
   } catch (...) {
     // Out of memory while listing: hand back what was found.
@@ -1140,13 +1069,13 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
   std::string path;
   path.reserve(s.v1_dir.size() + 4 + 30 + kEntrySuffix.size());
   path.append(s.v1_dir).append("/").append(shard_name, 2);
-  // No trailing '/' on the path opened: with one, O_NOFOLLOW would not apply and a link in place of the
-  // shard directory would be entered (and its target's files reported as this cache's, or removed by
-  // verify --fix). A link or any other non-directory there is reported as what it is, never entered.
-  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  // A link or any other non-directory in place of the shard directory is reported as what it is, never
+  // entered (its target's files would be taken for this cache's, and removed by verify --fix).
+  const ShardedNames::Opened opened = s.entries.open_shard(path);
+  const int dir_fd = opened.fd;
   if (dir_fd < 0) {
-    struct stat st {};
-    if ((errno == ELOOP || errno == ENOTDIR) && on_stray && ::lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    if (opened.is_link_or_file && on_stray) {
+      const struct stat& st = opened.in_place;
       on_stray(StrayFile{path, file_kind(st.st_mode), std::nullopt, static_cast<std::uint64_t>(st.st_size),
                          to_time_point(st.st_mtim)});
     }
@@ -1173,7 +1102,7 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
   while (const dirent* file = ::readdir(dir)) {
     const std::string_view name(file->d_name);
     if (name.empty() || name[0] == '.') continue;  // ".", "..", temp files (swept by trims), hidden files
-    const auto hash = entry_file_hash(std::string_view(shard_name, 2), name);
+    const auto hash = s.entries.key_of(std::string_view(shard_name, 2), name);
     struct stat st {};
     bool regular = file->d_type == DT_REG;
     bool stat_known = false;
