@@ -55,8 +55,8 @@ def __getattr__(name):
 def _cupy_switch():
     value = _os.environ.get("KILN_CUPY", "")
     if value == "1":
-        from .cupy import _enable_when_imported
-        _enable_when_imported()
+        from .cupy._import_hook import enable_when_imported
+        enable_when_imported()
     elif value not in ("", "0"):
         _warnings.warn(f"KILN_CUPY={value!r} ignored: use 1 (route CuPy's compiles through kiln) or 0", RuntimeWarning,
                        stacklevel=3)
