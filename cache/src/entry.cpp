@@ -419,8 +419,8 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
     if (status == ReadStatus::io_error) return read_failure(error);
     return truncated_while_reading(size);
   }
-  // One read, then one checksum pass: reading in windows hashed one by one costs an extra read() per
-  // window, more than the cache misses it would save (bench/RESULTS.md, "Cache").
+  // One read, then one checksum pass: reading in windows hashed one by one would cost a read() per
+  // window (a system call each) to save cache misses on entries that are mostly a few hundred KB.
   auto checksum = [&] {
     detail::Xxh3Stream stream(kChecksumSeed);
     stream.update(fixed.data(), fixed.size());

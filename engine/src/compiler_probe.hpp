@@ -3,7 +3,8 @@
 //
 // Every key holds the compiler's identity, and every request is validated against the compiler's
 // target list, but a process whose kernels all come from the cache never compiles. Loading NVRTC
-// (dlopen of a library of ~100 MB) costs far more than the disk hit it precedes (bench/RESULTS.md).
+// (dlopen of a library of ~100 MB) costs far more than the disk hit it precedes (bench/RESULTS.md,
+// section 2, `launch_bench`).
 // So after the
 // engine loads a compiler it writes a probe file under the cache root (<root>/compilers/) holding
 // the identity and the targets, plus each library file's device, inode, size, mtime and ctime. A later

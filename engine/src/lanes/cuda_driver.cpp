@@ -141,7 +141,8 @@ class CudaDriver final : public LaneRuntime {
                                                               const std::string& lowered_name) const {
     std::vector<ParamInfo> params;
     // CUDA 13.0 has no parameter-count query; asking for the index past the last is how the driver
-    // tells the count, and that failing call is its slowest answer (see bench/RESULTS.md). The PTX kept
+    // tells the count, and that failing call is its slowest answer (bench/RESULTS.md, section 2,
+    // `launch_bench`). The PTX kept
     // beside the CUBIN, from the same compile,
     // declares the count: with it the driver is asked only for indices that exist, and each size it
     // gives must equal the declared one. Without PTX, or on any disagreement, the driver is probed.

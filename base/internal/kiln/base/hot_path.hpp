@@ -8,7 +8,8 @@
 // contiguously and defines __start_kiln_hot / __stop_kiln_hot around them, so prefetch_hot_path() can
 // ask for every line of the path at once, at the start of a request that is not served from memory.
 // The fetches then overlap instead of queueing behind execution; the prefetch is cheap when the lines
-// are already cached. What it saves on a fresh process's first disk hit: bench/RESULTS.md, "Launch".
+// are already cached. What it saves on a fresh process's first disk hit: bench/RESULTS.md, section 2
+// (`launch_bench`).
 //
 // Mark functions defined in a .cpp file (class members defined there included) that a disk hit or a
 // memory-tier miss runs. Not functions defined in headers or templates: their copies are merged across

@@ -1,6 +1,6 @@
 #pragma once
 // The on-disk store: <root>/v1/<2 hex>/<30 hex>.kiln, CACHEDIR.TAG, lock/, stats/.
-// Contracts (DESIGN.md "The cache on disk"):
+// Contracts (docs/design.md §7, "The cache on disk"):
 //  - get(): a content error (bad magic, short file, checksum, key mismatch, not a regular file, not
 //    ours) deletes the entry and is a miss; an I/O error is a miss that deletes nothing (a transient
 //    EIO must never destroy a valid entry); a permission error switches the store to read-only.
