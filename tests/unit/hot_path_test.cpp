@@ -1,4 +1,4 @@
-// The request path's code section (cache/src/hot_path.hpp): the linker gathers the functions marked
+// The request path's code section (base/internal/kiln/base/hot_path.hpp): the linker gathers the functions marked
 // KILN_HOT into one span of libkiln, and only those, so prefetch_hot_path() fetches the request path.
 #include <dlfcn.h>
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
 #pragma once
 // One cache entry: a compiled binary plus everything needed to trust it. This comment is the format;
-// cache/src/entry.cpp implements exactly this grammar (one parser, used by the store, packs and the CLI).
+// cache/src/store/entry.cpp implements exactly this grammar (one parser, used by the store, packs and the CLI).
 //
 //   entry     := fixed variable payload aux epilogue                  (integers little-endian)
 //   fixed     := 96 bytes:
