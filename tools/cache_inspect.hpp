@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/store.hpp"

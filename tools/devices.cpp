@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "common.hpp"
+#include "cli.hpp"
+#include "formatting.hpp"
+#include "json_output.hpp"
 #include "kiln/engine.hpp"
 #include "tiers.hpp"
 

@@ -7,7 +7,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "common.hpp"
+#include "cli.hpp"
+#include "formatting.hpp"
 #include "kiln/error.hpp"
 
 namespace {

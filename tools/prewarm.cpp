@@ -11,11 +11,12 @@
 
 #include <fmt/format.h>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
+#include "parallel.hpp"
 #include "prewarm_plan.hpp"
 #include "prewarm_report.hpp"
 #include "tiers.hpp"
@@ -181,7 +182,7 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
                 "Search the compiler toolkit's own headers (cuda_fp16.h, cub/, cuda/std/) after the -I folders");
   sub->add_option("--option-set", args->requests.option_sets,
                   "A whitespace-separated option set (repeatable): every request is compiled once per set");
-  sub->add_option("--manifest", args->requests.manifests,
+  sub->add_option("--manifest", args->requests.request_logs,
                   "A manifest recorded with KILN_RECORD (repeatable); replayed for --target when given, else for the "
                   "recorded targets");
   sub->add_flag("--one-program", args->requests.one_program, "Compile each source's kernels as one program");

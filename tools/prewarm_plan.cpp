@@ -11,9 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/targets.hpp"
+#include "requests.hpp"
+#include "text_file.hpp"
 
 namespace kiln::cli::prewarm {
 
@@ -23,7 +25,7 @@ std::string Job::label() const {
   return text;
 }
 
-Source make_source(const detail::ManifestRecord& request) {
+Source make_source(const detail::RecordedRequest& request) {
   if (request.builtin) return Source::builtin(request.source_name);
   return Source::from_text(request.source_name, request.source_text, request.headers);
 }
@@ -90,9 +92,9 @@ Header read_header_flag(const std::string& spec) {
 
 /// Refuses, with one line, a target the engine cannot compile for (unknown to its compiler, or the
 /// compiler is missing) and an --option the target's compiler has no spelling for; otherwise every
-/// request for it would fail the same way. A manifest's request is checked whole (its options, names
-/// and target as recorded), and its error names the manifest's line. Builds keys only: nothing is
-/// compiled.
+/// request for it would fail the same way. A recorded request is checked whole (its options, names
+/// and target as recorded), and its error names its line in the request log. Builds keys only:
+/// nothing is compiled.
 void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::string>>& option_sets,
                    Engine& engine) {
   std::map<std::string, std::string> targets;  // target -> why it cannot be compiled for (empty: it can)
@@ -134,7 +136,7 @@ void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::st
 }
 
 struct SourceSpec {
-  detail::ManifestRecord request;  // source fields only
+  detail::RecordedRequest request;  // source fields only
   Source source;
   std::vector<std::string> kernels;
 };
@@ -152,7 +154,7 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
       }
       return;
     }
-    detail::ManifestRecord request;
+    detail::RecordedRequest request;
     request.source_name = source.name();
     request.builtin = true;
     request.source_hash = source.content_hash().hex();
@@ -171,7 +173,7 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   std::vector<Header> headers;
   for (const std::string& spec : flags.headers) headers.push_back(read_header_flag(spec));
   for (const std::string& file : flags.sources) {
-    detail::ManifestRecord request;
+    detail::RecordedRequest request;
     request.source_name = std::filesystem::path(file).filename().string();
     request.source_text = read_text_file(file, "--source");
     request.headers = headers;
@@ -202,14 +204,14 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   for (auto& options : option_sets) options = with_include_options(options, flags.include_dirs, flags.toolkit_includes);
   for (const auto& options : option_sets) (void)canonical_options(options, "--option");
 
-  std::vector<detail::ManifestRecord> recorded;
+  std::vector<detail::RecordedRequest> recorded;
   std::vector<std::string> recorded_at;  // "manifest FILE line N" of each record, for its errors
-  for (const std::string& manifest : flags.manifests) {
+  for (const std::string& log_file : flags.request_logs) {
     std::vector<std::size_t> lines;
-    for (detail::ManifestRecord& record : detail::read_manifest(manifest, &lines)) {
+    for (detail::RecordedRequest& record : detail::read_request_log(log_file, &lines)) {
       recorded.push_back(std::move(record));
     }
-    for (const std::size_t line : lines) recorded_at.push_back(fmt::format("manifest {} line {}", manifest, line));
+    for (const std::size_t line : lines) recorded_at.push_back(fmt::format("manifest {} line {}", log_file, line));
   }
   if (specs.empty() && recorded.empty()) {
     throw UsageError("nothing to prewarm: give --all-builtin, --builtin NAME, --source FILE or --manifest FILE");
@@ -262,7 +264,7 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
   }
   std::set<std::string> warned;
   for (std::size_t r = 0; r < recorded.size(); ++r) {
-    const detail::ManifestRecord& record = recorded[r];
+    const detail::RecordedRequest& record = recorded[r];
     const std::string& origin = recorded_at[r];
     std::optional<Source> source;
     std::string refused;

@@ -1,14 +1,14 @@
 #pragma once
-// kiln prewarm's planner: the requests the command's flags name (built-ins, source files, recorded
-// manifests, option sets, targets) become jobs, deduplicated and validated before anything compiles;
-// then the plan of where each job runs.
+// kiln prewarm's planner: the requests the command's flags name (built-ins, source files, request logs
+// recorded with KILN_RECORD, option sets, targets) become jobs, deduplicated and validated before
+// anything compiles; then the plan of where each job runs.
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/engine.hpp"
-#include "kiln/tooling/manifest.hpp"
+#include "kiln/tooling/request_log.hpp"
 
 namespace kiln::cli::prewarm {
 
@@ -24,37 +24,38 @@ struct Requests {
   std::vector<std::string> include_dirs;  ///< -I/--include-path: after every --option, in order
   bool toolkit_includes = false;          ///< --toolkit-includes
   std::vector<std::string> option_sets;
-  std::vector<std::string> manifests;
+  std::vector<std::string> request_logs;  ///< --manifest: request logs recorded with KILN_RECORD
   bool one_program = false;
 };
 
 /// One request to compile. `request` holds what a worker needs to rebuild the source (a built-in's
 /// name, or a runtime source's text and user headers); `source` is that source, built once.
 struct Job {
-  detail::ManifestRecord request;
+  detail::RecordedRequest request;
   std::optional<Source> source;
   Vendor vendor = Vendor::none;
   std::vector<std::string> kernels;  ///< for messages: the kernels this request serves
   /// Plain kernel names the binary must define: looked up by symbol later, so not in the request's key
   /// (Engine::prewarm's `kernels`).
   std::vector<std::string> plain_kernels;
-  /// Where a manifest's request came from ("manifest m.jsonl line 3"), for its errors; empty otherwise.
+  /// Where a recorded request came from ("manifest m.jsonl line 3", after the --manifest flag that named
+  /// its request log), for its errors; empty otherwise.
   std::string origin;
-  bool target_from_flags = false;  ///< a manifest's request replayed for a --target, not its recorded one
-  /// A manifest's request that cannot be made here (an unknown built-in, a target or option the compiler
+  bool target_from_flags = false;  ///< a recorded request replayed for a --target, not its recorded one
+  /// A recorded request that cannot be made here (an unknown built-in, a target or option the compiler
   /// cannot take, a missing include folder, ...): why, naming its line. It is not run: it is reported
-  /// as a failed request of bad input, and the manifest's other requests run (source may be empty).
+  /// as a failed request of bad input, and the request log's other requests run (source may be empty).
   std::string refused;
   [[nodiscard]] std::string label() const;
 };
 
 /// The source a request names: a built-in, or a runtime source's text with its user headers.
-[[nodiscard]] Source make_source(const detail::ManifestRecord& request);
+[[nodiscard]] Source make_source(const detail::RecordedRequest& request);
 
-/// The jobs the flags ask for: every source x name set x option set x target, then every manifest
+/// The jobs the flags ask for: every source x name set x option set x target, then every request log
 /// record (for its recorded target, or for each --target), without repeats. Refuses with UsageError
 /// what every request would fail on (no requests, an unknown target, an option the target's compiler
-/// cannot spell). `quiet`: no note about a built-in that changed since its manifest was recorded.
+/// cannot spell). `quiet`: no note about a built-in that changed since it was recorded.
 [[nodiscard]] std::vector<Job> build_jobs(const Requests& requests, Engine& engine, bool quiet);
 
 /// Where each job runs; the one policy for both vendors.

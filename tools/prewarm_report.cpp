@@ -9,7 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "common.hpp"
+#include "formatting.hpp"
+#include "json_output.hpp"
 
 namespace kiln::cli::prewarm {
 

@@ -9,11 +9,17 @@
 #include <fmt/format.h>
 
 #include "cache_inspect.hpp"
-#include "common.hpp"
+#include "cli.hpp"
+#include "formatting.hpp"
+#include "json_output.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "parallel.hpp"
+#include "requests.hpp"
+#include "source_naming.hpp"
+#include "text_file.hpp"
 #include "tiers.hpp"
 
 namespace kiln::cli {

@@ -1,7 +1,6 @@
 // Running kiln prewarm's jobs: on this process's threads or in worker processes (worker_pool.hpp).
-// The pipe protocol: the parent writes "<index>\t<manifest line>\n" per job; the worker answers one
-// The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<manifest line>\n" per
-// job (JSON escapes tabs, so neither field holds one); the worker answers one JSON object per line:
+// The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<request log line>\n"
+// per job (JSON escapes tabs, so neither field holds one); the worker answers one JSON object per line:
 // {"i", "status", "key", "seconds", "wait_seconds", "bytes", "error", "log", "bad_input"}.
 #include "worker_pool.hpp"
 
@@ -21,10 +20,13 @@
 
 #include <fmt/format.h>
 
-#include "common.hpp"
+#include "cli.hpp"
+#include "formatting.hpp"
+#include "json_output.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
-#include "kiln/tooling/manifest.hpp"
+#include "kiln/tooling/request_log.hpp"
+#include "parallel.hpp"
 
 namespace kiln::cli::prewarm {
 
@@ -254,7 +256,8 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
       worker.job = index;
       // A failed write means the worker died; its EOF below reports the request as failed.
       const json plain = jobs[index].plain_kernels;
-      (void)write_all(worker.to_child, fmt::format("{}\t{}\t{}\n", index, plain.dump(), detail::manifest_line(jobs[index].request)));
+      (void)write_all(worker.to_child, fmt::format("{}\t{}\t{}\n", index, plain.dump(),
+                                                   detail::request_log_line(jobs[index].request)));
     }
     std::vector<pollfd> fds;
     for (const Worker& worker : workers) fds.push_back({worker.from_child, POLLIN, 0});
@@ -305,8 +308,8 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
   }
   // Tell every worker at once that there is no more work (EOF on its stdin). Each then persists its
   // statistics and closes its answer pipe before it exits; waiting for that EOF (not for the exit)
-  // means everything it did is on disk, while the kernel's teardown of its address space (see
-  // bench/RESULTS.md) does not delay this command. Workers that have exited by then
+  // means everything it did is on disk, while the kernel's teardown of its address space
+  // (bench/RESULTS.md, section 11) does not delay this command. Workers that have exited by then
   // are reaped; the rest are left to init.
   for (Worker& worker : workers) {
     ::close(worker.to_child);
@@ -355,7 +358,7 @@ int run_worker() {
     try {
       Job job;
       job.plain_kernels = json::parse(line.substr(tab + 1, second_tab - tab - 1)).get<std::vector<std::string>>();
-      job.request = detail::parse_manifest_line(std::string_view(line).substr(second_tab + 1));
+      job.request = detail::parse_request_log_line(std::string_view(line).substr(second_tab + 1));
       result = execute(engine, job);
     } catch (const std::exception& error) {
       result.status = Status::failed;

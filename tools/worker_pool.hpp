@@ -2,7 +2,8 @@
 // Running kiln prewarm's jobs. At -j above 1 every job that has to compile runs in a worker process
 // (`kiln prewarm --worker`, this binary re-executed) that takes one job at a time over a pipe and
 // answers one JSON line each: HIPRTC serializes inside a process and NVRTC instances contend inside
-// one, so both vendors scale across processes, not threads (see bench/RESULTS.md). Jobs go out from
+// one, so both vendors scale across processes, not threads (bench/RESULTS.md, sections 11 and 7). Jobs
+// go out from
 // one queue, in the plan's order, to whichever worker is idle. A worker that dies (HIPRTC can abort
 // the process; someone can kill it) fails only the job it held; a fresh worker takes the rest. The
 // thread mode runs jobs on this process's engine (Engine::prewarm is thread-safe).
@@ -53,15 +54,16 @@ void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vec
 void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
                     std::vector<JobResult>& results, const JobDone& done);
 
-/// `kiln prewarm --worker`: one job per stdin line ("<index>\t<plain kernels>\t<manifest line>"), one JSON answer per
-/// stdout line, until EOF; then ends the process. Returns (kExitError) only when the pipes cannot be
-/// set up or a line is not a job.
+/// `kiln prewarm --worker`: one job per stdin line ("<index>\t<plain kernels>\t<request log line>"), one
+/// JSON answer per stdout line, until EOF; then ends the process. Returns (kExitError) only when the
+/// pipes cannot be set up or a line is not a job.
 [[nodiscard]] int run_worker();
 
 /// Ends this process without tearing anything down, after persisting the engine's lifetime counters
 /// (what its destructor would do), flushing output and closing `close_file` (a worker's answer pipe:
 /// the parent's signal that all is on disk). Unloading a compiler library that has compiled is slow
-/// (see bench/RESULTS.md), and it would be paid by every worker and by the parent after all the work
+/// (bench/RESULTS.md, section 11), and it would be paid by every worker and by the parent after all the
+/// work
 /// is done.
 [[noreturn]] void exit_without_teardown(Engine& engine, int code, std::FILE* close_file = nullptr);
 

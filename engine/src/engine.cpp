@@ -26,7 +26,7 @@
 #include "kiln/cache/dependencies.hpp"
 #include "source_internal.hpp"
 #include "symbols_check.hpp"
-#include "kiln/tooling/manifest.hpp"
+#include "kiln/tooling/request_log.hpp"
 #include "kiln/tooling/targets.hpp"
 
 
@@ -177,7 +177,7 @@ EngineCore::EngineCore(EngineConfig config)
     // up once now (a probe file read, no compiler load; nothing when there is no usable probe).
     probe_compiler(m_runtime->vendor() == Vendor::cuda ? *m_cuda : *m_hip);
   }
-  if (!m_config.record_path.empty()) m_recorder = std::make_unique<ManifestRecorder>(m_config.record_path);
+  if (!m_config.record_path.empty()) m_recorder = std::make_unique<RequestRecorder>(m_config.record_path);
 }
 
 EngineCore::~EngineCore() {
@@ -898,7 +898,7 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
 KILN_HOT void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
                                  const std::string& target) {
   if (!m_recorder) return;
-  ManifestRecord record;
+  RecordedRequest record;
   record.source_name = source.name();
   record.builtin = source.is_builtin();
   record.source_hash = source.content_hash().hex();

@@ -23,7 +23,7 @@
 
 namespace kiln::detail {
 
-class ManifestRecorder;
+class RequestRecorder;
 struct CompilerFacts;
 
 /// A module loaded on one device. Kernels keep it (and the runtime) alive; `loaded` turns false when
@@ -171,7 +171,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::string m_runtime_error;
   int m_default_device = 0;
   int m_device_count = 0;  ///< the runtime's devices (fixed at construction); 0 without a runtime
-  std::unique_ptr<ManifestRecorder> m_recorder;
+  std::unique_ptr<RequestRecorder> m_recorder;
 
   // Memory tier: request -> kernel / program. Keys are a 64-bit hash of (source hash, options, names,
   // device); the slot keeps those inputs and is compared on every hit, so a hash collision is a miss.

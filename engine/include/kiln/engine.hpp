@@ -41,7 +41,7 @@ struct EngineConfig {
   /// no device: 0 stays every compile-only engine's default).
   int device = -1;
   cache::StoreConfig cache;      ///< KILN_CACHE_DIR, KILN_CACHE_DISABLE, KILN_CACHE_READONLY, KILN_CACHE_MAXSIZE
-  std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines manifest
+  std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines request log
   std::vector<std::string> packs;  ///< KILN_CACHE_PACKS (colon-separated): read-only pack layers under the store
   std::string remote;            ///< KILN_REMOTE_CACHE: redis://[user:password@]host:port[/db]
   /// false: a compile-only engine that loads no GPU runtime (no cuInit, no device query): prewarm

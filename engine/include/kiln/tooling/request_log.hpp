@@ -1,8 +1,9 @@
 #pragma once
-// Request manifests (KILN_RECORD=FILE): one JSON object per line, one line per distinct request an
-// engine served, so `kiln prewarm --manifest FILE --target NEW` can replay real use for a new GPU,
-// driver or container image. (kiln/tooling/: the engine's interface to kiln's own tools; installed,
-// but not part of the stable API.)
+// Request logs (KILN_RECORD=FILE): one JSON object per line, one line per distinct request an engine
+// served, so `kiln prewarm --manifest FILE --target NEW` can replay real use for a new GPU, driver or
+// container image. (Users know the file as a "manifest", the name of that flag; in code it is the
+// request log, so as not to be confused with the cache's dependency manifests, kiln/cache/dep_manifest.hpp.)
+// (kiln/tooling/: the engine's interface to kiln's own tools; installed, but not part of the stable API.)
 //
 // Line grammar (JSON, one object per line, UTF-8; blank lines are ignored):
 //   {"v":1, "source":NAME, "builtin":BOOL, "source_hash":HEX32, "names":[STRING...],
@@ -25,13 +26,13 @@
 
 namespace kiln::detail {
 
-inline constexpr int kManifestVersion = 1;
-/// The largest manifest read_manifest() reads: lines carry runtime sources (each up to the cache's
+inline constexpr int kRequestLogVersion = 1;
+/// The largest request log read_request_log() reads: lines carry runtime sources (each up to the cache's
 /// canonical key limit, base64 or escaped), so this is the cache's largest file (Limits::max_file_bytes).
-inline constexpr std::uint64_t kMaxManifestBytes = 1ULL << 30;
+inline constexpr std::uint64_t kMaxRequestLogBytes = 1ULL << 30;
 
 /// One request as recorded.
-struct ManifestRecord {
+struct RecordedRequest {
   std::string source_name;
   bool builtin = false;
   std::string source_hash;      ///< Hash128 hex of Source::content_hash()
@@ -40,7 +41,7 @@ struct ManifestRecord {
   std::vector<std::string> name_expressions;
   std::vector<std::string> options;  ///< Options::portable()
   std::string target;
-  friend bool operator==(const ManifestRecord& a, const ManifestRecord& b) {
+  friend bool operator==(const RecordedRequest& a, const RecordedRequest& b) {
     return a.source_name == b.source_name && a.builtin == b.builtin && a.source_hash == b.source_hash &&
            a.source_text == b.source_text && a.name_expressions == b.name_expressions && a.options == b.options &&
            a.target == b.target && a.headers.size() == b.headers.size() &&
@@ -50,21 +51,21 @@ struct ManifestRecord {
 };
 
 /// One JSON line (without the newline) for a record. Throws std::bad_alloc only.
-[[nodiscard]] std::string manifest_line(const ManifestRecord& record);
+[[nodiscard]] std::string request_log_line(const RecordedRequest& record);
 
-/// Appends each distinct request to a manifest. Thread-safe. Every line goes out in one write() on
+/// Appends each distinct request to a request log. Thread-safe. Every line goes out in one write() on
 /// an O_APPEND descriptor, so concurrent processes recording into one file never interleave lines.
-class ManifestRecorder {
+class RequestRecorder {
  public:
   /// Opens nothing yet: the file is created (0600) on the first record.
-  explicit ManifestRecorder(std::filesystem::path path);
-  ~ManifestRecorder();
-  ManifestRecorder(const ManifestRecorder&) = delete;
-  ManifestRecorder& operator=(const ManifestRecorder&) = delete;
+  explicit RequestRecorder(std::filesystem::path path);
+  ~RequestRecorder();
+  RequestRecorder(const RequestRecorder&) = delete;
+  RequestRecorder& operator=(const RequestRecorder&) = delete;
 
   /// Appends the record unless this recorder already wrote an identical one. A failure warns once
   /// (KILN_LOG warn) and is otherwise ignored: recording never fails a request. Never throws.
-  void record(const ManifestRecord& record) noexcept;
+  void record(const RecordedRequest& record) noexcept;
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return m_path; }
 
  private:
@@ -75,15 +76,16 @@ class ManifestRecorder {
   std::unordered_set<std::string> m_seen;  // XXH3-128 hex of each line written
 };
 
-/// Parses one line (manifest_line's format). Throws kiln::ConfigError "why" for a malformed line.
-[[nodiscard]] ManifestRecord parse_manifest_line(std::string_view line);
+/// Parses one line (request_log_line's format). Throws kiln::ConfigError "why" for a malformed line.
+[[nodiscard]] RecordedRequest parse_request_log_line(std::string_view line);
 
-/// Reads every record of a manifest, in file order. Throws kiln::ConfigError
+/// Reads every record of a request log, in file order. Throws kiln::ConfigError
 /// "manifest FILE line N: why" for a malformed line (a target or options the engine would refuse
 /// included), "manifest FILE: why" for a file that cannot be read, is not a regular file or is over
-/// kMaxManifestBytes. `line_numbers`, when given, receives each record's line number (from 1), so
-/// errors found later, when a record is replayed, can name its line too.
-[[nodiscard]] std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path,
-                                                        std::vector<std::size_t>* line_numbers = nullptr);
+/// kMaxRequestLogBytes (the messages name the file as users know it, after `--manifest`).
+/// `line_numbers`, when given, receives each record's line number (from 1), so errors found later,
+/// when a record is replayed, can name its line too.
+[[nodiscard]] std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path,
+                                                            std::vector<std::size_t>* line_numbers = nullptr);
 
 }  // namespace kiln::detail

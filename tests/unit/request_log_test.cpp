@@ -1,6 +1,6 @@
-// Manifests (KILN_RECORD): every byte of a runtime source survives a round trip, malformed lines are
+// The request log (KILN_RECORD): every byte of a runtime source survives a round trip, malformed lines are
 // refused with their line number, the recorder writes each distinct request once, never throws, and
-// processes appending to one manifest never interleave lines.
+// processes appending to one request log never interleave lines.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -12,12 +12,12 @@
 #include <sstream>
 
 #include "kiln/error.hpp"
-#include "kiln/tooling/manifest.hpp"
+#include "kiln/tooling/request_log.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using kiln::detail::ManifestRecord;
+using kiln::detail::RecordedRequest;
 
 struct Dir {
   fs::path path = fs::temp_directory_path() /
@@ -29,8 +29,8 @@ struct Dir {
   }
 };
 
-ManifestRecord builtin_record() {
-  ManifestRecord record;
+RecordedRequest builtin_record() {
+  RecordedRequest record;
   record.source_name = "map.cu";
   record.builtin = true;
   record.source_hash = "0123456789abcdef0123456789abcdef";
@@ -40,8 +40,8 @@ ManifestRecord builtin_record() {
   return record;
 }
 
-ManifestRecord runtime_record(std::string text) {
-  ManifestRecord record;
+RecordedRequest runtime_record(std::string text) {
+  RecordedRequest record;
   record.source_name = "user.cu";
   record.builtin = false;
   record.source_hash = "fedcba9876543210fedcba9876543210";
@@ -53,7 +53,7 @@ ManifestRecord runtime_record(std::string text) {
 
 std::string manifest_error(const fs::path& path) {
   try {
-    (void)kiln::detail::read_manifest(path);
+    (void)kiln::detail::read_request_log(path);
   } catch (const kiln::ConfigError& error) {
     return error.what();
   }
@@ -65,27 +65,27 @@ std::string manifest_error(const fs::path& path) {
 TEST_CASE("manifest lines round-trip every byte, including text that is not UTF-8") {
   std::string every_byte;
   for (int b = 0; b < 256; ++b) every_byte += static_cast<char>(b);
-  for (const ManifestRecord& record :
+  for (const RecordedRequest& record :
        {builtin_record(), runtime_record("extern \"C\" __global__ void k() {}\n// \xc3\xa9t\xc3\xa9\n"),
         runtime_record(every_byte)}) {
-    const std::string line = kiln::detail::manifest_line(record);
+    const std::string line = kiln::detail::request_log_line(record);
     CHECK(line.find('\n') == std::string::npos);
     CHECK(line.rfind("{\"v\":1,", 0) == 0);
-    CHECK(kiln::detail::parse_manifest_line(line) == record);
+    CHECK(kiln::detail::parse_request_log_line(line) == record);
   }
   // Valid UTF-8 stays readable text; other bytes go to base64.
-  CHECK(kiln::detail::manifest_line(runtime_record("plain text")).find("\"text\":\"plain text\"") != std::string::npos);
-  CHECK(kiln::detail::manifest_line(runtime_record(every_byte)).find("\"text_base64\":") != std::string::npos);
+  CHECK(kiln::detail::request_log_line(runtime_record("plain text")).find("\"text\":\"plain text\"") != std::string::npos);
+  CHECK(kiln::detail::request_log_line(runtime_record(every_byte)).find("\"text_base64\":") != std::string::npos);
   // Built-in sources carry no text.
-  CHECK(kiln::detail::manifest_line(builtin_record()).find("\"text") == std::string::npos);
+  CHECK(kiln::detail::request_log_line(builtin_record()).find("\"text") == std::string::npos);
 }
 
-TEST_CASE("read_manifest skips blank lines and names the line of a malformed record") {
+TEST_CASE("read_request_log skips blank lines and names the line of a malformed record") {
   Dir dir;
   const fs::path path = dir.path / "m.jsonl";
-  const std::string good = kiln::detail::manifest_line(builtin_record());
-  std::ofstream(path) << good << "\n\n   \n" << kiln::detail::manifest_line(runtime_record("x")) << "\r\n";
-  const auto records = kiln::detail::read_manifest(path);
+  const std::string good = kiln::detail::request_log_line(builtin_record());
+  std::ofstream(path) << good << "\n\n   \n" << kiln::detail::request_log_line(runtime_record("x")) << "\r\n";
+  const auto records = kiln::detail::read_request_log(path);
   REQUIRE(records.size() == 2);
   CHECK(records[0] == builtin_record());
   CHECK(records[1] == runtime_record("x"));
@@ -117,7 +117,7 @@ TEST_CASE("the recorder writes each distinct request once and never throws") {
   Dir dir;
   const fs::path path = dir.path / "rec.jsonl";
   {
-    kiln::detail::ManifestRecorder recorder(path);
+    kiln::detail::RequestRecorder recorder(path);
     CHECK_FALSE(fs::exists(path));  // nothing is created before the first record
     recorder.record(builtin_record());
     recorder.record(builtin_record());
@@ -125,9 +125,9 @@ TEST_CASE("the recorder writes each distinct request once and never throws") {
     recorder.record(runtime_record("a"));
     recorder.record(runtime_record("b"));
   }
-  CHECK(kiln::detail::read_manifest(path).size() == 3);
+  CHECK(kiln::detail::read_request_log(path).size() == 3);
   CHECK((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
-  kiln::detail::ManifestRecorder broken(dir.path / "no" / "such" / "dir.jsonl");
+  kiln::detail::RequestRecorder broken(dir.path / "no" / "such" / "dir.jsonl");
   CHECK_NOTHROW(broken.record(builtin_record()));
   CHECK_NOTHROW(broken.record(runtime_record("again")));
 }
@@ -142,7 +142,7 @@ TEST_CASE("processes recording into one manifest never interleave lines") {
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      kiln::detail::ManifestRecorder recorder(path);
+      kiln::detail::RequestRecorder recorder(path);
       for (int r = 0; r < kRecords; ++r) {
         // Lines well over PIPE_BUF (4096), so a torn write would show.
         recorder.record(runtime_record(std::string(9000, static_cast<char>('a' + p)) + std::to_string(r)));
@@ -156,6 +156,6 @@ TEST_CASE("processes recording into one manifest never interleave lines") {
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status));
   }
-  const auto records = kiln::detail::read_manifest(path);
+  const auto records = kiln::detail::read_request_log(path);
   CHECK(records.size() == kProcesses * kRecords);
 }

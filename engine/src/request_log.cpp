@@ -1,4 +1,5 @@
-#include "kiln/tooling/manifest.hpp"
+// The request log (KILN_RECORD): writing, parsing and reading it (kiln/tooling/request_log.hpp).
+#include "kiln/tooling/request_log.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -162,7 +163,7 @@ std::vector<std::string> require_strings(const json& object, const char* field) 
   return out;
 }
 
-ManifestRecord parse_line(std::string_view line) {
+RecordedRequest parse_line(std::string_view line) {
   json object;
   try {
     object = json::parse(line);
@@ -175,11 +176,11 @@ ManifestRecord parse_line(std::string_view line) {
   if (!object.is_object()) throw LineError("not a JSON object");
   const json& version = require(object, "v");
   if (!version.is_number_integer()) throw LineError("\"v\" is not an integer");
-  if (version.get<long long>() != kManifestVersion) {
+  if (version.get<long long>() != kRequestLogVersion) {
     throw LineError(fmt::format("manifest version {} is not supported (this kiln reads version {})",
-                                version.get<long long>(), kManifestVersion));
+                                version.get<long long>(), kRequestLogVersion));
   }
-  ManifestRecord record;
+  RecordedRequest record;
   record.source_name = require_string(object, "source");
   if (record.source_name.empty()) throw LineError("\"source\" is empty");
   const json& builtin = require(object, "builtin");
@@ -220,7 +221,7 @@ ManifestRecord parse_line(std::string_view line) {
 
 }  // namespace
 
-ManifestRecord parse_manifest_line(std::string_view line) {
+RecordedRequest parse_request_log_line(std::string_view line) {
   try {
     return parse_line(line);
   } catch (const LineError& error) {
@@ -228,11 +229,11 @@ ManifestRecord parse_manifest_line(std::string_view line) {
   }
 }
 
-std::string manifest_line(const ManifestRecord& record) {
-  // ordered_json: the fields appear in the documented order, "v" first, for people reading manifests.
+std::string request_log_line(const RecordedRequest& record) {
+  // ordered_json: the fields appear in the documented order, "v" first, for people reading request logs.
   using ordered = nlohmann::ordered_json;
   ordered object = ordered::object();
-  object["v"] = kManifestVersion;
+  object["v"] = kRequestLogVersion;
   // Names and options are identifiers and flags; a non-UTF-8 byte in them is replaced, not fatal.
   object["source"] = record.source_name;
   object["builtin"] = record.builtin;
@@ -254,15 +255,15 @@ std::string manifest_line(const ManifestRecord& record) {
   return object.dump(-1, ' ', false, ordered::error_handler_t::replace);
 }
 
-ManifestRecorder::ManifestRecorder(std::filesystem::path path) : m_path(std::move(path)) {}
+RequestRecorder::RequestRecorder(std::filesystem::path path) : m_path(std::move(path)) {}
 
-ManifestRecorder::~ManifestRecorder() {
+RequestRecorder::~RequestRecorder() {
   if (m_fd >= 0) ::close(m_fd);
 }
 
-void ManifestRecorder::record(const ManifestRecord& record) noexcept {
+void RequestRecorder::record(const RecordedRequest& record) noexcept {
   try {
-    std::string line = manifest_line(record);
+    std::string line = request_log_line(record);
     line += '\n';
     const std::string id = cache::hash128(line).hex();
     const std::lock_guard lock(m_mutex);
@@ -288,10 +289,12 @@ void ManifestRecorder::record(const ManifestRecord& record) noexcept {
   }
 }
 
-std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path, std::vector<std::size_t>* line_numbers) {
+std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path,
+                                              std::vector<std::size_t>* line_numbers) {
   const auto system_text = [](int error) { return std::error_code(error, std::system_category()).message(); };
   // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read (a FIFO or a
-  // device such as /dev/zero could be read without end), up to kMaxManifestBytes.
+  // device such as /dev/zero could be read without end), up to kMaxRequestLogBytes.
+  // The messages say "manifest FILE": the name users give the file (`kiln prewarm --manifest`).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw ConfigError(fmt::format("manifest {}: cannot open: {}", path.string(), system_text(errno)));
   struct Closer {
@@ -309,16 +312,16 @@ std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path, std
   }
   const auto too_large = [&](std::uint64_t size) {
     return ConfigError(
-        fmt::format("manifest {}: {} bytes, over the limit of {} bytes", path.string(), size, kMaxManifestBytes));
+        fmt::format("manifest {}: {} bytes, over the limit of {} bytes", path.string(), size, kMaxRequestLogBytes));
   };
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxManifestBytes) {
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxRequestLogBytes) {
     throw too_large(static_cast<std::uint64_t>(st.st_size));
   }
   std::string text(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t length = 0;
   for (;;) {
     if (length == text.size()) {
-      if (text.size() > kMaxManifestBytes) throw too_large(text.size());
+      if (text.size() > kMaxRequestLogBytes) throw too_large(text.size());
       text.resize(std::max<std::size_t>(text.size() * 2, 4096));  // it grew since fstat
     }
     const ssize_t n = ::read(fd, text.data() + length, text.size() - length);
@@ -329,8 +332,8 @@ std::vector<ManifestRecord> read_manifest(const std::filesystem::path& path, std
     if (n == 0) break;
     length += static_cast<std::size_t>(n);
   }
-  if (length > kMaxManifestBytes) throw too_large(length);
-  std::vector<ManifestRecord> records;
+  if (length > kMaxRequestLogBytes) throw too_large(length);
+  std::vector<RecordedRequest> records;
   std::string_view rest(text.data(), length);
   std::size_t line_number = 0;
   while (!rest.empty()) {

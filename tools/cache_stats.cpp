@@ -1,0 +1,241 @@
+// kiln cache stats: entries and bytes per lane and target (from headers), what is not usable, the
+// dependency manifests, and the lifetime counters every process adds to.
+#include <algorithm>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cache_commands.hpp"
+#include "cli.hpp"
+#include "formatting.hpp"
+#include "json_output.hpp"
+#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/engine.hpp"
+#include "store_scan.hpp"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Group {
+  Vendor vendor = Vendor::none;
+  std::string target;
+  std::size_t entries = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// What the entries of the store add up to (one per shard directory while scanning, then summed).
+struct Tally {
+  std::size_t entries = 0;
+  std::size_t damaged = 0;
+  std::size_t unreadable = 0;
+  std::size_t refused = 0;
+  std::size_t not_entries = 0;  // links, FIFOs, ... at entry paths and stray names
+  std::uint64_t bytes = 0;
+  std::vector<Group> groups;  // few: one per lane and target
+};
+
+/// What `stats` found.
+struct StatsReport {
+  Tally tally;                                                  // its groups are empty: see `groups`
+  std::map<std::pair<std::string, std::string>, Group> groups;  // (lane, target) -> entries and bytes
+  std::size_t manifest_count = 0;
+  std::size_t manifest_damaged = 0;
+  std::uint64_t manifest_bytes = 0;
+  cache::Counters lifetime;
+};
+
+// ---- gathering ----------------------------------------------------------------------------------------
+
+void count_entry(Tally& tally, const cache::ScannedEntry& e) {
+  ++tally.entries;
+  tally.bytes += e.size;
+  const EntryState state = entry_state(e);
+  if (state == EntryState::damaged || state == EntryState::unreadable) {
+    ++(state == EntryState::damaged ? tally.damaged : tally.unreadable);
+    return;
+  }
+  if (state == EntryState::refused) ++tally.refused;
+  auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
+    return g.vendor == e.header->vendor && g.target == e.header->target;
+  });
+  if (group == tally.groups.end()) {
+    tally.groups.push_back({e.header->vendor, std::string(e.header->target), 0, 0});
+    group = std::prev(tally.groups.end());
+  }
+  ++group->entries;
+  group->bytes += e.size;
+}
+
+/// The fixed header and target of each entry (no payload, no checksum: `kiln cache verify` checks
+/// those); sizes from the read where it reached the end of the file.
+void gather_entries(const cache::Store& store, StatsReport& report) {
+  std::vector<Tally> tallies(cache::Store::kShardCount);
+  scan_store(
+      store, cache::ScanDepth::lane, false,
+      [&](unsigned index, const cache::ScannedEntry& e) { count_entry(tallies[index], e); },
+      [&](unsigned index, const cache::StrayFile&) { ++tallies[index].not_entries; });
+  Tally& sum = report.tally;
+  for (const Tally& tally : tallies) {
+    sum.entries += tally.entries;
+    sum.damaged += tally.damaged;
+    sum.unreadable += tally.unreadable;
+    sum.refused += tally.refused;
+    sum.not_entries += tally.not_entries;
+    sum.bytes += tally.bytes;
+    for (const Group& g : tally.groups) {
+      Group& group = report.groups[{std::string(to_string(g.vendor)), g.target}];
+      group.entries += g.entries;
+      group.bytes += g.bytes;
+    }
+  }
+}
+
+StatsReport gather_stats(const cache::Store& store, const cache::PersistentStats& persistent) {
+  StatsReport report;
+  gather_entries(store, report);
+  // Dependency manifests (requests with include folders): how many, and how many are damaged.
+  const cache::DependencyManifests manifests(store.refused() ? fs::path() : store.config().root, /*read_only=*/true);
+  for (const cache::ScannedManifest& m : manifests.scan()) {
+    ++report.manifest_count;
+    report.manifest_bytes += m.size;
+    if (!m.error.empty()) ++report.manifest_damaged;
+  }
+  report.lifetime = persistent.load_total();
+  return report;
+}
+
+// ---- rendering ----------------------------------------------------------------------------------------
+
+json lifetime_json(const cache::Counters& total) {
+  return {{"memory_hits", total.memory_hits},
+          {"disk_hits", total.disk_hits},
+          {"remote_hits", total.remote_hits},
+          {"misses", total.misses},
+          {"hit_ratio", total.hit_ratio()},
+          {"compiles", total.compiles},
+          {"compile_failures", total.compile_failures},
+          {"compile_seconds", total.compile_seconds()},
+          {"corrupt_removed", total.corrupt_removed},
+          {"evictions", total.evictions},
+          {"bytes_written", total.bytes_written},
+          {"bytes_read", total.bytes_read},
+          {"remote_misses", total.remote_misses},
+          {"remote_errors", total.remote_errors},
+          {"manifest_hits", total.manifest_hits},
+          {"include_resolves", total.include_resolves},
+          {"remote_unauthenticated", total.remote_unauthenticated}};
+}
+
+json stats_json(const cache::Store& store, const StatsReport& report) {
+  json by_target = json::array();
+  for (const auto& [key, group] : report.groups) {
+    by_target.push_back(
+        {{"vendor", key.first}, {"target", key.second}, {"entries", group.entries}, {"bytes", group.bytes}});
+  }
+  const Tally& t = report.tally;
+  return {{"root", store.config().root.string()},
+          {"mode", std::string(cache::to_string(store.mode()))},
+          {"entries", t.entries},
+          {"bytes", t.bytes},
+          {"max_size", store.config().max_size},
+          {"damaged", t.damaged},
+          {"unreadable", t.unreadable},
+          {"refused", t.refused},
+          {"not_entries", t.not_entries},
+          {"refused_root", store.refused() ? store.mode_reason() : std::string()},
+          {"manifests",
+           {{"count", report.manifest_count}, {"bytes", report.manifest_bytes}, {"damaged", report.manifest_damaged}}},
+          {"by_target", std::move(by_target)},
+          {"lifetime", lifetime_json(report.lifetime)}};
+}
+
+/// The cache's lines: root, entries per lane and target, what is not usable, the dependency manifests.
+std::string contents_text(const cache::Store& store, const StatsReport& report) {
+  const Tally& t = report.tally;
+  std::string text;
+  text += fmt::format("cache             {} ({})\n", store.config().root.string(), cache::to_string(store.mode()));
+  text += fmt::format("entries           {} ({} of a {} limit)\n", t.entries, format_bytes(t.bytes),
+                      format_bytes(store.config().max_size));
+  for (const auto& [key, group] : report.groups) {
+    text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", key.first, key.second, group.entries,
+                        format_bytes(group.bytes));
+  }
+  if (store.refused()) text += fmt::format("refused           the engine uses none of it: {}\n", store.mode_reason());
+  if (t.damaged > 0) text += fmt::format("damaged           {} (kiln cache verify --fix removes them)\n", t.damaged);
+  if (t.unreadable > 0)
+    text +=
+        fmt::format("unreadable        {} (cannot be opened or read; kiln cache verify lists them)\n", t.unreadable);
+  if (t.refused > 0)
+    text += fmt::format("refused           {} (in a shard directory others may write; kiln cache verify lists them)\n",
+                        t.refused);
+  if (t.not_entries > 0) {
+    text += fmt::format("not entries       {} (links, FIFOs, stray files; kiln cache verify --fix removes them)\n",
+                        t.not_entries);
+  }
+  if (report.manifest_count > 0) {
+    text += fmt::format("manifests         {} ({}) for requests with include folders{}\n", report.manifest_count,
+                        format_bytes(report.manifest_bytes),
+                        report.manifest_damaged == 0
+                            ? std::string()
+                            : fmt::format(", {} damaged (the engine replaces them)", report.manifest_damaged));
+  }
+  return text;
+}
+
+std::string lifetime_text(const cache::Counters& total) {
+  const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
+  std::string text = "lifetime (every process, since the counters were last zeroed):\n";
+  text +=
+      fmt::format("  hit ratio       {:.1f}% ({} hits, {} misses)\n", 100.0 * total.hit_ratio(), hits, total.misses);
+  text += fmt::format("  hits            memory {}, disk {}, remote {}\n", total.memory_hits, total.disk_hits,
+                      total.remote_hits);
+  text += fmt::format("  compiles        {} ({} failed), {} compiling\n", total.compiles, total.compile_failures,
+                      format_seconds(total.compile_seconds()));
+  text += fmt::format("  corrupt removed {}\n", total.corrupt_removed);
+  text += fmt::format("  evictions       {}\n", total.evictions);
+  text += fmt::format("  written / read  {} / {}\n", format_bytes(total.bytes_written), format_bytes(total.bytes_read));
+  if (total.manifest_hits + total.include_resolves > 0) {
+    text += fmt::format("  include trees   {} settled by stat, {} resolved (headers read)\n", total.manifest_hits,
+                        total.include_resolves);
+  }
+  if (total.remote_misses + total.remote_errors > 0) {
+    text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
+  }
+  if (total.remote_unauthenticated > 0) {
+    text += fmt::format("  unauthenticated {} remote entries refused for a missing or wrong MAC (deleted)\n",
+                        total.remote_unauthenticated);
+  }
+  return text;
+}
+
+}  // namespace
+
+int run_stats(const StatsArgs& args) {
+  const auto store = open_store();
+  cache::PersistentStats persistent(store->config().root);
+  if (args.zero) {
+    require_writable(*store, "cache stats --zero");
+    persistent.zero();
+    std::cout << "lifetime counters zeroed\n";
+    return kExitOk;
+  }
+  const StatsReport report = gather_stats(*store, persistent);
+  if (args.json) {
+    print_json(stats_json(*store, report));
+  } else {
+    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime);
+  }
+  // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
+  const Tally& t = report.tally;
+  return t.damaged + t.unreadable + t.refused + t.not_entries != 0 || store->refused() ? kExitFound : kExitOk;
+}
+
+}  // namespace kiln::cli
