@@ -57,7 +57,7 @@ if [[ "${KILN_H200_ONLY:-}" == check ]]; then
     >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   echo "== ctest -L gpu"; (cd "$build" && ctest -L gpu --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | tail -12)
   echo "== ctest (what the compilers may open)"
-  (cd "$build" && ctest -R '^(include_reach|system_third_probe|capi_c)$' --output-on-failure 2>&1 | tail -8)
+  (cd "$build" && ctest -R '^(include_reach|system_third_probe|capi_c)$' --output-on-failure 2>&1 | grep -E 'Test +#|tests passed|FAILED')
   echo "== cupy_bench"
   KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-400}" python3 "$root/bench/cupy_bench.py" \
     --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
