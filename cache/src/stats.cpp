@@ -13,14 +13,6 @@
 namespace kiln::cache {
 namespace {
 
-// Every counter once: drives +=, the atomic mirror and the on-disk text form.
-// clang-format off
-#define KILN_COUNTER_FIELDS(X) \
-  X(memory_hits) X(disk_hits) X(misses) X(compiles) X(compile_failures) X(compile_nanoseconds) \
-  X(corrupt_removed) X(evictions) X(bytes_written) X(bytes_read) X(remote_hits) X(remote_misses) X(remote_errors) \
-  X(manifest_hits) X(include_resolves) X(remote_unauthenticated)
-// clang-format on
-
 constexpr int kShards = 16;
 constexpr std::string_view kShardHeader = "kiln-stats/1\n";
 
@@ -41,7 +33,7 @@ Counters parse_shard(std::string_view text) noexcept {
     if (error != std::errc{} || ptr != line.data() + line.size()) continue;
 #define KILN_PARSE_FIELD(field) \
   if (name == #field) counters.field = value;
-    KILN_COUNTER_FIELDS(KILN_PARSE_FIELD)
+    KILN_CACHE_COUNTERS(KILN_PARSE_FIELD)
 #undef KILN_PARSE_FIELD
   }
   return counters;
@@ -50,7 +42,7 @@ Counters parse_shard(std::string_view text) noexcept {
 std::string format_shard(const Counters& counters) {
   std::string text(kShardHeader);
 #define KILN_FORMAT_FIELD(field) text += fmt::format("{} {}\n", #field, counters.field);
-  KILN_COUNTER_FIELDS(KILN_FORMAT_FIELD)
+  KILN_CACHE_COUNTERS(KILN_FORMAT_FIELD)
 #undef KILN_FORMAT_FIELD
   return text;
 }
@@ -71,7 +63,7 @@ std::string read_all(int fd) {
 
 Counters& Counters::operator+=(const Counters& other) noexcept {
 #define KILN_ADD_FIELD(field) field += other.field;
-  KILN_COUNTER_FIELDS(KILN_ADD_FIELD)
+  KILN_CACHE_COUNTERS(KILN_ADD_FIELD)
 #undef KILN_ADD_FIELD
   return *this;
 }
@@ -85,21 +77,21 @@ double Counters::hit_ratio() const noexcept {
 void AtomicCounters::add(const Counters& delta) noexcept {
 #define KILN_ADD_ATOMIC(field) \
   if (delta.field != 0) field.fetch_add(delta.field, std::memory_order_relaxed);
-  KILN_COUNTER_FIELDS(KILN_ADD_ATOMIC)
+  KILN_CACHE_COUNTERS(KILN_ADD_ATOMIC)
 #undef KILN_ADD_ATOMIC
 }
 
 Counters AtomicCounters::snapshot() const noexcept {
   Counters counters;
 #define KILN_LOAD_ATOMIC(field) counters.field = field.load(std::memory_order_relaxed);
-  KILN_COUNTER_FIELDS(KILN_LOAD_ATOMIC)
+  KILN_CACHE_COUNTERS(KILN_LOAD_ATOMIC)
 #undef KILN_LOAD_ATOMIC
   return counters;
 }
 
 void AtomicCounters::reset() noexcept {
 #define KILN_RESET_ATOMIC(field) field.store(0, std::memory_order_relaxed);
-  KILN_COUNTER_FIELDS(KILN_RESET_ATOMIC)
+  KILN_CACHE_COUNTERS(KILN_RESET_ATOMIC)
 #undef KILN_RESET_ATOMIC
 }
 

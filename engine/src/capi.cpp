@@ -632,24 +632,11 @@ kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats) {
                        std::to_string(kVersion2Size) + " (call kiln_stats_init first)");
     }
     const kiln::cache::Counters c = object->engine.stats();
-    stats->memory_hits = c.memory_hits;
-    stats->disk_hits = c.disk_hits;
-    stats->misses = c.misses;
-    stats->compiles = c.compiles;
-    stats->compile_failures = c.compile_failures;
-    stats->compile_nanoseconds = c.compile_nanoseconds;
-    stats->corrupt_removed = c.corrupt_removed;
-    stats->evictions = c.evictions;
-    stats->bytes_written = c.bytes_written;
-    stats->bytes_read = c.bytes_read;
-    stats->remote_hits = c.remote_hits;
-    stats->remote_misses = c.remote_misses;
-    stats->remote_errors = c.remote_errors;
-    if (stats->size >= sizeof(kiln_stats)) {
-      stats->manifest_hits = c.manifest_hits;
-      stats->include_resolves = c.include_resolves;
-      stats->remote_unauthenticated = c.remote_unauthenticated;
-    }
+    // Each counter that fits in the caller's struct (an older caller's ends sooner).
+#define KILN_COPY_COUNTER(field) \
+  if (offsetof(kiln_stats, field) + sizeof(stats->field) <= stats->size) stats->field = c.field;
+    KILN_CACHE_COUNTERS(KILN_COPY_COUNTER)
+#undef KILN_COPY_COUNTER
   });
 }
 

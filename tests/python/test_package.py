@@ -334,3 +334,19 @@ def test_kiln_vendor_cuda_without_a_driver_compiles(cache_dir, compile_api, monk
         binary = engine.compile(TINY, target="sm_90")
         assert engine.vendor in (None, "cuda")  # None: no driver, so no device
     assert binary.kind == "cubin" and binary.data[:4] == b"\x7fELF" and binary.origin == "compiled"
+
+
+def test_stat_names_follow_the_one_counter_list():
+    # The C++ side derives its counters from KILN_CACHE_COUNTERS (cache/include/kiln/cache/stats.hpp);
+    # kiln_stats (kiln.h) and this binding's STAT_NAMES are written out by hand: all three agree.
+    import os
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(repo, "cache", "include", "kiln", "cache", "stats.hpp")) as f:
+        header = f.read()
+    listed = header[header.index("#define KILN_CACHE_COUNTERS(X)"):header.index("// clang-format on")]
+    counters = tuple(re.findall(r"X\((\w+)\)", listed))
+    with open(os.path.join(repo, "engine", "include", "kiln", "kiln.h")) as f:
+        capi = f.read()
+    struct = capi[capi.index("typedef struct kiln_stats {"):capi.index("} kiln_stats;")]
+    fields = tuple(re.findall(r"uint64_t (\w+);", struct))
+    assert counters == fields == _native.STAT_NAMES

@@ -9,6 +9,16 @@
 
 namespace kiln::cache {
 
+/// Every counter once, in Counters' order: the one list that the atomic mirror, +=, the persisted text
+/// form, the C API's kiln_stats copy and `kiln cache stats` are made from. Adding a counter: a field
+/// below, here, in kiln_stats (kiln.h, at its end, with an API version) and in the Python binding.
+// clang-format off
+#define KILN_CACHE_COUNTERS(X) \
+  X(memory_hits) X(disk_hits) X(misses) X(compiles) X(compile_failures) X(compile_nanoseconds) \
+  X(corrupt_removed) X(evictions) X(bytes_written) X(bytes_read) X(remote_hits) X(remote_misses) X(remote_errors) \
+  X(manifest_hits) X(include_resolves) X(remote_unauthenticated)
+// clang-format on
+
 /// A plain snapshot of counters. All counts since the engine (or the cache) started.
 struct Counters {
   std::uint64_t memory_hits = 0;
@@ -24,11 +34,13 @@ struct Counters {
   std::uint64_t remote_hits = 0;
   std::uint64_t remote_misses = 0;
   std::uint64_t remote_errors = 0;
-  /// Requests with include folders whose entry key came from the dependency manifest (no header read).
+  /// Requests that read files (include folders, or an include by path) whose entry key came from the
+  /// dependency manifest (no header read).
   std::uint64_t manifest_hits = 0;
-  /// Requests with include folders that resolved their includes (read every header they reach).
+  /// Requests that read files and resolved their includes (read every header they reach).
   std::uint64_t include_resolves = 0;
-  std::uint64_t remote_unauthenticated = 0;  ///< remote entries refused for a missing or wrong MAC (in remote_errors)
+  /// Remote entries refused for a missing or wrong MAC (counted here only, not also in remote_errors).
+  std::uint64_t remote_unauthenticated = 0;
 
   Counters& operator+=(const Counters& other) noexcept;
   [[nodiscard]] double compile_seconds() const noexcept { return static_cast<double>(compile_nanoseconds) * 1e-9; }
@@ -36,16 +48,20 @@ struct Counters {
   [[nodiscard]] double hit_ratio() const noexcept;
 };
 
+#define KILN_COUNT_ONE(field) +1
+static_assert(sizeof(Counters) == (0 KILN_CACHE_COUNTERS(KILN_COUNT_ONE)) * sizeof(std::uint64_t),
+              "every field of Counters is in KILN_CACHE_COUNTERS");
+#undef KILN_COUNT_ONE
+
 /// Thread-safe counters for one engine.
 class AtomicCounters {
  public:
   void add(const Counters& delta) noexcept;
   [[nodiscard]] Counters snapshot() const noexcept;
   void reset() noexcept;
-  std::atomic<std::uint64_t> memory_hits{0}, disk_hits{0}, misses{0}, compiles{0}, compile_failures{0},
-      compile_nanoseconds{0}, corrupt_removed{0}, evictions{0}, bytes_written{0}, bytes_read{0}, remote_hits{0},
-      remote_misses{0}, remote_errors{0}, manifest_hits{0}, include_resolves{0},
-      remote_unauthenticated{0};
+#define KILN_ATOMIC_COUNTER(field) std::atomic<std::uint64_t> field{0};
+  KILN_CACHE_COUNTERS(KILN_ATOMIC_COUNTER)
+#undef KILN_ATOMIC_COUNTER
 };
 
 /// Lifetime counters under <root>/stats/. Every method never throws; failures are ignored.
