@@ -63,6 +63,37 @@ if [[ "${KILN_H200_ONLY:-}" == check ]]; then
     --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
   exit 0
 fi
+# KILN_H200_ONLY=round: the GPU tests, the PCH tests, launch_bench twice and include_bench (the request path and
+# the include folders after a restructuring), then the cold path: cold_bench over the toolkit's CCCL, cupy_bench
+# (KILN_CUPY_BENCH_RUNS, 3 here; its part 3 records CuPy's requests with KILN_RECORD) and cold_bench replaying
+# that record (CuPy's own requests, per request: bare NVRTC, bare NVRTC + PCH, kiln, kiln + PCH).
+# KILN_H200_STEP=check | cold runs one half (each fits one 10-minute command).
+if [[ "${KILN_H200_ONLY:-}" == round ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch launch_bench include_bench cold_bench $gpu_tests \
+    >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  if [[ "${KILN_H200_STEP:-check}" == check ]]; then
+    echo "== ctest -L gpu, rtc_pch"
+    (cd "$build" && ctest -L gpu -R '^(gpu_|rtc_pch)' --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | grep -E 'Test +#|tests passed|FAILED')
+    (cd "$build" && ctest -R '^rtc_pch$' --output-on-failure 2>&1 | grep -E 'Test +#|tests passed|FAILED')
+    "$build/tools/kiln" devices | tee "$out/devices.txt"
+    for run in 1 2; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
+    echo "== include_bench"; "$build/bench/include_bench/include_bench" --runs 5 --children 30 | tee "$out/include_bench.txt"
+    exit 0
+  fi
+  echo "== cold_bench (the toolkit's CCCL)"
+  timeout 200 "$build/bench/cold_bench/cold_bench" --small 24 --cub 6 --json "$out/cold_cccl.json" 2>&1 | tee "$out/cold_cccl.txt"
+  echo "== cupy_bench"; rm -rf /tmp/kiln-cupy-bench
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-240}" python3 "$root/bench/cupy_bench.py" \
+    --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-3}" --work /tmp/kiln-cupy-bench --keep 2>&1 | tee "$out/cupy_bench.txt"
+  record=$(ls /tmp/kiln-cupy-bench/*-manifest/cupy.jsonl 2>/dev/null | head -1)
+  if [[ -n "$record" ]]; then
+    cp "$record" "$out/cupy_requests.jsonl"
+    echo "== cold_bench (CuPy's own requests, from $record)"
+    timeout 200 "$build/bench/cold_bench/cold_bench" --log "$record" --json "$out/cold_cupy.json" 2>&1 | tee "$out/cold_cupy.txt"
+  fi
+  exit 0
+fi
 # KILN_H200_ONLY=cupydiag: single cupy_bench children with KILN_LOG=debug (kiln cold, kiln warm), a clean
 # kiln warm child and a CuPy warm child; their reports and logs land in the output folder.
 if [[ "${KILN_H200_ONLY:-}" == cupydiag ]]; then

@@ -39,6 +39,7 @@ json lane_json(const LaneInfo& lane) {
           {"compiler_loaded", lane.compiler_loaded},
           {"runtime_loaded", lane.runtime_loaded},
           {"status", lane.status},
+          {"precompiled_headers", lane.precompiled_headers},
           {"libraries", std::move(libraries)},
           {"devices", std::move(devices)}};
 }
@@ -73,6 +74,9 @@ int run_devices(const DevicesArgs& args) {
     std::cout << fmt::format("{}: {}\n", to_string(lane.vendor), lane.status);
     for (const LibraryInfo& library : lane.libraries) {
       std::cout << fmt::format("  {:<12} {:<10} {}\n", library.role, library.version, library.path);
+    }
+    if (!lane.precompiled_headers.empty()) {
+      std::cout << fmt::format("  precompiled headers: {}\n", lane.precompiled_headers);
     }
     for (const DeviceInfo& device : lane.devices) {
       std::cout << fmt::format("  device {}: {}  target {}  warp {}  memory {}  {} multiprocessors\n", device.ordinal,

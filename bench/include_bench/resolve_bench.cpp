@@ -1,4 +1,4 @@
-// resolve_bench: kiln's own #include resolution (engine/src/includes.hpp) of one source over include
+// resolve_bench: kiln's own #include resolution (cache/src/includes/resolve.hpp) of one source over include
 // folders, in one process, the way a burst of compiles over one tree sees it: the first resolve reads
 // and scans every header; the later ones find each file in the HeaderFileCache. Each later resolve is
 // timed twice over: stat'ing every path itself, and with the stat memo answering (what a burst of
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "includes.hpp"
 #include "kiln/cache/dep_manifest.hpp"
-#include "kiln/error.hpp"
+#include "resolve.hpp"
+#include "stat_memo.hpp"
 
 namespace {
 
@@ -70,24 +70,26 @@ int main(int argc, char** argv) {
   }
   if (folders.empty()) folders = {"/usr/local/cuda/include/cccl", "/usr/local/cuda/include"};
   try {
-    kiln::detail::HeaderFileCache files;
+    namespace includes = kiln::cache::detail;
+    includes::HeaderFileCache files;
     kiln::cache::ManifestConfig config;  // no root: memory-only manifests, whose stat memo serves the resolves
-    const kiln::cache::DependencyManifests memo(config);
-    const auto resolve = [&](bool with_memo, kiln::detail::ResolvedIncludes* out) {
-      kiln::detail::IncludeInput input;
+    const kiln::cache::DependencyManifests manifests(config);
+    includes::StatMemo& memo = includes::ManifestsAccess::stat_memo(manifests);
+    const auto resolve = [&](bool with_memo, includes::ResolvedIncludes* out) {
+      includes::IncludeInput input;
       input.source_name = "bench.cu";
       input.source_text = source;
       input.folders = folders;
       input.file_cache = &files;
       input.stat_memo = with_memo ? &memo : nullptr;
       const auto start = std::chrono::steady_clock::now();
-      *out = kiln::detail::resolve_includes(input);
+      *out = includes::resolve_includes(input);
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     };
-    kiln::detail::ResolvedIncludes r;
+    includes::ResolvedIncludes r;
     const double first = resolve(true, &r);
     std::size_t bytes = r.compiler_source.size();
-    for (const kiln::detail::CompilerHeader& h : r.compiler_headers) bytes += h.text.size();
+    for (const includes::CompilerHeader& h : r.compiler_headers) bytes += h.text.size();
     std::vector<double> stat_each, memo_answers;
     for (int i = 0; i < runs; ++i) {
       stat_each.push_back(resolve(false, &r));
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
     fmt::print("  first resolve (reads and scans every header): {:.2f} ms\n", first);
     fmt::print("  later resolves, median of {}: {:.2f} ms stat'ing every path, {:.2f} ms with the stat memo\n", runs,
                median(stat_each), median(memo_answers));
-  } catch (const kiln::Error& e) {
+  } catch (const kiln::cache::detail::IncludeError& e) {
     fmt::print(stderr, "resolve_bench: {}\n", e.what());
     return 1;
   }

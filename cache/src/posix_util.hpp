@@ -1,12 +1,14 @@
 #pragma once
 // Private to cache/: small POSIX helpers shared by the store (store.cpp), the compile lease
-// (lease.cpp) and the dependency manifests (dep_manifest.cpp).
+// (lease.cpp) and the dependency manifests (includes/manifest_store.cpp, includes/manifest_read.cpp).
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -44,6 +46,26 @@ int make_private_dir(const std::string& path) noexcept;
 
 /// Whether a process with this pid exists on this host (one we may not signal counts as alive).
 [[nodiscard]] bool process_alive(long pid) noexcept;
+
+/// How a read of an exact byte count ended.
+enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
+
+/// Reads exactly `count` bytes (retrying EINTR and partial reads); `error` gets the errno on io_error.
+/// Inline: the entry reader calls it on the request path.
+inline ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
+  while (count > 0) {
+    const ssize_t n = ::read(fd, out, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = errno;
+      return ReadStatus::io_error;
+    }
+    if (n == 0) return ReadStatus::short_read;
+    out += n;
+    count -= static_cast<std::size_t>(n);
+  }
+  return ReadStatus::ok;
+}
 
 /// Reads a small text file (lease, size file) from an open descriptor: at most `max_bytes`, from the start.
 [[nodiscard]] std::string read_small(int fd, std::size_t max_bytes);

@@ -1,6 +1,6 @@
 #pragma once
 // Private to cache/: the one layout both the entry store (store.cpp: <root>/v1) and the dependency
-// manifests (dep_manifest.cpp: <root>/manifests) keep their files in. A file named by a 128-bit key lives
+// manifests (includes/manifest_store.cpp: <root>/manifests) keep their files in. A file named by a 128-bit key lives
 // at <folder>/<2 hex>/<30 hex><suffix>, every folder mode 0700 and trusted only when it is a real folder
 // of this user that nobody else may write to. What both need of that layout is here, once: the trust
 // rule, names both ways, creating the folders, removing a file only while it is the one that was looked

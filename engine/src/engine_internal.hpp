@@ -1,5 +1,6 @@
 #pragma once
-// The engine's internal state, shared by engine.cpp and the handles (Program, Kernel).
+// The engine's internal state, shared by the engine's parts (engine.cpp and the files it names) and the
+// handles (Program, Kernel).
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -8,7 +9,9 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/error.hpp"
@@ -18,8 +21,15 @@
 #include "kiln/cache/storage.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
-#include "includes.hpp"
 #include "lanes/lane.hpp"
+
+// The include home's facade (cache/src/includes/include_folders.hpp), included by the engine's sources
+// that call it, not by every user of this header.
+namespace kiln::cache::detail {
+class IncludeFolders;
+struct MemoryHeader;
+struct SettleInput;
+}  // namespace kiln::cache::detail
 
 namespace kiln::detail {
 
@@ -64,6 +74,49 @@ struct BinaryState {
   double seconds = 0;
   std::string log;
 };
+
+/// A memory-tier slot: the inputs of the request it holds and what the tier keeps for that request.
+/// A tier's key is a 64-bit hash of the inputs; every hit compares them (matches), so a hash collision
+/// is a miss. program() and kernel() keep a device and no target; compile() keeps the target as
+/// requested and device -1.
+template <class Payload>
+struct RequestSlot {
+  RequestSlot(const cache::Hash128& source_in, const Options& options_in, std::string_view names_in, int device_in,
+              std::string_view target_in, Payload payload_in)
+      : source(source_in),
+        options(options_in.canonical()),
+        names(names_in),
+        device(device_in),
+        target(target_in),
+        payload(std::move(payload_in)) {}
+
+  /// Whether this slot holds the request of these inputs. Runs on every memory-tier hit: builds nothing,
+  /// and is always inlined (program() compares twice, and a compiler would otherwise keep one copy out of
+  /// line, a call on the hit and code outside the request path's section, kiln/base/hot_path.hpp).
+  [[nodiscard]] [[gnu::always_inline]] bool matches(const cache::Hash128& source_in, const Options& options_in,
+                                                    std::string_view names_in, int device_in,
+                                                    std::string_view target_in) const {
+    return source == source_in && device == device_in && same_text(target, target_in) && same_text(names, names_in) &&
+           options == options_in.canonical();
+  }
+
+  cache::Hash128 source;
+  std::string options;  ///< canonical
+  std::string names;    ///< the name expressions joined by '\n'; in kernel()'s slot, the kernel's name
+  int device;
+  std::string target;
+  Payload payload;
+
+ private:
+  /// As std::string's own operator== compares (sizes, then bytes), which inlines; the one that takes a
+  /// string_view is a call.
+  [[gnu::always_inline]] static bool same_text(const std::string& kept, std::string_view given) {
+    return kept.size() == given.size() && std::char_traits<char>::compare(kept.data(), given.data(), kept.size()) == 0;
+  }
+};
+
+/// Joins `items` with `separator` between them (the memory tiers' names, a key's flags and names).
+std::string join(const std::vector<std::string>& items, char separator);
 
 /// A compiled (or found) binary and how it was obtained.
 struct Obtained {
@@ -131,6 +184,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   vendor::Compiler& compiler(Vendor vendor);
   /// The compiler library's file, for --toolkit-includes (its toolkit's include folders).
   std::filesystem::path compiler_library(Vendor vendor);
+  /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
+  /// absolute, normal, checked to be folders (ConfigError).
+  std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
   Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
                        std::string_view target, std::optional<int> warp_size);
   Obtained obtain(const Request& request, bool bypass_cache);
@@ -151,9 +207,12 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// After a CompileError: the request resolved again with the header the compiler's log asked for
   /// (an include the scan cannot follow, e.g. through a function-like macro), when a folder has it and
   /// the request has not retried that name yet; else nullopt. Each retry costs one compiler run; at
-  /// most kMaxIncludeRetries per request.
+  /// most cache::detail::IncludeFolders::kMaxRetries per request.
   std::optional<Request> retry_with_missing_header(const Request& request, const CompileError& error);
-  static constexpr std::size_t kMaxIncludeRetries = 8;
+  /// The request as the include home takes it: views into it, and into `headers`, which this fills with
+  /// the views of its in-memory headers.
+  static cache::detail::SettleInput include_request(const Request& request,
+                                                    std::vector<cache::detail::MemoryHeader>& headers);
   /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
                                               std::string& log);
@@ -163,8 +222,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   EngineConfig m_config;
   cache::Storage m_storage;          // the local store, the tiers under it, the compile lease
-  HeaderFileCache m_header_files;    // headers the resolves of this engine read (by path and stat)
   cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
+  // Include folders: settles and records requests' dependency parts (and keeps the header files its
+  // resolves read).
+  std::unique_ptr<cache::detail::IncludeFolders> m_includes;
   std::unique_ptr<Lane> m_cuda;
   std::unique_ptr<Lane> m_hip;
   std::shared_ptr<vendor::Runtime> m_runtime;
@@ -175,20 +236,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   // Memory tier: request -> kernel / program. Keys are a 64-bit hash of (source hash, options, names,
   // device); the slot keeps those inputs and is compared on every hit, so a hash collision is a miss.
-  struct ProgramSlot {
-    cache::Hash128 source;
-    std::string options;
-    std::string names;
-    int device;
-    std::shared_ptr<ProgramState> program;
-  };
-  struct KernelSlot {
-    cache::Hash128 source;
-    std::string options;
-    std::string name;
-    int device;
-    Kernel kernel;
-  };
+  using ProgramSlot = RequestSlot<std::shared_ptr<ProgramState>>;
+  using KernelSlot = RequestSlot<Kernel>;
   std::shared_mutex m_memory_mutex;
   std::unordered_map<std::uint64_t, ProgramSlot> m_programs;
   std::unordered_map<std::uint64_t, KernelSlot> m_kernels;
@@ -197,14 +246,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // the target as requested in place of the device; the slot keeps and compares its inputs. Bounded: at
   // most kBinarySlots binaries are kept, and the oldest slot makes room for a new one.
   static constexpr std::size_t kBinarySlots = 256;
-  struct BinarySlot {
-    cache::Hash128 source;
-    std::string options;
-    std::string names;
-    std::string target;
+  struct RememberedBinary {
     std::uint64_t sequence;  ///< insertion order, for eviction
     std::shared_ptr<const BinaryState> binary;
   };
+  using BinarySlot = RequestSlot<RememberedBinary>;
   std::mutex m_binaries_mutex;
   std::unordered_map<std::uint64_t, BinarySlot> m_binaries;
   std::uint64_t m_binary_sequence = 0;  ///< guarded by m_binaries_mutex

@@ -134,9 +134,20 @@ void Options::parse_one(std::string_view option) {
       // handed to the compiler directly would let it read headers the cache key does not name. Matched
       // with the leading dashes dropped: the compilers take most of these with one dash or two.
       const std::string_view bare = flag.substr(std::min(flag.find_first_not_of('-'), flag.size()));
+      // NVRTC checks a precompiled header against the flags and the source's leading directives, not
+      // against the bytes of the headers handed in memory: a PCH it made from other bytes under the same
+      // header name would give a stale binary. kiln runs NVRTC's PCH itself, one folder per header set.
+      if (bare == "pch" || bare.starts_with("pch-") || bare.starts_with("use-pch") ||
+          bare.starts_with("create-pch") || bare.starts_with("instantiate-templates-in-pch")) {
+        throw ConfigError(fmt::format(
+            "bad option '{}': kiln runs NVRTC's precompiled headers itself, so that no compile can reuse a "
+            "precompiled header made from other bytes of a header (on by default for header-heavy requests, "
+            "KILN_PCH=0 turns it off); drop the flag",
+            option));
+      }
       for (const std::string_view reading_flag :
            {"I", "include", "pre-include", "isystem", "system-include", "idirafter", "iquote", "imacros", "iprefix",
-            "iwithprefix", "isysroot", "sysroot", "resource-dir", "use-pch", "create-pch", "pch-dir", "Xclang",
+            "iwithprefix", "isysroot", "sysroot", "resource-dir", "Xclang",
             "cuda-path", "hip-path", "rocm-path", "rocm-device-lib-path", "hip-device-lib"}) {
         if (bare.starts_with(reading_flag)) {
           throw ConfigError(fmt::format(

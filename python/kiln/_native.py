@@ -34,7 +34,8 @@ class EngineConfig(ctypes.Structure):
 
 STAT_NAMES = ("memory_hits", "disk_hits", "misses", "compiles", "compile_failures", "compile_nanoseconds",
               "corrupt_removed", "evictions", "bytes_written", "bytes_read", "remote_hits", "remote_misses",
-              "remote_errors", "manifest_hits", "include_resolves", "remote_unauthenticated")  # the last 3: API 3
+              "remote_errors", "manifest_hits", "include_resolves", "remote_unauthenticated",  # these 3: API 3
+              "pch_made", "pch_used")  # these 2: API 4
 
 
 class Stats(ctypes.Structure):

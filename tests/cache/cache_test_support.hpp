@@ -1,13 +1,13 @@
 #pragma once
-// Helpers shared by the cache tests: temp directories, synthetic entries, stderr capture and running a
+// Helpers shared by the cache tests: file bytes and times, the files under a cache root, and running a
 // check in a child process (optionally as the unprivileged user `nobody`, since these tests often run
-// as root, for whom file permissions do not apply).
+// as root, for whom file permissions do not apply). Temp directories, synthetic entries and stderr
+// capture come from the test support library (tests/support/).
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +27,9 @@
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/store.hpp"
+#include "stderr_capture.hpp"
+#include "synthetic_entry.hpp"
+#include "temp_dir.hpp"
 
 namespace kiln_test {
 
@@ -34,61 +37,14 @@ namespace fs = std::filesystem;
 using kiln::cache::CanonicalKey;
 using kiln::cache::Entry;
 using kiln::cache::Hash128;
-
-/// A fresh directory under /tmp, removed (whatever its modes) at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/kiln-cache-test-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) FAIL("mkdtemp failed: " << std::strerror(errno));
-    m_path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    // Give the owner back every right so remove_all can descend (tests chmod directories to 0500).
-    for (auto it = fs::recursive_directory_iterator(m_path, fs::directory_options::skip_permission_denied, ignored);
-         it != fs::recursive_directory_iterator(); it.increment(ignored)) {
-      if (it->is_directory(ignored) && !it->is_symlink(ignored)) ::chmod(it->path().c_str(), 0700);
-    }
-    ::chmod(m_path.c_str(), 0700);
-    fs::remove_all(m_path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return m_path; }
-
- private:
-  fs::path m_path;
-};
-
-/// A synthetic entry whose key reads like the engine's (format, vendor, compiler, target, source).
-inline Entry make_entry(std::string_view name, std::size_t payload_bytes, std::string target = "sm_90",
-                        std::string compiler = "nvrtc 13.0") {
-  CanonicalKey key;
-  key.add("format", "1");
-  key.add("vendor", "cuda");
-  key.add("compiler", compiler);
-  key.add("target", target);
-  key.add("options", "-DN=4\n-std=c++17\n");
-  key.add("source", std::string("extern \"C\" __global__ void ") + std::string(name) + "(float* x) { x[0] = 1; }\n");
-  Entry entry;
-  entry.vendor = kiln::Vendor::cuda;
-  entry.payload_kind = kiln::PayloadKind::cubin;
-  entry.target = std::move(target);
-  entry.compiler = std::move(compiler);
-  entry.created_unix = 1732900000;
-  entry.key_hash = key.hash();
-  entry.canonical_key = key.bytes();
-  entry.names = {{std::string(name), std::string(name)}, {std::string(name) + "<float>", "_Z3fooIfEvv"}};
-  entry.payload.resize(payload_bytes);
-  std::uint32_t state = static_cast<std::uint32_t>(key.hash().low);
-  for (std::byte& b : entry.payload) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(state >> 24);
-  }
-  entry.aux.assign(64, std::byte{'p'});
-  return entry;
-}
+using kiln::cache::LookupOutcome;
+using kiln::cache::Store;
+using kiln::cache::StoreConfig;
+using kiln::cache::StoreMode;
+using kiln::test::count_occurrences;
+using kiln::test::make_entry;
+using kiln::test::StderrCapture;
+using kiln::test::TempDir;
 
 inline std::vector<std::byte> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -143,50 +99,6 @@ inline std::vector<fs::path> entry_files(const fs::path& root) {
   }
   return found;
 }
-
-inline std::size_t count_lines_with(std::string_view text, std::string_view needle) {
-  std::size_t count = 0;
-  for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + 1)) ++count;
-  return count;
-}
-
-/// Redirects stderr (fd 2) into a memory file for its lifetime; text() reads what was written.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    m_saved = ::dup(2);
-    m_file = ::memfd_create("kiln-test-stderr", MFD_CLOEXEC);
-    REQUIRE(m_saved >= 0);
-    REQUIRE(m_file >= 0);
-    ::dup2(m_file, 2);
-  }
-  ~StderrCapture() {
-    std::fflush(stderr);
-    ::dup2(m_saved, 2);
-    ::close(m_saved);
-    ::close(m_file);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  [[nodiscard]] std::string text() const {
-    std::fflush(stderr);
-    std::string out;
-    char buffer[4096];
-    for (off_t offset = 0;;) {
-      const ssize_t n = ::pread(m_file, buffer, sizeof(buffer), offset);
-      if (n <= 0) break;
-      out.append(buffer, static_cast<std::size_t>(n));
-      offset += n;
-    }
-    return out;
-  }
-  [[nodiscard]] std::size_t warnings() const { return count_lines_with(text(), "kiln: warning:"); }
-
- private:
-  int m_saved = -1;
-  int m_file = -1;
-};
 
 /// The uid/gid of `nobody` (Debian: 65534).
 inline std::pair<uid_t, gid_t> nobody_ids() {

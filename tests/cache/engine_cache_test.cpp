@@ -12,8 +12,6 @@
 
 using namespace kiln_test;
 using kiln::Origin;
-using kiln::cache::LookupOutcome;
-using kiln::cache::StoreMode;
 
 namespace {
 
@@ -217,7 +215,7 @@ TEST_CASE("engine cache: read-only caches serve hits, compile misses and store n
     INFO(miss.out << miss.err);
     REQUIRE(miss.exit_code == 0);
     CHECK(miss.out.find("origin=compiled stored=0") != std::string::npos);
-    CHECK(count_lines_with(hit.err + miss.err, "kiln: warning:") == 0);
+    CHECK(count_occurrences(hit.err + miss.err, "kiln: warning:") == 0);
   }
   SECTION("no write permission on the cache") {
     // Owned and filled by `nobody` (when we are root), then made read-only for its owner.
@@ -260,7 +258,7 @@ TEST_CASE("engine cache: a failed write still returns the kernel, leaves no temp
   INFO(result.out << result.err);
   REQUIRE(result.exit_code == 0);
   CHECK(result.out.find("origin=compiled stored=0") != std::string::npos);
-  CHECK(count_lines_with(result.err, "kiln: warning:") == 1);
+  CHECK(count_occurrences(result.err, "kiln: warning:") == 1);
   CHECK(result.err.find("File too large") != std::string::npos);
   CHECK(temp_files(root).empty());
   kiln::cache::Store store(store_config(root));

@@ -19,10 +19,6 @@
 #include "kiln/cache/pack.hpp"
 
 using namespace kiln_test;
-using kiln::cache::LookupOutcome;
-using kiln::cache::Store;
-using kiln::cache::StoreConfig;
-using kiln::cache::StoreMode;
 
 namespace {
 
@@ -236,7 +232,7 @@ TEST_CASE("hardening: group/world-writable shard directories and entry files are
     CHECK_FALSE(store.put(a));  // nor written into it
     CHECK(store.last_put_error().find("refused") != std::string::npos);
     INFO(capture.text());
-    CHECK(count_lines_with(capture.text(), "kiln: warning: disk cache refused") == 1);
+    CHECK(count_occurrences(capture.text(), "kiln: warning: disk cache refused") == 1);
     CHECK(capture.text().find("shard directory") != std::string::npos);
     CHECK(capture.text().find("world-writable (mode 0777)") != std::string::npos);
   }

@@ -2,46 +2,24 @@
 // is refused with a clear message, a damaged entry is an io_error, never a wrong binary.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/pack.hpp"
+#include "synthetic_entry.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace kiln::cache;
+using kiln::test::TempDir;
 
-struct Dir {
-  fs::path path = fs::temp_directory_path() /
-                  ("kiln-pack-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-  Dir() { fs::create_directories(path); }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-Entry make_entry(int i) {
-  CanonicalKey key;
-  key.add("target", "sm_90");
-  key.add("source", "kernel number " + std::to_string(i));
-  Entry entry;
-  entry.vendor = kiln::Vendor::cuda;
-  entry.payload_kind = kiln::PayloadKind::cubin;
-  entry.target = "sm_90";
-  entry.compiler = "nvrtc 13.0";
-  entry.created_unix = 1700000000 + i;
-  entry.canonical_key = key.bytes();
-  entry.key_hash = key.hash();
-  entry.names = {{"k" + std::to_string(i), "k" + std::to_string(i)}};
-  for (int b = 0; b < 100 + i; ++b) entry.payload.push_back(static_cast<std::byte>(b * 7 + i));
-  return entry;
+/// Entry number `i`: its own key, a payload of 100 + i bytes.
+Entry numbered_entry(int i) {
+  return kiln::test::make_entry("k" + std::to_string(i), 100 + static_cast<std::size_t>(i));
 }
 
 std::string read_bytes(const fs::path& path) {
@@ -65,10 +43,10 @@ std::string open_error(const fs::path& path) {
 }  // namespace
 
 TEST_CASE("a pack round-trips: sorted index, hits verified against the canonical key") {
-  Dir dir;
+  const TempDir dir;
   std::vector<Entry> entries;
-  for (int i = 0; i < 50; ++i) entries.push_back(make_entry(i));
-  const fs::path path = dir.path / "a.kpack";
+  for (int i = 0; i < 50; ++i) entries.push_back(numbered_entry(i));
+  const fs::path path = dir.path() / "a.kpack";
   write_pack(path, entries);
   const auto pack = PackReader::open(path);
   REQUIRE(pack->records().size() == entries.size());
@@ -88,40 +66,40 @@ TEST_CASE("a pack round-trips: sorted index, hits verified against the canonical
   }
   CHECK(pack->get(Hash128{1, 2}, "x").outcome == LookupOutcome::miss);
   // No temp file left beside the pack.
-  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("a pack writer skips duplicate keys, writes empty packs, and leaves nothing without commit") {
-  Dir dir;
+  const TempDir dir;
   {
-    PackWriter writer(dir.path / "dup.kpack");
-    CHECK(writer.add(make_entry(1)));
-    CHECK_FALSE(writer.add(make_entry(1)));
-    CHECK(writer.add(make_entry(2)));
+    PackWriter writer(dir.path() / "dup.kpack");
+    CHECK(writer.add(numbered_entry(1)));
+    CHECK_FALSE(writer.add(numbered_entry(1)));
+    CHECK(writer.add(numbered_entry(2)));
     CHECK(writer.size() == 2);
     writer.commit();
   }
-  CHECK(PackReader::open(dir.path / "dup.kpack")->records().size() == 2);
-  write_pack(dir.path / "empty.kpack", {});
-  CHECK(PackReader::open(dir.path / "empty.kpack")->records().empty());
+  CHECK(PackReader::open(dir.path() / "dup.kpack")->records().size() == 2);
+  write_pack(dir.path() / "empty.kpack", {});
+  CHECK(PackReader::open(dir.path() / "empty.kpack")->records().empty());
   {
-    PackWriter abandoned(dir.path / "abandoned.kpack");
-    abandoned.add(make_entry(3));
+    PackWriter abandoned(dir.path() / "abandoned.kpack");
+    abandoned.add(numbered_entry(3));
   }
-  CHECK_FALSE(fs::exists(dir.path / "abandoned.kpack"));
-  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 2);
-  CHECK_THROWS_WITH(PackWriter(dir.path / "no" / "dir.kpack"), Catch::Contains("cannot create"));
+  CHECK_FALSE(fs::exists(dir.path() / "abandoned.kpack"));
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 2);
+  CHECK_THROWS_WITH(PackWriter(dir.path() / "no" / "dir.kpack"), Catch::Contains("cannot create"));
 }
 
 TEST_CASE("opening a damaged pack fails with a message naming the file and the damage") {
-  Dir dir;
-  const fs::path good = dir.path / "good.kpack";
-  write_pack(good, {make_entry(1), make_entry(2), make_entry(3)});
+  const TempDir dir;
+  const fs::path good = dir.path() / "good.kpack";
+  write_pack(good, {numbered_entry(1), numbered_entry(2), numbered_entry(3)});
   const std::string bytes = read_bytes(good);
-  const fs::path bad = dir.path / "bad.kpack";
+  const fs::path bad = dir.path() / "bad.kpack";
 
-  CHECK_THAT(open_error(dir.path / "missing.kpack"), Catch::Contains("cannot open"));
-  CHECK_THAT(open_error(dir.path), Catch::Contains("not a regular file"));
+  CHECK_THAT(open_error(dir.path() / "missing.kpack"), Catch::Contains("cannot open"));
+  CHECK_THAT(open_error(dir.path()), Catch::Contains("not a regular file"));
 
   write_bytes(bad, bytes.substr(0, 30));
   CHECK_THAT(open_error(bad), Catch::Contains(bad.string()) && Catch::Contains("truncated"));
@@ -159,9 +137,9 @@ TEST_CASE("opening a damaged pack fails with a message naming the file and the d
 }
 
 TEST_CASE("a damaged entry inside a valid pack is an io_error on get and a ContentError on read") {
-  Dir dir;
-  const Entry entry = make_entry(7);
-  const fs::path path = dir.path / "p.kpack";
+  const TempDir dir;
+  const Entry entry = numbered_entry(7);
+  const fs::path path = dir.path() / "p.kpack";
   write_pack(path, {entry});
   std::string bytes = read_bytes(path);
   bytes[kPackHeaderBytes + 200] ^= 0x01;  // inside the only entry (the index is untouched)
@@ -179,10 +157,10 @@ TEST_CASE("a damaged entry inside a valid pack is an io_error on get and a Conte
 }
 
 TEST_CASE("open_pack gives a Tier") {
-  Dir dir;
-  const Entry entry = make_entry(4);
-  write_pack(dir.path / "t.kpack", {entry});
-  const std::unique_ptr<Tier> tier = open_pack(dir.path / "t.kpack");
+  const TempDir dir;
+  const Entry entry = numbered_entry(4);
+  write_pack(dir.path() / "t.kpack", {entry});
+  const std::unique_ptr<Tier> tier = open_pack(dir.path() / "t.kpack");
   CHECK(tier->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::hit);
-  CHECK_THROWS_AS(open_pack(dir.path / "none.kpack"), std::runtime_error);
+  CHECK_THROWS_AS(open_pack(dir.path() / "none.kpack"), std::runtime_error);
 }

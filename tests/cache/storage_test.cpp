@@ -17,12 +17,10 @@ using namespace std::chrono_literals;
 using kiln::cache::Counters;
 using kiln::cache::Found;
 using kiln::cache::HitOrigin;
-using kiln::cache::LookupOutcome;
 using kiln::cache::LookupResult;
 using kiln::cache::Reservation;
 using kiln::cache::Storage;
 using kiln::cache::StorageConfig;
-using kiln::cache::StoreMode;
 using kiln::cache::TierKind;
 
 namespace {
@@ -376,7 +374,7 @@ TEST_CASE("storage: a tier that cannot be opened is left out with one warning", 
     Storage storage(config);
     CHECK(storage.tier_count() == 1);
     CHECK(capture.warnings() == 2);
-    CHECK(count_lines_with(capture.text(), "continuing without this pack") == 2);
+    CHECK(count_occurrences(capture.text(), "continuing without this pack") == 2);
     auto looked_up = storage.get_or_reserve(entry.key_hash, entry.canonical_key);
     const auto* found = std::get_if<Found>(&looked_up);
     REQUIRE(found != nullptr);

@@ -1,8 +1,8 @@
-// The on-disk store with synthetic entries: layout, integrity, atomic publish, leases, eviction,
-// read-only and refused roots, write failures. No compiler, no GPU.
+// The on-disk store with synthetic entries: layout, integrity, atomic publish, eviction, stats, scans.
+// The compile lease is in store_lease_test.cpp; read-only and refused roots, write failures and the
+// configuration in store_access_test.cpp (the same test binary). No compiler, no GPU.
 #include <sys/file.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -12,24 +12,13 @@
 
 #include "atomic_file.hpp"
 #include "cache_test_support.hpp"
-#include "test_support.hpp"
 #include "kiln/cache/stats.hpp"
 #include "store_hooks.hpp"
 
 using namespace kiln_test;
 using namespace std::chrono_literals;
-using kiln::cache::LookupOutcome;
-using kiln::cache::Store;
-using kiln::cache::StoreConfig;
-using kiln::cache::StoreMode;
 
 namespace {
-
-StoreConfig config_for(const fs::path& root) {
-  StoreConfig config;
-  config.root = root;
-  return config;
-}
 
 bool same_entry(const Entry& a, const Entry& b) {
   return a.vendor == b.vendor && a.payload_kind == b.payload_kind && a.target == b.target && a.compiler == b.compiler &&
@@ -48,7 +37,7 @@ mode_t mode_of(const fs::path& path) {
 TEST_CASE("store: layout, modes, round trip", "[cache]") {
   TempDir dir;
   const fs::path root = dir.path() / "cache";
-  Store store(config_for(root));
+  Store store(store_config(root));
   REQUIRE(store.mode() == StoreMode::read_write);
   CHECK(store.mode_reason().empty());
 
@@ -90,7 +79,7 @@ TEST_CASE("store: layout, modes, round trip", "[cache]") {
 
 TEST_CASE("store: a damaged entry is removed and can be rewritten", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("damaged", 4096);
   const fs::path path = store.entry_path(entry.key_hash);
   const std::vector<std::byte> good = kiln::cache::serialize(entry);
@@ -140,7 +129,7 @@ TEST_CASE("store: a damaged entry is removed and can be rewritten", "[cache]") {
 
 TEST_CASE("store: odd files at an entry path", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("odd", 100);
   const fs::path path = store.entry_path(entry.key_hash);
   fs::create_directories(path.parent_path());
@@ -160,7 +149,7 @@ TEST_CASE("store: odd files at an entry path", "[cache]") {
 
 TEST_CASE("store: a forced file-name collision is a miss, never the other entry", "[cache]") {
   TempDir dir;
-  StoreConfig config = config_for(dir.path());
+  StoreConfig config = store_config(dir.path());
   const Hash128 shared{0x1234, 0x5678};
   const kiln::cache::detail::StoreHooksScope hooks(
       kiln::cache::detail::file_name_hook([shared](const Hash128&) { return shared; }));
@@ -186,7 +175,7 @@ TEST_CASE("store: a forced file-name collision is a miss, never the other entry"
   CHECK_FALSE(as_a.entry);
 
   SECTION("same key hash, different canonical key (a true collision)") {
-    Store plain(config_for(dir.path() / "plain"));
+    Store plain(store_config(dir.path() / "plain"));
     Entry forged = make_entry("kernel_c", 100);
     REQUIRE(plain.put(forged));
     // Ask for forged's hash with another canonical key: the stored key is compared, so no hit.
@@ -198,7 +187,7 @@ TEST_CASE("store: a forced file-name collision is a miss, never the other entry"
 
 TEST_CASE("store: an sm_80 entry never serves sm_90; another compiler version misses", "[cache]") {
   TempDir dir;
-  StoreConfig config = config_for(dir.path());
+  StoreConfig config = store_config(dir.path());
   const Entry sm80 = make_entry("k", 1000, "sm_80");
   const Entry sm90 = make_entry("k", 1000, "sm_90");
   const Entry older_compiler = make_entry("k", 1000, "sm_90", "nvrtc 12.4");
@@ -232,7 +221,7 @@ TEST_CASE("store: an sm_80 entry never serves sm_90; another compiler version mi
 
 TEST_CASE("store: a writer destroyed before commit leaves nothing", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("uncommitted", 10000);
   const fs::path path = store.entry_path(entry.key_hash);
   fs::create_directories(path.parent_path());
@@ -261,7 +250,7 @@ TEST_CASE("store: a writer destroyed before commit leaves nothing", "[cache]") {
 
 TEST_CASE("store: a writer killed mid-write leaves no entry; its temp is swept later", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("killed", 200000);
   const fs::path path = store.entry_path(entry.key_hash);
   fs::create_directories(path.parent_path());
@@ -312,140 +301,9 @@ TEST_CASE("store: a writer killed mid-write leaves no entry; its temp is swept l
   }
 }
 
-TEST_CASE("store: compile leases", "[cache]") {
-  TempDir dir;
-  Store store(config_for(dir.path()));
-  const Entry entry = make_entry("leased", 1000);
-  const fs::path lease_path = dir.path() / "lock" / (entry.key_hash.hex() + ".lease");
-
-  SECTION("owned, then released; a second waiter in a live owner's shadow times out") {
-    auto lease = store.acquire_lease(entry.key_hash, 1s);
-    REQUIRE(lease.owned());
-    REQUIRE(fs::exists(lease_path));
-    std::ifstream in(lease_path);
-    long pid = 0;
-    std::string host;
-    long long stamp = 0;
-    in >> pid >> host >> stamp;
-    CHECK(pid == ::getpid());
-    CHECK_FALSE(host.empty());
-    CHECK(stamp > 1700000000);
-    const auto other = store.acquire_lease(entry.key_hash, 50ms);  // the owner (this process) is alive
-    CHECK_FALSE(other.owned());
-    CHECK(fs::exists(lease_path));
-    lease.release();
-    CHECK_FALSE(fs::exists(lease_path));
-  }
-
-  SECTION("a lease whose owner died is broken") {
-    const ChildResult child = run_in_child([&]() -> std::string {
-      Store child_store(config_for(dir.path()));
-      auto lease = child_store.acquire_lease(entry.key_hash, 1s);
-      if (!lease.owned()) return "child did not get the lease";
-      std::fflush(stderr);
-      ::_exit(0);  // dies holding it: no destructor runs
-    });
-    REQUIRE(child.failure.empty());
-    REQUIRE(fs::exists(lease_path));
-    const auto start = std::chrono::steady_clock::now();
-    auto lease = store.acquire_lease(entry.key_hash, 20s);
-    const auto waited = std::chrono::steady_clock::now() - start;
-    CHECK(lease.owned());
-    UNSCOPED_INFO("broke a dead owner's lease after "
-                  << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() << " ms");
-  }
-
-  SECTION("a live owner in another process is respected until it finishes") {
-    int ready[2];
-    int go[2];
-    REQUIRE(::pipe(ready) == 0);
-    REQUIRE(::pipe(go) == 0);
-    const pid_t owner = ::fork();
-    if (owner == 0) {
-      Store child_store(config_for(dir.path()));
-      auto lease = child_store.acquire_lease(entry.key_hash, 1s);
-      (void)!::write(ready[1], lease.owned() ? "y" : "n", 1);
-      char c = 0;
-      (void)!::read(go[0], &c, 1);
-      (void)child_store.put(entry);  // the compile finishes and is published
-      lease.release();
-      ::_exit(0);
-    }
-    REQUIRE(owner > 0);
-    char answer = 0;
-    REQUIRE(::read(ready[0], &answer, 1) == 1);
-    REQUIRE(answer == 'y');
-    const auto timed_out = store.acquire_lease(entry.key_hash, 200ms);
-    CHECK_FALSE(timed_out.owned());
-    CHECK(fs::exists(lease_path));
-    std::thread finish([&] {
-      std::this_thread::sleep_for(100ms);
-      (void)!::write(go[1], "g", 1);
-    });
-    const auto after = store.acquire_lease(entry.key_hash, 20s);
-    finish.join();
-    CHECK_FALSE(after.owned());  // the owner finished: read the store
-    CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::hit);
-    int status = 0;
-    ::waitpid(owner, &status, 0);
-  }
-
-  SECTION("a stale lease from another host is broken by age; a fresh one is respected") {
-    fs::create_directories(lease_path.parent_path());
-    write_bytes(lease_path, std::as_bytes(std::span(std::string_view("1 other-host 1700000000 00\n"))));
-    const auto respected = store.acquire_lease(entry.key_hash, 100ms);
-    CHECK_FALSE(respected.owned());
-    backdate(lease_path, Store::kLeaseStaleAge + 30s);
-    const auto broken = store.acquire_lease(entry.key_hash, 2s);
-    CHECK(broken.owned());
-  }
-
-  // Third probe: a lease left by a live process that is not compiling stalled a waiter for 60 s, while
-  // the warning promised "up to 119 s more". A holder now refreshes its lease while it works, so one
-  // that stopped refreshing is broken once it is kLeaseStaleAge old.
-  SECTION("a live holder that stopped refreshing its lease is waited for until it is stale, not the whole wait") {
-    const kiln::test::LiveChild holder;
-    fs::create_directories(lease_path.parent_path());
-    const std::string text = holder.lease_text();
-    write_bytes(lease_path, std::as_bytes(std::span(std::string_view(text))));
-    backdate(lease_path, Store::kLeaseStaleAge - 2s);
-    const auto started = std::chrono::steady_clock::now();
-    const auto lease = store.acquire_lease(entry.key_hash, 40s);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    CHECK(lease.owned());
-    CHECK(waited < 10.0);
-  }
-
-  SECTION("a lease is refreshed while its holder holds it") {
-    auto lease = store.acquire_lease(entry.key_hash, 1s);
-    REQUIRE(lease.owned());
-    backdate(lease_path, 10s);
-    std::this_thread::sleep_for(Store::kLeaseRefresh + 1500ms);
-    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(lease_path);
-    CHECK(age < std::chrono::duration_cast<fs::file_time_type::duration>(Store::kLeaseRefresh + 1s));
-    lease.release();
-    CHECK_FALSE(fs::exists(lease_path));
-  }
-
-  SECTION("release leaves a lease that is no longer ours") {
-    auto lease = store.acquire_lease(entry.key_hash, 1s);
-    REQUIRE(lease.owned());
-    write_bytes(lease_path, std::as_bytes(std::span(std::string_view("1 other-host 1700000000 01\n"))));
-    lease.release();
-    CHECK(fs::exists(lease_path));
-  }
-
-  SECTION("an existing entry means nothing to compile") {
-    REQUIRE(store.put(entry));
-    const auto lease = store.acquire_lease(entry.key_hash, 1s);
-    CHECK_FALSE(lease.owned());
-    CHECK_FALSE(fs::exists(lease_path));
-  }
-}
-
 TEST_CASE("store: eviction trims the oldest entries to the target", "[cache]") {
   TempDir dir;
-  StoreConfig config = config_for(dir.path());
+  StoreConfig config = store_config(dir.path());
   Store* self = nullptr;
   std::function<void(const std::vector<kiln::cache::EntryFile>&)> on_scan;
   const kiln::cache::detail::StoreHooksScope hooks(
@@ -510,7 +368,7 @@ TEST_CASE("store: eviction trims the oldest entries to the target", "[cache]") {
 
 TEST_CASE("store: put keeps the cache under its size cap", "[cache]") {
   TempDir dir;
-  StoreConfig config = config_for(dir.path());
+  StoreConfig config = store_config(dir.path());
   config.max_size = 100000;
   Store store(config);
   Entry last;
@@ -533,268 +391,6 @@ TEST_CASE("store: put keeps the cache under its size cap", "[cache]") {
     for (const auto& file : store.list()) total += file.size;
     CHECK(store.size_estimate() == total);
   }
-}
-
-TEST_CASE("store: read-only by configuration and environment", "[cache]") {
-  TempDir dir;
-  const Entry cached = make_entry("cached", 3000);
-  const Entry fresh = make_entry("fresh", 3000);
-  {
-    Store writer(config_for(dir.path()));
-    REQUIRE(writer.put(cached));
-    backdate(writer.entry_path(cached.key_hash), 72h);
-  }
-  const auto before = fs::last_write_time(Store(config_for(dir.path())).entry_path(cached.key_hash));
-
-  StoreConfig config;
-  SECTION("StoreConfig::read_only") {
-    config = config_for(dir.path());
-    config.read_only = true;
-  }
-  SECTION("KILN_CACHE_READONLY=1") {
-    ::setenv("KILN_CACHE_DIR", dir.path().c_str(), 1);
-    ::setenv("KILN_CACHE_READONLY", "1", 1);
-    config = StoreConfig::from_environment();
-    ::unsetenv("KILN_CACHE_READONLY");
-    ::unsetenv("KILN_CACHE_DIR");
-  }
-  StderrCapture capture;
-  Store store(config);
-  REQUIRE(store.mode() == StoreMode::read_only);
-  CHECK_FALSE(store.mode_reason().empty());
-  const auto hit = store.get(cached.key_hash, cached.canonical_key);
-  REQUIRE(hit.outcome == LookupOutcome::hit);
-  CHECK(hit.entry->payload == cached.payload);
-  CHECK(fs::last_write_time(store.entry_path(cached.key_hash)) == before);  // not even touched
-  CHECK_FALSE(store.put(fresh));
-  CHECK(store.get(fresh.key_hash, fresh.canonical_key).outcome == LookupOutcome::miss);
-  CHECK_FALSE(store.acquire_lease(fresh.key_hash, 1s).owned());
-  CHECK_FALSE(store.remove(cached.key_hash));
-  CHECK(store.list().size() == 1);
-  CHECK(temp_files(dir.path()).empty());
-  CHECK(capture.warnings() == 0);
-
-  // A damaged entry is a miss but is not deleted by a read-only store.
-  const fs::path path = store.entry_path(cached.key_hash);
-  auto bytes = read_bytes(path);
-  bytes[bytes.size() / 2] ^= std::byte{1};
-  ::chmod(path.c_str(), 0600);
-  write_bytes(path, bytes);
-  CHECK(store.get(cached.key_hash, cached.canonical_key).outcome == LookupOutcome::miss);
-  CHECK(fs::exists(path));
-}
-
-TEST_CASE("store: a cache without write permission serves hits and writes nothing", "[cache]") {
-  TempDir dir;
-  ::chmod(dir.path().c_str(), 0711);  // let `nobody` reach the cache root below
-  const fs::path root = dir.path() / "cache";
-  const auto [uid, gid] = nobody_ids();
-  fs::create_directory(root);
-  ::chmod(root.c_str(), 0700);
-  if (::geteuid() == 0) REQUIRE(::chown(root.c_str(), uid, gid) == 0);
-  const Entry cached = make_entry("perm-cached", 3000);
-  const Entry fresh = make_entry("perm-fresh", 3000);
-  // Fill the cache as its owner (nobody when we are root), then take write permission away.
-  ChildResult filled = run_in_child(
-      [&]() -> std::string {
-        Store store(config_for(root));
-        if (store.mode() != StoreMode::read_write) return "owner store is " + std::string(to_string(store.mode()));
-        return store.put(cached) ? "" : "put failed";
-      },
-      RunAs::unprivileged);
-  INFO(filled.failure << filled.stderr_text);
-  REQUIRE(filled.failure.empty());
-  for (const auto& item : fs::recursive_directory_iterator(root)) {
-    if (item.is_directory()) ::chmod(item.path().c_str(), 0500);
-  }
-  ::chmod(root.c_str(), 0500);
-
-  ChildResult result = run_in_child(
-      [&]() -> std::string {
-        Store store(config_for(root));
-        if (store.mode() != StoreMode::read_only) return "mode is " + std::string(to_string(store.mode()));
-        const auto hit = store.get(cached.key_hash, cached.canonical_key);
-        if (hit.outcome != LookupOutcome::hit || hit.entry->payload != cached.payload) return "no hit: " + hit.detail;
-        if (store.put(fresh)) return "put succeeded in a read-only cache";
-        if (store.get(fresh.key_hash, fresh.canonical_key).outcome != LookupOutcome::miss) return "fresh entry found";
-        return "";
-      },
-      RunAs::unprivileged);
-  INFO(result.stderr_text);
-  CHECK(result.failure.empty());
-  CHECK(count_lines_with(result.stderr_text, "kiln: warning:") == 0);
-  CHECK(temp_files(root).empty());
-  CHECK(entry_files(root).size() == 1);
-}
-
-TEST_CASE("store: a failed write leaves no temp file and warns once", "[cache]") {
-  TempDir dir;
-  const Entry big = make_entry("too-big", 256 * 1024);
-  const Entry big2 = make_entry("too-big-2", 256 * 1024);
-  const Entry small = make_entry("small", 100);
-  const ChildResult result = run_in_child([&]() -> std::string {
-    Store store(config_for(dir.path()));
-    if (!store.put(small)) return "a small put failed before the limit";  // also creates lock/size
-    ::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG instead of killing the process
-    struct rlimit limit {};
-    ::getrlimit(RLIMIT_FSIZE, &limit);
-    limit.rlim_cur = 64 * 1024;
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return "setrlimit failed";
-    if (store.put(big)) return "put succeeded past RLIMIT_FSIZE";
-    if (store.put(big2)) return "second put succeeded past RLIMIT_FSIZE";
-    if (store.get(big.key_hash, big.canonical_key).outcome != LookupOutcome::miss) return "a failed put left an entry";
-    if (store.mode() != StoreMode::read_write) return "a full disk must not change the mode";
-    return "";
-  });
-  INFO(result.stderr_text);
-  CHECK(result.failure.empty());
-  CHECK(count_lines_with(result.stderr_text, "kiln: warning:") == 1);
-  CHECK(result.stderr_text.find("File too large") != std::string::npos);
-  CHECK(temp_files(dir.path()).empty());
-}
-
-TEST_CASE("store: hostile roots are refused (memory-only, one warning)", "[cache]") {
-  TempDir dir;
-  const fs::path root = dir.path() / "cache";
-  const Entry entry = make_entry("hostile", 1000);
-  std::string expected_reason;
-  SECTION("world-writable root (0777)") {
-    fs::create_directories(root);
-    ::chmod(root.c_str(), 0777);
-    expected_reason = "world-writable";
-  }
-  SECTION("group-writable root (0770)") {
-    fs::create_directories(root);
-    ::chmod(root.c_str(), 0770);
-    expected_reason = "group-writable";
-  }
-  SECTION("root owned by another user") {
-    fs::create_directories(root);
-    ::chmod(root.c_str(), 0700);
-    if (::geteuid() == 0) {
-      REQUIRE(::chown(root.c_str(), nobody_ids().first, nobody_ids().second) == 0);
-    } else {
-      fs::remove(root);
-      fs::create_directory_symlink("/", root);  // "/" belongs to root, not to us
-    }
-    expected_reason = "owned by uid";
-  }
-  SECTION("group-writable v1/ below a good root") {
-    fs::create_directories(root / "v1");
-    ::chmod(root.c_str(), 0700);
-    ::chmod((root / "v1").c_str(), 0775);
-    expected_reason = "group-writable";
-  }
-  StderrCapture capture;
-  Store store(config_for(root));
-  CHECK(store.mode() == StoreMode::memory_only);
-  INFO(store.mode_reason());
-  CHECK(store.mode_reason().find(expected_reason) != std::string::npos);
-  CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::disabled);
-  CHECK_FALSE(store.put(entry));
-  CHECK_FALSE(store.acquire_lease(entry.key_hash, 1s).owned());
-  CHECK(capture.warnings() == 1);
-  CHECK(capture.text().find(expected_reason) != std::string::npos);
-  if (root != fs::path("/") && !fs::is_symlink(root)) CHECK_FALSE(fs::exists(root / "CACHEDIR.TAG"));
-}
-
-TEST_CASE("store: a symlink planted at an entry path is never followed", "[cache]") {
-  TempDir dir;
-  Store store(config_for(dir.path() / "cache"));
-  const Entry victim = make_entry("victim", 1000);
-  const Entry planted = make_entry("planted", 1000);
-  // A valid entry for `victim` kept outside the cache, and a link to it at victim's entry path.
-  const fs::path outside = dir.path() / "elsewhere.kiln";
-  write_bytes(outside, kiln::cache::serialize(victim));
-  const fs::path path = store.entry_path(victim.key_hash);
-  fs::create_directories(path.parent_path());
-  fs::create_symlink(outside, path);
-  StderrCapture capture;
-  const auto found = store.get(victim.key_hash, victim.canonical_key);
-  CHECK(found.outcome != LookupOutcome::hit);
-  CHECK_FALSE(found.entry);
-  CHECK(found.detail.find("symbolic link") != std::string::npos);
-  CHECK(capture.warnings() == 1);
-  CHECK_FALSE(fs::exists(fs::symlink_status(path)));  // the link is gone
-  CHECK(fs::exists(outside));                         // what it pointed at is untouched
-  REQUIRE(store.put(victim));
-  CHECK_FALSE(fs::is_symlink(path));
-  CHECK(store.get(victim.key_hash, victim.canonical_key).outcome == LookupOutcome::hit);
-  (void)planted;
-}
-
-TEST_CASE("store: a symlinked root of our own is followed", "[cache]") {
-  TempDir dir;
-  fs::create_directories(dir.path() / "real");
-  ::chmod((dir.path() / "real").c_str(), 0700);
-  fs::create_directory_symlink(dir.path() / "real", dir.path() / "link");
-  Store store(config_for(dir.path() / "link"));
-  CHECK(store.mode() == StoreMode::read_write);
-  const Entry entry = make_entry("linked", 100);
-  REQUIRE(store.put(entry));
-  CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::hit);
-}
-
-TEST_CASE("store: disabled store", "[cache]") {
-  StoreConfig config;
-  config.root = "/nonexistent/kiln";
-  config.disabled = true;
-  StderrCapture capture;
-  Store store(config);
-  CHECK(store.mode() == StoreMode::memory_only);
-  const Entry entry = make_entry("disabled", 10);
-  CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::disabled);
-  CHECK_FALSE(store.put(entry));
-  CHECK(store.list().empty());
-  CHECK(capture.warnings() == 0);
-}
-
-TEST_CASE("store: sizes and the environment", "[cache]") {
-  using kiln::cache::parse_size;
-  CHECK(parse_size("12345") == 12345u);
-  CHECK(parse_size("100k") == 100u * 1024);
-  CHECK(parse_size("512M") == 512ull << 20);
-  CHECK(parse_size("1G") == 1ull << 30);
-  CHECK(parse_size("2GiB") == 2ull << 30);
-  CHECK(parse_size("3gb") == 3ull << 30);
-  CHECK(parse_size("1T") == 1ull << 40);
-  CHECK(parse_size("0") == 0u);
-  CHECK_FALSE(parse_size(""));
-  CHECK_FALSE(parse_size("G"));
-  CHECK_FALSE(parse_size("-1"));
-  CHECK_FALSE(parse_size("1.5G"));
-  CHECK_FALSE(parse_size("12 M"));
-  CHECK_FALSE(parse_size("1X"));
-  CHECK_FALSE(parse_size("99999999999999999999"));
-  CHECK_FALSE(parse_size("99999999999T"));
-
-  const char* home = std::getenv("HOME");
-  const std::string saved_home = home != nullptr ? home : "";
-  ::unsetenv("KILN_CACHE_DIR");
-  ::unsetenv("KILN_CACHE_DISABLE");
-  ::unsetenv("KILN_CACHE_READONLY");
-  ::unsetenv("KILN_CACHE_MAXSIZE");
-  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
-  CHECK(StoreConfig::from_environment().root == fs::path("/xdg/kiln"));
-  ::setenv("XDG_CACHE_HOME", "relative", 1);  // not absolute: ignored, per the XDG spec
-  ::setenv("HOME", "/home/someone", 1);
-  CHECK(StoreConfig::from_environment().root == fs::path("/home/someone/.cache/kiln"));
-  ::setenv("KILN_CACHE_DIR", "/explicit", 1);
-  ::setenv("KILN_CACHE_DISABLE", "1", 1);
-  ::setenv("KILN_CACHE_MAXSIZE", "64M", 1);
-  const StoreConfig config = StoreConfig::from_environment();
-  CHECK(config.root == fs::path("/explicit"));
-  CHECK(config.disabled);
-  CHECK_FALSE(config.read_only);
-  CHECK(config.max_size == 64ull << 20);
-  ::setenv("KILN_CACHE_DISABLE", "0", 1);
-  CHECK_FALSE(StoreConfig::from_environment().disabled);
-  ::setenv("KILN_CACHE_MAXSIZE", "lots", 1);
-  CHECK_THROWS_WITH(StoreConfig::from_environment(), Catch::Contains("KILN_CACHE_MAXSIZE"));
-  for (const char* name : {"KILN_CACHE_DIR", "KILN_CACHE_DISABLE", "KILN_CACHE_MAXSIZE", "XDG_CACHE_HOME"}) {
-    ::unsetenv(name);
-  }
-  ::setenv("HOME", saved_home.c_str(), 1);
 }
 
 TEST_CASE("stats: counters and persistent shards", "[cache]") {
@@ -844,7 +440,7 @@ TEST_CASE("stats: counters and persistent shards", "[cache]") {
 
 TEST_CASE("store: a damaged large entry (read with readv) is removed like a small one", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("large", 400000);  // over kWholeReadBytes: fixed part, then one readv
   const fs::path path = store.entry_path(entry.key_hash);
   const std::vector<std::byte> good = kiln::cache::serialize(entry);
@@ -889,7 +485,7 @@ TEST_CASE("store: scan_shard reads headers or whole entries and lists what list(
   using kiln::cache::ScanDepth;
   using kiln::cache::ScannedEntry;
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   // A small entry, a large one (over kWholeReadBytes), one whose header is longer than the first read
   // (a 40 KB canonical key), one whose payload is damaged, one truncated, one holding another key.
   Entry small = make_entry("small", 700);
@@ -1037,7 +633,7 @@ TEST_CASE("store: scan_shard reads headers or whole entries and lists what list(
 
 TEST_CASE("store: lookups follow v1/ when it is removed and made again", "[cache]") {
   TempDir dir;
-  Store store(config_for(dir.path()));
+  Store store(store_config(dir.path()));
   const Entry entry = make_entry("again", 3000);
   REQUIRE(store.put(entry));
   REQUIRE(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::hit);  // v1/ is held open now
@@ -1045,7 +641,7 @@ TEST_CASE("store: lookups follow v1/ when it is removed and made again", "[cache
   CHECK(store.get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
   SECTION("this store writes it again") { REQUIRE(store.put(entry)); }
   SECTION("another store (another process) writes it again") {
-    Store other(config_for(dir.path()));
+    Store other(store_config(dir.path()));
     REQUIRE(other.put(entry));
   }
   const auto found = store.get(entry.key_hash, entry.canonical_key);

@@ -63,19 +63,6 @@ std::uint64_t run_seed() {
   return seed;
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
-  }
-  m_path = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(m_path, ignored);
-}
-
 kiln::EngineConfig config_with_cache(const std::filesystem::path& cache_root) {
   kiln::EngineConfig config = kiln::EngineConfig::from_environment();
   config.cache.root = cache_root;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/engine.hpp"
+#include "temp_dir.hpp"
 
 namespace kiln_test {
 
@@ -25,18 +26,8 @@ namespace kiln_test {
 /// The seed of this run: KILN_TEST_SEED when set, else random. Printed once by main().
 std::uint64_t run_seed();
 
-/// A fresh directory (mode 0700) removed with everything in it when destroyed.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "kiln-gpu-test");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return m_path; }
-
- private:
-  std::filesystem::path m_path;
-};
+/// A fresh directory removed with everything in it when destroyed (the test support library's).
+using kiln::test::TempDir;
 
 /// An engine configuration from the environment with the disk cache at `cache_root` (read-write).
 kiln::EngineConfig config_with_cache(const std::filesystem::path& cache_root);

@@ -18,11 +18,11 @@ using kiln::Engine;
 using kiln::Header;
 using kiln::Source;
 using kiln::Vendor;
-using kiln::detail::CompilerHeader;
-using kiln::detail::IncludeInput;
-using kiln::detail::missing_include_from_log;
-using kiln::detail::resolve_includes;
-using kiln::detail::ResolvedIncludes;
+using kiln::cache::detail::CompilerHeader;
+using kiln::cache::detail::IncludeInput;
+using kiln::cache::detail::missing_include_from_log;
+using kiln::cache::detail::resolve_includes;
+using kiln::cache::detail::ResolvedIncludes;
 using kiln::test::ms_since;
 using kiln::test::TempDir;
 using kiln::test::write_file;
@@ -99,7 +99,7 @@ void report(const char* what, const Timed& t, double compile_ms) {
 std::vector<std::filesystem::path> cuda_toolkit_folders() {
   const std::string library = compiler_library(Vendor::cuda);
   REQUIRE_FALSE(library.empty());
-  return kiln::detail::toolkit_include_dirs(library);
+  return kiln::cache::detail::toolkit_include_dirs(library);
 }
 
 /// A small tree in two folders: the same written name ("config.h") means a different file in each,
@@ -137,12 +137,12 @@ TEST_CASE("the CUDA toolkit's include folders: include/ then include/cccl", "[in
   CHECK(std::filesystem::exists(folders[0] / "cuda_runtime.h"));
   if (std::filesystem::exists("/usr/local/cuda/lib64/libnvrtc.so.13")) {
     const std::vector<std::filesystem::path> expected = {"/usr/local/cuda/include", "/usr/local/cuda/include/cccl"};
-    CHECK(kiln::detail::toolkit_include_dirs("/usr/local/cuda/lib64/libnvrtc.so.13") == expected);
+    CHECK(kiln::cache::detail::toolkit_include_dirs("/usr/local/cuda/lib64/libnvrtc.so.13") == expected);
   }
   // HIP's: the folder holding hip/hip_runtime.h (Debian: /usr/include, for the multiarch library).
   if (const std::string hip = compiler_library(Vendor::hip); !hip.empty()) {
     INFO("HIPRTC at " << hip);
-    const std::vector<std::filesystem::path> hip_folders = kiln::detail::toolkit_include_dirs(hip);
+    const std::vector<std::filesystem::path> hip_folders = kiln::cache::detail::toolkit_include_dirs(hip);
     REQUIRE(hip_folders.size() == 1);
     CHECK(std::filesystem::exists(hip_folders[0] / "hip" / "hip_runtime.h"));
     std::printf("toolkit include folders: NVRTC %s -> %s, %s; HIPRTC %s -> %s\n",

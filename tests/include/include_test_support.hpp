@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "includes.hpp"
+#include "kiln/source.hpp"
+#include "resolve.hpp"
 #include "test_support.hpp"
 
 namespace kiln::test {
@@ -28,17 +29,25 @@ inline std::size_t line_count(std::string_view text) {
 }
 
 /// The compiler header with this name, or nullptr.
-inline const detail::CompilerHeader* compiler_header(const detail::ResolvedIncludes& r, std::string_view name) {
-  for (const detail::CompilerHeader& h : r.compiler_headers) {
+inline const cache::detail::CompilerHeader* compiler_header(const cache::detail::ResolvedIncludes& r,
+                                                            std::string_view name) {
+  for (const cache::detail::CompilerHeader& h : r.compiler_headers) {
     if (h.name == name) return &h;
   }
   return nullptr;
 }
 
 /// The paths of the headers the resolver read, in order.
-inline std::vector<std::string> read_paths(const detail::ResolvedIncludes& r) {
+inline std::vector<std::string> read_paths(const cache::detail::ResolvedIncludes& r) {
   std::vector<std::string> out;
   for (const auto& h : r.dependencies.headers) out.push_back(h.path);
+  return out;
+}
+
+/// The resolver's views of in-memory headers (valid while `headers` is).
+inline std::vector<cache::detail::MemoryHeader> memory_views(std::span<const Header> headers) {
+  std::vector<cache::detail::MemoryHeader> out;
+  for (const Header& h : headers) out.push_back({h.name, h.text});
   return out;
 }
 

@@ -7,21 +7,26 @@
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <ctime>
 #include <thread>
 
 #include "include_test_support.hpp"
 #include "kiln/base/hash.hpp"
-#include "kiln/error.hpp"
+#include "stat_memo.hpp"
 
-using kiln::ConfigError;
 using kiln::Header;
-using kiln::detail::CompilerHeader;
-using kiln::detail::IncludeInput;
-using kiln::detail::resolve_includes;
-using kiln::detail::ResolvedIncludes;
+using kiln::cache::detail::CompilerHeader;
+using kiln::cache::detail::IncludeError;
+using kiln::cache::detail::IncludeInput;
+using kiln::cache::detail::ManifestsAccess;
+using kiln::cache::detail::MemoryHeader;
+using kiln::cache::detail::resolve_includes;
+using kiln::cache::detail::ResolvedIncludes;
+using kiln::cache::detail::StatMemo;
 using kiln::test::compiler_header;
 using kiln::test::has;
+using kiln::test::memory_views;
 using kiln::test::read_paths;
 using kiln::test::TempDir;
 using kiln::test::write_file;
@@ -30,10 +35,11 @@ namespace {
 
 ResolvedIncludes resolve(std::string_view source, std::vector<std::filesystem::path> folders,
                          std::span<const Header> memory = {}, kiln::Vendor vendor = kiln::Vendor::cuda) {
+  const std::vector<MemoryHeader> views = memory_views(memory);
   IncludeInput input;
   input.source_name = "main.cu";
   input.source_text = source;
-  input.memory_headers = memory;
+  input.memory_headers = views;
   input.folders = std::move(folders);
   input.vendor = vendor;
   return resolve_includes(input);
@@ -45,8 +51,19 @@ void plant_unreadable(const std::filesystem::path& path) {
   std::filesystem::create_directories(path.parent_path());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   REQUIRE(fd >= 0);
-  REQUIRE(::ftruncate(fd, static_cast<off_t>(kiln::detail::kMaxHeaderBytes + 1)) == 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(kiln::cache::detail::kMaxHeaderBytes + 1)) == 0);
   ::close(fd);
+}
+
+/// A resolve of `source` (as main.cu) over `folder` that keeps the header files it reads in `cache`.
+IncludeInput cached_input(std::string_view source, const std::string& folder,
+                          kiln::cache::detail::HeaderFileCache& cache) {
+  IncludeInput input;
+  input.source_name = "main.cu";
+  input.source_text = source;
+  input.folders = {folder};
+  input.file_cache = &cache;
+  return input;
 }
 
 }  // namespace
@@ -112,8 +129,8 @@ TEST_CASE("two folders with the same header: the first wins and the second is ne
   // The other order reads b's: an unreadable header is an error that names it.
   try {
     (void)resolve("#include <same.h>\n", {b, a});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
+    FAIL("expected IncludeError");
+  } catch (const IncludeError& e) {
     CHECK_THAT(e.what(), Catch::Contains(b + "/same.h"));
   }
 }
@@ -328,7 +345,7 @@ TEST_CASE(
 }
 
 TEST_CASE("missing_include_from_log reads NVRTC's and clang's wording", "[include]") {
-  using kiln::detail::missing_include_from_log;
+  using kiln::cache::detail::missing_include_from_log;
   CHECK(missing_include_from_log("main.cu(1): catastrophic error: cannot open source file \"cub/x.cuh\"\n"
                                  "  #include \"cub/x.cuh\"\n") == std::optional<std::string>("cub/x.cuh"));
   CHECK(missing_include_from_log("main.cu(1): catastrophic error: could not open source file \"dir/y.h\" (no "
@@ -342,7 +359,7 @@ TEST_CASE("missing_include_from_log reads NVRTC's and clang's wording", "[includ
 }
 
 TEST_CASE("describe_missing_include names the folders searched", "[include]") {
-  using kiln::detail::describe_missing_include;
+  using kiln::cache::detail::describe_missing_include;
   const std::vector<std::filesystem::path> folders = {"/opt/a/include", "/opt/b/include"};
   const std::string text = describe_missing_include("cub/cub.cuh", folders);
   CHECK_THAT(text, Catch::Contains("cub/cub.cuh") && Catch::Contains("/opt/a/include, /opt/b/include"));
@@ -380,13 +397,13 @@ TEST_CASE("a generated tree of 2,000 headers resolves fast and reads each file o
   CHECK(cpu_ms < 1000.0);
 }
 
-TEST_CASE("an include folder that does not exist is a ConfigError naming it", "[include]") {
+TEST_CASE("an include folder that does not exist is an IncludeError naming it", "[include]") {
   TempDir dir;
   const std::string missing = dir.path().string() + "/no-such-folder";
   try {
     (void)resolve("int x;\n", {missing});
-    FAIL("expected ConfigError");
-  } catch (const ConfigError& e) {
+    FAIL("expected IncludeError");
+  } catch (const IncludeError& e) {
     CHECK_THAT(e.what(), Catch::Contains(missing) && Catch::Contains("does not exist"));
   }
   const std::string file = write_file(dir.path(), "plain", "").string();
@@ -447,11 +464,12 @@ TEST_CASE("memory headers: quoted includes relative to their name, their own dis
   write_file(f, "util.h", "int disk_util;\n");
   write_file(f, "extra.h", "int extra;\n");
   const std::vector<Header> memory = {{"kernels/util.h", "#include <extra.h>\nint memory_util;\n"}};
+  const std::vector<MemoryHeader> views = memory_views(memory);
   IncludeInput input;
   input.source_name = "kernels/main.cu";
   const std::string source = "#include \"util.h\"\n";
   input.source_text = source;
-  input.memory_headers = memory;
+  input.memory_headers = views;
   input.folders = {f};
   const ResolvedIncludes r = resolve_includes(input);
   CHECK(read_paths(r) == std::vector<std::string>{f + "/extra.h"});  // util.h is the memory one
@@ -474,7 +492,7 @@ TEST_CASE("HIPRTC names disk headers by their path without the leading '/'", "[i
   CHECK(read_paths(r) == std::vector<std::string>{f + "/h.h", f + "/g.h"});  // records keep the real path
 }
 
-TEST_CASE("a memory header named like a disk header's compiler name is a ConfigError", "[include]") {
+TEST_CASE("a memory header named like a disk header's compiler name is an IncludeError", "[include]") {
   TempDir dir;
   const std::string f = dir.path().string();
   write_file(f, "h.h", "int h;\n");
@@ -486,7 +504,7 @@ TEST_CASE("a memory header named like a disk header's compiler name is a ConfigE
 }
 
 TEST_CASE("toolkit include folders: CUDA lib64, lib, targets/<triple>/lib; HIP multiarch; clear errors", "[include]") {
-  using kiln::detail::toolkit_include_dirs;
+  using kiln::cache::detail::toolkit_include_dirs;
   TempDir dir;
   const std::filesystem::path cuda = dir.path() / "cuda";
   write_file(cuda, "include/cuda_runtime.h", "");
@@ -508,7 +526,7 @@ TEST_CASE("toolkit include folders: CUDA lib64, lib, targets/<triple>/lib; HIP m
   write_file(bare, "lib64/libnvrtc.so.13", "");
   CHECK_THROWS_WITH(toolkit_include_dirs(bare / "lib64/libnvrtc.so.13"),
                     Catch::Contains((bare / "include").string()) && Catch::Contains("cuda_runtime.h"));
-  CHECK_THROWS_AS(toolkit_include_dirs(dir.path() / "libfoo.so"), ConfigError);
+  CHECK_THROWS_AS(toolkit_include_dirs(dir.path() / "libfoo.so"), IncludeError);
 }
 
 TEST_CASE("the header file cache: a file read once is not read again while its stat holds; an edit is seen",
@@ -519,20 +537,16 @@ TEST_CASE("the header file cache: a file read once is not read again while its s
   const std::string f = dir.path().string();
   write_file(f, "lib/a.h", "#pragma once\n#include \"b.h\"\nint a;\n");
   write_file(f, "lib/b.h", "#pragma once\nint b;\n");
-  kiln::detail::HeaderFileCache cache;
-  IncludeInput input;
-  input.source_name = "main.cu";
+  kiln::cache::detail::HeaderFileCache cache;
   const std::string source = "#include <lib/a.h>\n#include <lib/missing.h>\n";
-  input.source_text = source;
-  input.folders = {f};
-  input.file_cache = &cache;
+  IncludeInput input = cached_input(source, f, cache);
   const ResolvedIncludes fresh = resolve_includes(input);
   CHECK(read_paths(fresh) == std::vector<std::string>{f + "/lib/a.h", f + "/lib/b.h"});
   CHECK(cache.usage().files == 0);
 
   // Once the files are older than the trust window they are kept, and a later resolve takes them from
   // the cache: the same result, byte for byte, with no file read.
-  std::this_thread::sleep_for(std::chrono::nanoseconds(kiln::cache::kStatTrustWindowNs + 200'000'000));
+  std::this_thread::sleep_for(kiln::cache::kStatTrustWindow + std::chrono::milliseconds(200));
   const ResolvedIncludes first = resolve_includes(input);
   CHECK(cache.usage().files == 2);
   CHECK(cache.usage().hits == 0);
@@ -555,12 +569,12 @@ TEST_CASE("the header file cache: a file read once is not read again while its s
   // the text is NVRTC's again, never the other's.
   input.vendor = kiln::Vendor::hip;
   const ResolvedIncludes hip = resolve_includes(input);
-  const kiln::detail::CompilerHeader* hip_a = compiler_header(hip, f.substr(1) + "/lib/a.h");
+  const CompilerHeader* hip_a = compiler_header(hip, f.substr(1) + "/lib/a.h");
   REQUIRE(hip_a != nullptr);
   CHECK(hip_a->text == "#pragma once\n#include \"" + f.substr(1) + "/lib/b.h\"\nint a;\n");
   input.vendor = kiln::Vendor::cuda;
   const ResolvedIncludes again = resolve_includes(input);
-  const kiln::detail::CompilerHeader* cuda_a = compiler_header(again, f + "/lib/a.h");
+  const CompilerHeader* cuda_a = compiler_header(again, f + "/lib/a.h");
   REQUIRE(cuda_a != nullptr);
   CHECK(cuda_a->text == "#pragma once\n#include \"" + f + "/lib/b.h\"\nint a;\n");
   CHECK(cuda_a->text == compiler_header(first, f + "/lib/a.h")->text);
@@ -586,16 +600,13 @@ TEST_CASE("the stat memo: a burst of resolves stats each path once; what appears
   const std::string f = dir.path().string();
   write_file(f, "lib/a.h", "#pragma once\n#include \"b.h\"\n#include <lib/later.h>\nint a;\n");
   write_file(f, "lib/b.h", "#pragma once\nint b;\n");
-  kiln::detail::HeaderFileCache cache;
+  kiln::cache::detail::HeaderFileCache cache;
   kiln::cache::ManifestConfig config;  // no root: memory-only, the memo works all the same
   config.stat_memo = std::chrono::seconds(30);
-  const kiln::cache::DependencyManifests memo(config);
-  IncludeInput input;
-  input.source_name = "main.cu";
+  const kiln::cache::DependencyManifests manifests(config);
+  StatMemo& memo = ManifestsAccess::stat_memo(manifests);  // the one its lookups use
   const std::string source = "#include <lib/a.h>\n";
-  input.source_text = source;
-  input.folders = {f};
-  input.file_cache = &cache;
+  IncludeInput input = cached_input(source, f, cache);
   input.stat_memo = &memo;
 
   const ResolvedIncludes first = resolve_includes(input);
@@ -607,7 +618,7 @@ TEST_CASE("the stat memo: a burst of resolves stats each path once; what appears
   CHECK(second.work.memo_hits == first.work.stats);
   CHECK(second.dependencies == first.dependencies);
   // What a resolve found is there for the manifests' lookups too.
-  const auto seen = memo.recent_stat(f + "/lib/later.h", kiln::cache::realtime_now_ns());
+  const auto seen = memo.find(f + "/lib/later.h", kiln::cache::realtime_now_ns());
   REQUIRE(seen.has_value());
   CHECK_FALSE(seen->present);
 
@@ -623,8 +634,8 @@ TEST_CASE("the stat memo: a burst of resolves stats each path once; what appears
   // ... and so does one whose memo's time has passed since its stat.
   kiln::cache::ManifestConfig short_config;
   short_config.stat_memo = std::chrono::milliseconds(50);
-  const kiln::cache::DependencyManifests short_memo(short_config);
-  input.stat_memo = &short_memo;
+  const kiln::cache::DependencyManifests short_manifests(short_config);
+  input.stat_memo = &ManifestsAccess::stat_memo(short_manifests);
   std::filesystem::remove(f + "/lib/later.h");
   CHECK(has(resolve_includes(input).dependencies.absent, f + "/lib/later.h"));
   write_file(f, "lib/later.h", "int later;\n");
@@ -636,7 +647,46 @@ TEST_CASE("the stat memo: a burst of resolves stats each path once; what appears
   kiln::cache::ManifestConfig off_config;
   off_config.stat_memo = std::chrono::nanoseconds(0);
   const kiln::cache::DependencyManifests off(off_config);
-  input.stat_memo = &off;
+  input.stat_memo = &ManifestsAccess::stat_memo(off);
   (void)resolve_includes(input);
   CHECK(resolve_includes(input).work.memo_hits == 0);
+}
+
+TEST_CASE("one rule reads a header: digest, stat, and trust by the window given (the manifests')", "[include]") {
+  using kiln::cache::detail::HeaderRead;
+  using kiln::cache::detail::read_header_file;
+  TempDir dir;
+  const std::string f = dir.path().string();
+  const std::string text = "#pragma once\nint a;\n";
+  write_file(f, "lib/a.h", text);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the file's times lie before the reads' clock
+  std::string bytes;
+  const std::int64_t now = kiln::cache::realtime_now_ns();
+  const HeaderRead fresh = read_header_file((f + "/lib/a.h").c_str(), bytes, 1024, now, kiln::cache::kStatTrustWindow);
+  REQUIRE(fresh.status == HeaderRead::Status::ok);
+  CHECK(bytes == text);
+  CHECK(fresh.digest == kiln::cache::hash128(text));
+  CHECK(fresh.stat.size == text.size());
+  CHECK(fresh.steady);
+  CHECK_FALSE(fresh.trusted);  // written within the window
+  CHECK(read_header_file((f + "/lib/a.h").c_str(), bytes, 1024, now, std::chrono::nanoseconds(0)).trusted);
+  CHECK(read_header_file((f + "/lib/a.h").c_str(), bytes, 4, now, std::chrono::nanoseconds(0)).status ==
+        HeaderRead::Status::too_large);
+  CHECK(read_header_file((f + "/lib").c_str(), bytes, 1024, now, std::chrono::nanoseconds(0)).status ==
+        HeaderRead::Status::not_regular);
+  const HeaderRead missing =
+      read_header_file((f + "/lib/none.h").c_str(), bytes, 1024, now, std::chrono::nanoseconds(0));
+  CHECK(missing.status == HeaderRead::Status::failed);
+  CHECK(std::string_view(missing.what) == "open");
+  CHECK(missing.error == ENOENT);
+
+  // A resolve keeps a header in the HeaderFileCache only when it is trusted, by the window it is given.
+  kiln::cache::detail::HeaderFileCache cache;
+  const std::string source = "#include <lib/a.h>\n";
+  IncludeInput input = cached_input(source, f, cache);
+  (void)resolve_includes(input);  // the default window: written a moment ago, not kept
+  CHECK(cache.usage().files == 0);
+  input.trust_window = std::chrono::nanoseconds(0);
+  (void)resolve_includes(input);
+  CHECK(cache.usage().files == 1);
 }

@@ -3,16 +3,12 @@
 // behaviour) and refused, counted and deleted by a node with it; nodes with different secrets refuse
 // each other's entries; nodes sharing the secret round-trip, and the MAC they write follows the
 // documented wire format; `kiln devices` and `kiln cache stats` (when the CLI is built) show it.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -23,15 +19,21 @@
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "redis_server.hpp"
-#include "remote_test_support.hpp"
+#include "stderr_capture.hpp"
+#include "synthetic_entry.hpp"
+#include "test_support.hpp"
 
 using namespace std::chrono_literals;
 using kiln::cache::Entry;
 using kiln::cache::LookupOutcome;
 using kiln::cache::RemoteConfig;
 using kiln::cache::RemoteTier;
+using kiln::test::count_occurrences;
+using kiln::test::make_entry;
 using kiln::test::RedisServer;
-using kiln::test::synthetic_entry;
+using kiln::test::ScopedEnv;
+using kiln::test::StderrCapture;
+using kiln::test::TempDir;
 
 namespace {
 
@@ -88,7 +90,7 @@ void require_refused(RemoteTier& tier, const RedisServer& server, const Entry& e
 
 TEST_CASE("a planted self-consistent entry is served without a secret and refused with one", "[remote][auth]") {
   const RedisServer server;
-  const Entry planted = synthetic_entry("planted", 2048);
+  const Entry planted = make_entry("planted", 2048);
   const std::string bytes = serialized(planted);
   server.set(entry_name(planted), bytes);  // what anyone who can write to the server can do
 
@@ -100,7 +102,7 @@ TEST_CASE("a planted self-consistent entry is served without a secret and refuse
 
   // With the secret: refused, counted, deleted; one warning for any number of refusals.
   const auto node = kiln::cache::open_remote(config_for(server, kSecret));
-  const kiln::test::StderrCapture capture;
+  const StderrCapture capture(StderrCapture::AtEnd::echo);
   require_refused(*node, server, planted, "no MAC");
   CHECK(node->remote_stats().unauthenticated == 1);
   CHECK(node->remote_stats().rejected == 1);
@@ -134,7 +136,7 @@ TEST_CASE("a planted self-consistent entry is served without a secret and refuse
   CHECK(node->counters().remote_errors == 0);
   const std::string warnings = capture.text();
   INFO(warnings);
-  CHECK(kiln::test::count_occurrences(warnings, "refused the entry under") == 1);
+  CHECK(count_occurrences(warnings, "refused the entry under") == 1);
   CHECK(warnings.find("remote_unauthenticated") != std::string::npos);
   CHECK(warnings.find("this process") != std::string::npos);  // each worker process says it once
 }
@@ -143,7 +145,7 @@ TEST_CASE("nodes sharing the secret round-trip; the MAC follows the documented f
   const RedisServer server;
   const auto node_a = kiln::cache::open_remote(config_for(server, kSecret));
   const auto node_b = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = synthetic_entry("shared", 2048);
+  const Entry entry = make_entry("shared", 2048);
 
   node_a->publish(entry);
   REQUIRE(node_a->flush(5s));
@@ -165,7 +167,7 @@ TEST_CASE("nodes sharing the secret round-trip; the MAC follows the documented f
   require_hit(*open_node, entry);
 
   // put() (kiln prewarm --remote) writes the MAC too.
-  const Entry put_entry = synthetic_entry("put", 2048);
+  const Entry put_entry = make_entry("put", 2048);
   std::string detail;
   REQUIRE(node_a->put(put_entry, &detail));
   require_hit(*node_b, put_entry);
@@ -181,7 +183,7 @@ TEST_CASE("with a TTL the MAC expires with its entry", "[remote][auth]") {
   RemoteConfig config = config_for(server, kSecret);
   config.ttl = 300s;
   const auto node = kiln::cache::open_remote(config);
-  const Entry entry = synthetic_entry("ttl", 2048);
+  const Entry entry = make_entry("ttl", 2048);
   std::string detail;
   REQUIRE(node->put(entry, &detail));
   for (const std::string& name : {entry_name(entry), mac_name(entry)}) {
@@ -198,7 +200,7 @@ TEST_CASE("a node with another secret refuses the entries of a node with the sec
   const RedisServer server;
   const auto node = kiln::cache::open_remote(config_for(server, kSecret));
   const auto stranger = kiln::cache::open_remote(config_for(server, kOtherSecret));
-  const Entry entry = synthetic_entry("fleet", 2048);
+  const Entry entry = make_entry("fleet", 2048);
 
   std::string detail;
   REQUIRE(node->put(entry, &detail));
@@ -217,7 +219,7 @@ TEST_CASE("a node without the secret publishes no MAC, which a node with it refu
   const RedisServer server;
   const auto open_node = kiln::cache::open_remote(config_for(server));
   const auto node = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = synthetic_entry("unsigned", 2048);
+  const Entry entry = make_entry("unsigned", 2048);
 
   open_node->publish(entry);
   REQUIRE(open_node->flush(5s));
@@ -231,7 +233,7 @@ TEST_CASE("the compile lease with a secret: the waiter verifies the holder's ent
   RemoteConfig config = config_for(server, kSecret);
   config.lease_wait = 10s;
   config.lease_ttl = 2s;
-  const Entry entry = synthetic_entry("leased", 2048);
+  const Entry entry = make_entry("leased", 2048);
 
   SECTION("a holder with the secret: a hit") {
     const auto holder = kiln::cache::open_remote(config);
@@ -268,30 +270,20 @@ TEST_CASE("the compile lease with a secret: the waiter verifies the holder's ent
 
 TEST_CASE("the secret read from KILN_REMOTE_SECRET_FILE authenticates a tier", "[remote][auth]") {
   const RedisServer server;
-  char name[] = "/tmp/kiln-secret-XXXXXX";
-  const int fd = mkstemp(name);  // created 0600
-  REQUIRE(fd >= 0);
-  const std::string text = std::string(kSecret) + "\n";
-  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
-  close(fd);
-  setenv("KILN_REMOTE_SECRET_FILE", name, 1);
+  const TempDir dir;
+  const std::string path = dir.write_file("secret", std::string(kSecret) + "\n");
   RemoteConfig from_file;
-  try {
+  {
+    const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", path.c_str());
     from_file = kiln::cache::remote_config_from_environment(server.url());
-  } catch (...) {
-    unsetenv("KILN_REMOTE_SECRET_FILE");
-    std::remove(name);
-    throw;
   }
-  unsetenv("KILN_REMOTE_SECRET_FILE");
-  std::remove(name);
   CHECK(from_file.authenticated());
   CHECK(from_file.secret == kSecret);  // the trailing newline is not part of it
   from_file.lease_wait = 0ms;
 
   const auto node = kiln::cache::open_remote(from_file);
   const auto same = kiln::cache::open_remote(config_for(server, kSecret));
-  const Entry entry = synthetic_entry("from-file", 2048);
+  const Entry entry = make_entry("from-file", 2048);
   std::string detail;
   REQUIRE(node->put(entry, &detail));
   require_hit(*same, entry);
@@ -325,28 +317,15 @@ std::string line_starting(const std::string& text, const std::string& prefix) {
   return {};
 }
 
-std::string private_dir() {
-  std::string name = (std::filesystem::temp_directory_path() / "kiln-auth-cli-XXXXXX").string();
-  REQUIRE(mkdtemp(name.data()) != nullptr);
-  return name;
-}
-
 }  // namespace
 
 TEST_CASE("kiln devices says whether the remote is authenticated; kiln cache stats shows refusals", "[remote][auth]") {
   const RedisServer server;
-  const std::string dir = private_dir();
-  const std::string cache = dir + "/cache";
-  const std::string secret = dir + "/secret";
-  const std::string shared = dir + "/shared";
+  const TempDir dir;
+  const std::string cache = (dir / "cache").string();
+  const std::string secret = dir.write_file("secret", kSecret);
+  const std::string shared = dir.write_file("shared", kSecret, 0644);
   std::filesystem::create_directory(cache);
-  for (const std::string& path : {secret, shared}) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    REQUIRE(fd >= 0);
-    REQUIRE(::write(fd, kSecret, std::strlen(kSecret)) == static_cast<ssize_t>(std::strlen(kSecret)));
-    ::close(fd);
-  }
-  REQUIRE(chmod(shared.c_str(), 0644) == 0);
   const std::string remote_line = "remote: redis://127.0.0.1:" + std::to_string(server.port()) + "/0 (";
   const std::vector<std::string> base = {"KILN_CACHE_DIR=" + cache, "KILN_REMOTE_CACHE=" + server.url()};
 
@@ -390,6 +369,5 @@ TEST_CASE("kiln devices says whether the remote is authenticated; kiln cache sta
           std::string::npos);
     CHECK(run_cli(base, "cache stats --json").find("\"remote_unauthenticated\":3") != std::string::npos);
   }
-  std::filesystem::remove_all(dir);
 }
 #endif

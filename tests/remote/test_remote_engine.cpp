@@ -3,8 +3,6 @@
 // an unreachable one, planted bad values, a wrong password, a fleet secret (a planted kernel refused,
 // the fleet sharing kernels) and unusable secret files. Every request must succeed; the tests print the
 // latency the remote tier added.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -25,30 +23,17 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
 #include "redis_server.hpp"
+#include "stderr_capture.hpp"
+#include "test_support.hpp"
 
 using namespace std::chrono_literals;
+using kiln::test::count_occurrences;
 using kiln::test::RedisServer;
+using kiln::test::ScopedEnv;
+using kiln::test::StderrCapture;
+using kiln::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string name = (std::filesystem::temp_directory_path() / "kiln-remote-node-XXXXXX").string();
-    if (mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    m_path = name;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(m_path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const { return m_path; }
-
- private:
-  std::filesystem::path m_path;
-};
 
 /// Runs kiln_remote_node with extra environment variables; returns its JSON line.
 nlohmann::json run_node(const std::map<std::string, std::string>& environment, std::vector<std::string> args) {
@@ -215,14 +200,7 @@ TEST_CASE("Redis made slow (DEBUG SLEEP): one operation timeout, then compiles",
   prefill(server, 4);
   const TempDir dir;
   kiln::Engine engine(engine_config(dir, server.url()));
-  std::atomic<bool> sleeping{false};
-  std::thread sleeper([&] {
-    const auto context = server.connect();
-    sleeping = true;
-    kiln::test::redis_command(context.get(), {"DEBUG", "SLEEP", "2"});
-  });
-  while (!sleeping) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(50ms);
+  std::thread sleeper = server.debug_sleep(2);
   const auto start = std::chrono::steady_clock::now();
   for (int v = 0; v < 4; ++v) CHECK(prewarm_saxpy(engine, v).origin == kiln::Origin::compiled);
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -297,7 +275,7 @@ TEST_CASE("a wrong password: one clear warning, local operation continues", "[re
   const RedisServer server(kiln::test::RedisServerOptions{"the-right-one", {}});
   const TempDir dir;
   const std::string secret = "not-the-password-42";
-  const kiln::test::StderrCapture capture;
+  const StderrCapture capture(StderrCapture::AtEnd::echo);
   {
     kiln::Engine engine(engine_config(dir, server.url("kiln:" + secret)));
     for (int v = 0; v < 3; ++v) CHECK(prewarm_saxpy(engine, v).origin == kiln::Origin::compiled);
@@ -306,40 +284,17 @@ TEST_CASE("a wrong password: one clear warning, local operation continues", "[re
     CHECK(engine.stats().remote_errors == 3);
   }
   const std::string text = capture.text();
-  CHECK(kiln::test::count_occurrences(text, "authentication failed: WRONGPASS") == 1);
-  CHECK(kiln::test::count_occurrences(text, "remote cache redis://kiln@127.0.0.1:") == 1);
+  CHECK(count_occurrences(text, "authentication failed: WRONGPASS") == 1);
+  CHECK(count_occurrences(text, "remote cache redis://kiln@127.0.0.1:") == 1);
   CHECK(text.find(secret) == std::string::npos);
 }
-
-namespace {
-
-/// Sets KILN_REMOTE_SECRET_FILE for as long as it lives (the engine reads it when it opens the tier).
-class ScopedSecretFile {
- public:
-  explicit ScopedSecretFile(const std::string& path) { setenv("KILN_REMOTE_SECRET_FILE", path.c_str(), 1); }
-  ~ScopedSecretFile() { unsetenv("KILN_REMOTE_SECRET_FILE"); }
-  ScopedSecretFile(const ScopedSecretFile&) = delete;
-  ScopedSecretFile& operator=(const ScopedSecretFile&) = delete;
-};
-
-std::string write_secret(const TempDir& dir, const std::string& name, const std::string& text, mode_t mode) {
-  const std::string path = (dir.path() / name).string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  REQUIRE(fd >= 0);
-  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
-  ::close(fd);
-  REQUIRE(::chmod(path.c_str(), mode) == 0);
-  return path;
-}
-
-}  // namespace
 
 TEST_CASE("a fleet secret: a kernel planted without its MAC is refused and recompiled; the fleet shares kernels",
           "[remote][engine][auth]") {
   const RedisServer server;
   const TempDir secrets;
-  const std::string fleet = write_secret(secrets, "fleet", "fleet-secret-for-the-engine-test\n", 0600);
-  const std::string other = write_secret(secrets, "other", "some-other-fleet-secret-entirely\n", 0600);
+  const std::string fleet = secrets.write_file("fleet", "fleet-secret-for-the-engine-test\n", 0600);
+  const std::string other = secrets.write_file("other", "some-other-fleet-secret-entirely\n", 0600);
 
   // An entry with no MAC under the kernel's key: self-consistent (a node without the secret wrote it;
   // anyone who can write to the server could have). A node without the secret is served by it.
@@ -363,7 +318,8 @@ TEST_CASE("a fleet secret: a kernel planted without its MAC is refused and recom
   const std::string mac_key = "kiln:v1:mac:" + key.substr(std::string("kiln:v1:").size());
   const TempDir refusing_dir;
   {
-    const ScopedSecretFile secret(fleet);
+    // The engine reads KILN_REMOTE_SECRET_FILE when it opens the tier, so it is set while the engine is made.
+    const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", fleet.c_str());
     kiln::Engine engine(engine_config(refusing_dir, server.url()));
     REQUIRE(kiln::detail::EngineAccess::core(engine).remote() != nullptr);
     CHECK(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
@@ -381,7 +337,7 @@ TEST_CASE("a fleet secret: a kernel planted without its MAC is refused and recom
 
   // Another node with the same secret compiles nothing.
   {
-    const ScopedSecretFile secret(fleet);
+    const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", fleet.c_str());
     const TempDir dir;
     kiln::Engine engine(engine_config(dir, server.url()));
     CHECK(prewarm_saxpy(engine, 0).origin != kiln::Origin::compiled);
@@ -391,7 +347,7 @@ TEST_CASE("a fleet secret: a kernel planted without its MAC is refused and recom
   }
   // A node with another secret refuses the fleet's entry.
   {
-    const ScopedSecretFile secret(other);
+    const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", other.c_str());
     const TempDir dir;
     kiln::Engine engine(engine_config(dir, server.url()));
     CHECK(prewarm_saxpy(engine, 0).origin == kiln::Origin::compiled);
@@ -403,13 +359,13 @@ TEST_CASE("an unusable secret file: the engine leaves the remote tier out and na
           "[remote][engine][auth]") {
   const RedisServer server;
   const TempDir dir;
-  const std::string shared = write_secret(dir, "shared", "a-secret-others-can-read-0123\n", 0644);
-  const std::string short_secret = write_secret(dir, "short", "too-short\n", 0600);
+  const std::string shared = dir.write_file("shared", "a-secret-others-can-read-0123\n", 0644);
+  const std::string short_secret = dir.write_file("short", "too-short\n", 0600);
   const std::string missing = (dir.path() / "missing").string();
   for (const std::string& path : {shared, short_secret, missing}) {
     INFO(path);
-    const ScopedSecretFile secret(path);
-    const kiln::test::StderrCapture capture;
+    const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", path.c_str());
+    const StderrCapture capture(StderrCapture::AtEnd::echo);
     const TempDir cache;
     kiln::Engine engine(engine_config(cache, server.url()));
     // Never unauthenticated by accident: without a usable secret there is no remote tier at all.

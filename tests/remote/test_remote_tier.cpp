@@ -14,15 +14,18 @@
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
 #include "redis_server.hpp"
-#include "remote_test_support.hpp"
+#include "stderr_capture.hpp"
+#include "synthetic_entry.hpp"
 
 using namespace std::chrono_literals;
 using kiln::cache::Entry;
 using kiln::cache::LookupOutcome;
 using kiln::cache::RemoteConfig;
 using kiln::cache::RemoteTier;
+using kiln::test::count_occurrences;
+using kiln::test::make_entry;
 using kiln::test::RedisServer;
-using kiln::test::synthetic_entry;
+using kiln::test::StderrCapture;
 
 namespace {
 
@@ -57,7 +60,7 @@ TEST_CASE("an entry published by one node is a verified hit on another", "[remot
   const RedisServer server;
   const auto node_a = kiln::cache::open_remote(config_for(server));
   const auto node_b = kiln::cache::open_remote(config_for(server));
-  const Entry entry = synthetic_entry("roundtrip");
+  const Entry entry = make_entry("roundtrip");
 
   CHECK(node_b->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::miss);
   node_a->publish(entry);
@@ -87,7 +90,7 @@ TEST_CASE("an entry published by one node is a verified hit on another", "[remot
 TEST_CASE("a 500 KB entry and put() round-trip; the database number is honoured", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server, {}, 3));
-  const Entry big = synthetic_entry("big", 500 * 1024);
+  const Entry big = make_entry("big", 500 * 1024);
   std::string detail;
   REQUIRE(tier->put(big, &detail));
   CHECK(server.exists("kiln:v1:" + big.key_hash.hex(), 3));
@@ -98,8 +101,8 @@ TEST_CASE("a 500 KB entry and put() round-trip; the database number is honoured"
 TEST_CASE("truncated, bit-flipped, foreign and non-string values are rejected and deleted", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server));
-  const Entry entry = synthetic_entry("victim");
-  const Entry other = synthetic_entry("other");
+  const Entry entry = make_entry("victim");
+  const Entry other = make_entry("other");
   const std::string name = "kiln:v1:" + entry.key_hash.hex();
   const std::string good = as_string(kiln::cache::serialize(entry));
 
@@ -160,9 +163,9 @@ TEST_CASE("an unreachable server fails fast and the breaker stops asking", "[rem
   RemoteConfig config = kiln::cache::parse_remote_url("redis://127.0.0.1:" + std::to_string(RedisServer::free_port()));
   config.lease_wait = 0ms;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = synthetic_entry("nowhere");
+  const Entry entry = make_entry("nowhere");
 
-  const kiln::test::StderrCapture capture;
+  const StderrCapture capture(StderrCapture::AtEnd::echo);
   auto start = std::chrono::steady_clock::now();
   const auto first = tier->get(entry.key_hash, entry.canonical_key);
   const double first_ms = ms_since(start);
@@ -181,7 +184,7 @@ TEST_CASE("an unreachable server fails fast and the breaker stops asking", "[rem
   CHECK(stats.failures == 1);
   CHECK(stats.skipped >= 100);
   CHECK(tier->counters().remote_errors == 101);
-  CHECK(kiln::test::count_occurrences(capture.text(), "remote cache redis://127.0.0.1:") == 1);
+  CHECK(count_occurrences(capture.text(), "remote cache redis://127.0.0.1:") == 1);
   std::printf("unreachable (closed port): first lookup %.3f ms, then %.4f ms per lookup while the breaker is open\n",
               first_ms, skipped_ms);
 }
@@ -192,13 +195,13 @@ TEST_CASE("a server stopped in the middle of a run: lookups fail fast, one warni
   config.retry_after = 1s;
   const auto tier = kiln::cache::open_remote(config);
   std::vector<Entry> entries;
-  for (int i = 0; i < 6; ++i) entries.push_back(synthetic_entry("run" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) entries.push_back(make_entry("run" + std::to_string(i)));
   std::string detail;
   for (const Entry& e : entries) REQUIRE(tier->put(e, &detail));
   require_hit(*tier, entries[0]);
   require_hit(*tier, entries[1]);
 
-  const kiln::test::StderrCapture capture;
+  const StderrCapture capture(StderrCapture::AtEnd::echo);
   server->stop();
   double worst_ms = 0;
   for (std::size_t i = 2; i < entries.size(); ++i) {
@@ -212,7 +215,7 @@ TEST_CASE("a server stopped in the middle of a run: lookups fail fast, one warni
   std::this_thread::sleep_for(1100ms);
   CHECK(tier->get(entries[0].key_hash, entries[0].canonical_key).outcome == LookupOutcome::io_error);
   CHECK(tier->remote_stats().failures == 2);
-  CHECK(kiln::test::count_occurrences(capture.text(), "warning: remote cache") == 1);
+  CHECK(count_occurrences(capture.text(), "warning: remote cache") == 1);
   std::printf("redis stopped mid-run: worst lookup %.3f ms (budget: connect %lld ms + operation %lld ms)\n", worst_ms,
               static_cast<long long>(config.connect_timeout.count()),
               static_cast<long long>(config.operation_timeout.count()));
@@ -223,21 +226,14 @@ TEST_CASE("a slow server (DEBUG SLEEP) costs one operation timeout, then is skip
   RemoteConfig config = config_for(server);
   config.retry_after = 30s;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = synthetic_entry("slow");
+  const Entry entry = make_entry("slow");
   std::string detail;
   REQUIRE(tier->put(entry, &detail));
   require_hit(*tier, entry);
 
-  std::atomic<bool> sleeping{false};
-  std::thread sleeper([&] {
-    const auto context = server.connect();
-    sleeping = true;
-    kiln::test::redis_command(context.get(), {"DEBUG", "SLEEP", "2"});
-  });
-  while (!sleeping) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(50ms);  // let DEBUG SLEEP reach the server
+  std::thread sleeper = server.debug_sleep(2);
 
-  const kiln::test::StderrCapture capture;
+  const StderrCapture capture(StderrCapture::AtEnd::echo);
   auto start = std::chrono::steady_clock::now();
   const auto slow = tier->get(entry.key_hash, entry.canonical_key);
   const double slow_ms = ms_since(start);
@@ -248,7 +244,7 @@ TEST_CASE("a slow server (DEBUG SLEEP) costs one operation timeout, then is skip
   const double skipped_ms = ms_since(start);
   CHECK(skipped.outcome == LookupOutcome::io_error);
   sleeper.join();
-  CHECK(kiln::test::count_occurrences(capture.text(), "no answer within 250 ms") == 1);
+  CHECK(count_occurrences(capture.text(), "no answer within 250 ms") == 1);
   std::printf("slow redis (DEBUG SLEEP 2): first lookup %.1f ms (operation timeout %lld ms), next %.4f ms\n", slow_ms,
               static_cast<long long>(config.operation_timeout.count()), skipped_ms);
 }
@@ -258,12 +254,12 @@ TEST_CASE("a large SET on a connection the server closed does not kill the proce
   // write(2) raises SIGPIPE, whose default action would end the test binary here.
   auto server = std::make_unique<RedisServer>();
   const auto tier = kiln::cache::open_remote(config_for(*server));
-  const Entry small = synthetic_entry("before-stop");
+  const Entry small = make_entry("before-stop");
   std::string detail;
   REQUIRE(tier->put(small, &detail));
   server->stop();
   std::this_thread::sleep_for(50ms);
-  const Entry big = synthetic_entry("after-stop", 8 << 20);
+  const Entry big = make_entry("after-stop", 8 << 20);
   CHECK_FALSE(tier->put(big, &detail));
   INFO(detail);
   CHECK_FALSE(detail.empty());
@@ -271,7 +267,7 @@ TEST_CASE("a large SET on a connection the server closed does not kill the proce
 
 TEST_CASE("authentication: password, ACL user, wrong password, missing password", "[remote]") {
   const RedisServer server(kiln::test::RedisServerOptions{"sesame", {}});
-  const Entry entry = synthetic_entry("auth");
+  const Entry entry = make_entry("auth");
 
   SECTION("the right password works") {
     const auto tier = kiln::cache::open_remote(config_for(server, ":sesame"));
@@ -292,14 +288,14 @@ TEST_CASE("authentication: password, ACL user, wrong password, missing password"
     RemoteConfig config = config_for(server, "kiln:wrong-password");
     config.retry_after = 0s;  // probe on every lookup: still only one warning per outage
     const auto tier = kiln::cache::open_remote(config);
-    const kiln::test::StderrCapture capture;
+    const StderrCapture capture(StderrCapture::AtEnd::echo);
     for (int i = 0; i < 5; ++i)
       CHECK(tier->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::io_error);
     tier->publish(entry);
     CHECK(tier->flush(5s));
     const std::string text = capture.text();
-    CHECK(kiln::test::count_occurrences(text, "warning: remote cache redis://kiln@127.0.0.1:") == 1);
-    CHECK(kiln::test::count_occurrences(text, "authentication failed: WRONGPASS") == 1);
+    CHECK(count_occurrences(text, "warning: remote cache redis://kiln@127.0.0.1:") == 1);
+    CHECK(count_occurrences(text, "authentication failed: WRONGPASS") == 1);
     CHECK(text.find("wrong-password") == std::string::npos);
     CHECK(tier->remote_stats().failures >= 5);
     CHECK_FALSE(server.exists("kiln:v1:" + entry.key_hash.hex()));
@@ -307,9 +303,9 @@ TEST_CASE("authentication: password, ACL user, wrong password, missing password"
 
   SECTION("no password for a server that needs one") {
     const auto tier = kiln::cache::open_remote(config_for(server));
-    const kiln::test::StderrCapture capture;
+    const StderrCapture capture(StderrCapture::AtEnd::echo);
     CHECK(tier->get(entry.key_hash, entry.canonical_key).outcome == LookupOutcome::io_error);
-    CHECK(kiln::test::count_occurrences(capture.text(), "authentication required: NOAUTH") == 1);
+    CHECK(count_occurrences(capture.text(), "authentication required: NOAUTH") == 1);
   }
 }
 
@@ -318,7 +314,7 @@ TEST_CASE("an optional TTL is set on published entries", "[remote]") {
   RemoteConfig config = config_for(server);
   config.ttl = 3600s;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = synthetic_entry("ttl");
+  const Entry entry = make_entry("ttl");
   tier->publish(entry);
   REQUIRE(tier->flush(5s));
   const auto ttl = server.command({"TTL", "kiln:v1:" + entry.key_hash.hex()});
@@ -327,7 +323,7 @@ TEST_CASE("an optional TTL is set on published entries", "[remote]") {
   CHECK(ttl->integer <= 3600);
 
   const auto forever = kiln::cache::open_remote(config_for(server));
-  const Entry other = synthetic_entry("no-ttl");
+  const Entry other = make_entry("no-ttl");
   forever->publish(other);
   REQUIRE(forever->flush(5s));
   CHECK(server.command({"TTL", "kiln:v1:" + other.key_hash.hex()})->integer == -1);
@@ -338,7 +334,7 @@ TEST_CASE("publish never blocks: a full queue drops the entry", "[remote]") {
   RemoteConfig config = config_for(server);
   config.publish_queue_entries = 0;
   const auto tier = kiln::cache::open_remote(config);
-  const Entry entry = synthetic_entry("dropped");
+  const Entry entry = make_entry("dropped");
   tier->publish(entry);
   CHECK(tier->flush(5s));
   CHECK(tier->remote_stats().publish_dropped == 1);
@@ -349,7 +345,7 @@ TEST_CASE("publish never blocks: a full queue drops the entry", "[remote]") {
 TEST_CASE("queued publishes are written before the tier closes", "[remote]") {
   const RedisServer server;
   std::vector<Entry> entries;
-  for (int i = 0; i < 20; ++i) entries.push_back(synthetic_entry("close" + std::to_string(i), 64 * 1024));
+  for (int i = 0; i < 20; ++i) entries.push_back(make_entry("close" + std::to_string(i), 64 * 1024));
   {
     const auto tier = kiln::cache::open_remote(config_for(server));
     for (const Entry& e : entries) tier->publish(e);
@@ -362,7 +358,7 @@ TEST_CASE("the compile lease: one node compiles, the other waits for its entry",
   RemoteConfig config = config_for(server);
   config.lease_wait = 10s;
   config.lease_ttl = 2s;
-  const Entry entry = synthetic_entry("leased");
+  const Entry entry = make_entry("leased");
   const std::string lease_name = "kiln:v1:lease:" + entry.key_hash.hex();
 
   SECTION("the waiter gets the holder's entry") {
@@ -431,7 +427,7 @@ TEST_CASE("many threads share the tier", "[remote]") {
   const RedisServer server;
   const auto tier = kiln::cache::open_remote(config_for(server));
   std::vector<Entry> entries;
-  for (int i = 0; i < 16; ++i) entries.push_back(synthetic_entry("threads" + std::to_string(i)));
+  for (int i = 0; i < 16; ++i) entries.push_back(make_entry("threads" + std::to_string(i)));
   std::string detail;
   for (const Entry& e : entries) REQUIRE(tier->put(e, &detail));
 

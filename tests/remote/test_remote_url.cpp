@@ -6,14 +6,16 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 
 #include "kiln/cache/remote.hpp"
+#include "test_support.hpp"
 
 using kiln::cache::parse_remote_url;
 using kiln::cache::RemoteConfig;
+using kiln::test::ScopedEnv;
+using kiln::test::TempDir;
 
 namespace {
 
@@ -27,17 +29,6 @@ std::string url_error(const std::string& url) {
   FAIL("parse_remote_url accepted " << url);
   return {};
 }
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : m_name(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(m_name); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* m_name;
-};
 
 }  // namespace
 
@@ -164,32 +155,6 @@ TEST_CASE("keys live under the kiln:v1: namespace", "[remote][url]") {
 
 namespace {
 
-/// A private temporary folder, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string name = (std::filesystem::temp_directory_path() / "kiln-secret-XXXXXX").string();
-    if (mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    m_path = name;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(m_path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name, const std::string& text, mode_t mode) const {
-    const std::string path = (m_path / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    REQUIRE(chmod(path.c_str(), mode) == 0);
-    return path;
-  }
-  [[nodiscard]] const std::filesystem::path& path() const { return m_path; }
-
- private:
-  std::filesystem::path m_path;
-};
-
 /// remote_config_from_environment's message with KILN_REMOTE_SECRET_FILE=`path`; fails if it accepts.
 std::string secret_error(const std::string& path) {
   const ScopedEnv secret("KILN_REMOTE_SECRET_FILE", path.c_str());
@@ -215,7 +180,7 @@ TEST_CASE("KILN_REMOTE_SECRET_FILE: the secret, and the files that are refused",
   }
   SECTION("a private file: its bytes less one trailing newline") {
     for (const std::string& text : {secret, secret + "\n", secret + "\r\n"}) {
-      const std::string path = dir.file("secret", text, 0600);
+      const std::string path = dir.write_file("secret", text, 0600);
       const ScopedEnv env("KILN_REMOTE_SECRET_FILE", path.c_str());
       const RemoteConfig config = kiln::cache::remote_config_from_environment("redis://h:1");
       CHECK(config.authenticated());
@@ -225,7 +190,7 @@ TEST_CASE("KILN_REMOTE_SECRET_FILE: the secret, and the files that are refused",
       CHECK(config.display().find(secret) == std::string::npos);
     }
     // Exactly 16 bytes is enough; an owner-only 0400 file is fine.
-    const std::string path = dir.file("short-enough", std::string(16, 'x') + "\n", 0400);
+    const std::string path = dir.write_file("short-enough", std::string(16, 'x') + "\n", 0400);
     const ScopedEnv env("KILN_REMOTE_SECRET_FILE", path.c_str());
     CHECK(kiln::cache::remote_config_from_environment("redis://h:1").secret == std::string(16, 'x'));
   }
@@ -235,19 +200,19 @@ TEST_CASE("KILN_REMOTE_SECRET_FILE: the secret, and the files that are refused",
     CHECK(message.find("KILN_REMOTE_SECRET_FILE=" + missing) != std::string::npos);
     CHECK(message.find("No such file") != std::string::npos);
 
-    const std::string empty = dir.file("empty", "", 0600);
+    const std::string empty = dir.write_file("empty", "", 0600);
     CHECK(secret_error(empty).find(empty + ": the file is empty") != std::string::npos);
-    const std::string newline = dir.file("newline", "\n", 0600);
+    const std::string newline = dir.write_file("newline", "\n", 0600);
     CHECK(secret_error(newline).find("the file is empty") != std::string::npos);
 
-    const std::string short_secret = dir.file("short", std::string(15, 'x') + "\n", 0600);
+    const std::string short_secret = dir.write_file("short", std::string(15, 'x') + "\n", 0600);
     const std::string short_message = secret_error(short_secret);
     CHECK(short_message.find(short_secret) != std::string::npos);
     CHECK(short_message.find("15 bytes; it needs at least 16") != std::string::npos);
 
     for (const mode_t mode : {0644, 0640, 0604, 0660, 0602, 0610}) {
       INFO("mode " << std::oct << mode);
-      const std::string path = dir.file("shared", secret, mode);
+      const std::string path = dir.write_file("shared", secret, mode);
       const std::string shared = secret_error(path);
       CHECK(shared.find(path) != std::string::npos);
       CHECK(shared.find("lets group or others read or write it") != std::string::npos);
@@ -262,7 +227,7 @@ TEST_CASE("KILN_REMOTE_SECRET_FILE: the secret, and the files that are refused",
     REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
     CHECK(secret_error(fifo).find("not a regular file") != std::string::npos);  // and it did not block
 
-    const std::string huge = dir.file("huge", std::string(5000, 'x'), 0600);
+    const std::string huge = dir.write_file("huge", std::string(5000, 'x'), 0600);
     CHECK(secret_error(huge).find("at most 4096") != std::string::npos);
 
     CHECK(secret_error("").find("KILN_REMOTE_SECRET_FILE=: set but empty") != std::string::npos);

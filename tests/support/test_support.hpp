@@ -1,38 +1,18 @@
 #pragma once
-// Small helpers shared by tests: a temporary directory removed at scope exit, a scoped environment
-// variable, and a skip reporter (exit code 77 = skipped for ctest).
+// Small helpers shared by tests: a temporary directory removed at scope exit (temp_dir.hpp), a scoped
+// environment variable, a live child process, and a skip reporter (exit code 77 = skipped for ctest).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
-#include <random>
 #include <string>
 
+#include "temp_dir.hpp"
+
 namespace kiln::test {
-
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "kiln-test") {
-    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    m_path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(m_path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(m_path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const { return m_path; }
-
- private:
-  std::filesystem::path m_path;
-};
 
 class ScopedEnv {
  public:

@@ -15,13 +15,14 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "temp_dir.hpp"
 
 extern char** environ;
 
@@ -48,27 +49,8 @@ inline std::string read_all(const fs::path& path) {
   return text.str();
 }
 
-/// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    m_path = fs::temp_directory_path() / ("kiln-system-" + std::to_string(::getpid()) + "-" + std::to_string(random()));
-    fs::create_directories(m_path);
-    fs::permissions(m_path, fs::perms::owner_all, fs::perm_options::replace);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(m_path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const fs::path& path() const noexcept { return m_path; }
-  [[nodiscard]] fs::path operator/(const std::string& name) const { return m_path / name; }
-
- private:
-  fs::path m_path;
-};
+/// A fresh directory under the system temp dir, removed on destruction (the test support library's).
+using kiln::test::TempDir;
 
 /// Starts `program args...` with `env` overriding (or, with an empty value, removing) variables;
 /// stdout and stderr go to files in `scratch`. Returns the pid; finish() waits for it.

@@ -18,13 +18,14 @@
 
 #include "harness.hpp"
 #include "kiln/cache/entry.hpp"
-#include "kiln/cache/key.hpp"
 #include "kiln/cache/store.hpp"
+#include "synthetic_entry.hpp"
 
 namespace {
 
 using namespace kiln::system_test;
 using kiln::cache::Entry;
+using kiln::test::make_entry;
 
 struct Run {
   int rc = -1;  ///< -1: did not finish in time (killed)
@@ -92,27 +93,6 @@ Run run_kiln_exact(const std::vector<std::string>& args, const std::map<std::str
   run.out = read_all(out_path);
   run.err = read_all(err_path);
   return run;
-}
-
-/// A synthetic entry whose key reads like the engine's.
-Entry make_entry(const std::string& name, std::size_t payload_bytes) {
-  kiln::cache::CanonicalKey key;
-  key.add("format", "1");
-  key.add("vendor", "cuda");
-  key.add("compiler", "nvrtc 13.0");
-  key.add("target", "sm_90");
-  key.add("source", "extern \"C\" __global__ void " + name + "(float* x) { x[0] = 1; }\n");
-  Entry entry;
-  entry.vendor = kiln::Vendor::cuda;
-  entry.payload_kind = kiln::PayloadKind::cubin;
-  entry.target = "sm_90";
-  entry.compiler = "nvrtc 13.0";
-  entry.created_unix = 1732900000;
-  entry.key_hash = key.hash();
-  entry.canonical_key = key.bytes();
-  entry.names = {{name, name}};
-  entry.payload.assign(payload_bytes, std::byte{0x42});
-  return entry;
 }
 
 /// A cache at `root` holding `count` synthetic entries; returns their paths.

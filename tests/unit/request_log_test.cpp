@@ -8,26 +8,17 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "kiln/error.hpp"
 #include "kiln/tooling/request_log.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using kiln::detail::RecordedRequest;
-
-struct Dir {
-  fs::path path = fs::temp_directory_path() /
-                  ("kiln-manifest-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-  Dir() { fs::create_directories(path); }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using kiln::test::TempDir;
 
 RecordedRequest builtin_record() {
   RecordedRequest record;
@@ -81,8 +72,8 @@ TEST_CASE("manifest lines round-trip every byte, including text that is not UTF-
 }
 
 TEST_CASE("read_request_log skips blank lines and names the line of a malformed record") {
-  Dir dir;
-  const fs::path path = dir.path / "m.jsonl";
+  const TempDir dir;
+  const fs::path path = dir.path() / "m.jsonl";
   const std::string good = kiln::detail::request_log_line(builtin_record());
   std::ofstream(path) << good << "\n\n   \n" << kiln::detail::request_log_line(runtime_record("x")) << "\r\n";
   const auto records = kiln::detail::read_request_log(path);
@@ -109,13 +100,13 @@ TEST_CASE("read_request_log skips blank lines and names the line of a malformed 
       with_line3(
           R"({"v":1,"source":"a.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef","names":[1],"options":[],"target":"sm_90"})"),
       Catch::Contains("line 3: \"names\" holds a non-string"));
-  CHECK_THAT(manifest_error(dir.path / "missing.jsonl"), Catch::Contains("cannot open"));
-  CHECK_THAT(manifest_error(dir.path), Catch::Contains("is a directory"));
+  CHECK_THAT(manifest_error(dir.path() / "missing.jsonl"), Catch::Contains("cannot open"));
+  CHECK_THAT(manifest_error(dir.path()), Catch::Contains("is a directory"));
 }
 
 TEST_CASE("the recorder writes each distinct request once and never throws") {
-  Dir dir;
-  const fs::path path = dir.path / "rec.jsonl";
+  const TempDir dir;
+  const fs::path path = dir.path() / "rec.jsonl";
   {
     kiln::detail::RequestRecorder recorder(path);
     CHECK_FALSE(fs::exists(path));  // nothing is created before the first record
@@ -127,14 +118,14 @@ TEST_CASE("the recorder writes each distinct request once and never throws") {
   }
   CHECK(kiln::detail::read_request_log(path).size() == 3);
   CHECK((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
-  kiln::detail::RequestRecorder broken(dir.path / "no" / "such" / "dir.jsonl");
+  kiln::detail::RequestRecorder broken(dir.path() / "no" / "such" / "dir.jsonl");
   CHECK_NOTHROW(broken.record(builtin_record()));
   CHECK_NOTHROW(broken.record(runtime_record("again")));
 }
 
 TEST_CASE("processes recording into one manifest never interleave lines") {
-  Dir dir;
-  const fs::path path = dir.path / "shared.jsonl";
+  const TempDir dir;
+  const fs::path path = dir.path() / "shared.jsonl";
   constexpr int kProcesses = 4;
   constexpr int kRecords = 40;
   std::vector<pid_t> children;

@@ -1,7 +1,7 @@
 #pragma once
 // Private to cache/: publishing a file atomically. A temp file is created beside the target
-// (".<name>.tmp.<pid>.<random>", O_EXCL, mode 0600), written, fsync'ed and renamed over the target by
-// commit(). A file that was never committed is removed by the destructor, so no failure path (an
+// (".<name>.tmp.<pid>.<random>", O_EXCL, mode 0600), written and renamed over the target by commit()
+// (not fsync'ed: readers check every file whole, see commit()). A file that was never committed is removed by the destructor, so no failure path (an
 // exception, a full disk, a cancelled compile) can leave a partial file under the target's name.
 #include <cstddef>
 #include <span>
@@ -29,7 +29,7 @@ class AtomicFile {
 
   /// Appends bytes (retrying short writes and EINTR). Returns false and sets error() on failure.
   bool write(std::span<const std::byte> bytes) noexcept;
-  /// fsync + close + rename over the target. Returns false and sets error() on failure; the temp
+  /// close + rename over the target. Returns false and sets error() on failure; the temp
   /// file is then removed by the destructor.
   bool commit() noexcept;
 

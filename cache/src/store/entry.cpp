@@ -19,6 +19,7 @@
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/xxh3.hpp"
 #include "le_bytes.hpp"
+#include "posix_util.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -341,23 +342,8 @@ class ScratchBuffer {
 static_assert(detail::kWholeReadBytes <= ScratchBuffer::kScratchKeepBytes,
               "a whole-read entry must fit the kept buffer");
 
-enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
-
-/// Reads exactly `count` bytes (retrying EINTR and partial reads). `error` gets the errno on io_error.
-KILN_HOT ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
-  while (count > 0) {
-    const ssize_t n = ::read(fd, out, count);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      return ReadStatus::io_error;
-    }
-    if (n == 0) return ReadStatus::short_read;
-    out += n;
-    count -= static_cast<std::size_t>(n);
-  }
-  return ReadStatus::ok;
-}
+using detail::read_exact;
+using detail::ReadStatus;
 
 /// Fills every iovec (retrying EINTR and partial reads). Modifies `iov`.
 ReadStatus readv_exact(int fd, struct iovec* iov, int count, int& error) noexcept {

@@ -35,6 +35,8 @@ struct LaneInfo {
   bool compiler_loaded = false;
   bool runtime_loaded = false;
   std::string status;  ///< one line: "on", "compiled out: cuda.h not found", "no CUDA driver (searched: ...)"
+  /// Whether compiles use precompiled headers: "on (...)" or "off: <why>"; empty without a compiler.
+  std::string precompiled_headers;
   std::vector<LibraryInfo> libraries;
   std::vector<DeviceInfo> devices;
 };

@@ -39,8 +39,9 @@ extern "C" {
  *  Compare with kiln_api_version() to detect a library older than the header.
  *  2: kiln_compile and kiln_binary (compile-only binaries); KILN_ORIGIN_PACK and KILN_ORIGIN_REMOTE.
  *  3: kiln_stats gains manifest_hits, include_resolves and remote_unauthenticated (a caller built
- *     against version 2, whose kiln_stats ends at remote_errors, is still served). */
-#define KILN_API_VERSION 3
+ *     against version 2, whose kiln_stats ends at remote_errors, is still served).
+ *  4: kiln_stats gains pch_made and pch_used (NVRTC precompiled headers). */
+#define KILN_API_VERSION 4
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -192,6 +193,8 @@ typedef struct kiln_stats {
   uint64_t manifest_hits;          /**< requests with include folders keyed by their dependency manifest (no header read) */
   uint64_t include_resolves;       /**< requests whose #include tree kiln resolved (headers read): those with include folders, or an include by absolute path or macro */
   uint64_t remote_unauthenticated; /**< remote entries refused for a missing or wrong MAC (a fleet secret is set) */
+  uint64_t pch_made;               /**< compiles that made an NVRTC precompiled header (KILN_PCH) */
+  uint64_t pch_used;               /**< compiles that used one */
 } kiln_stats;
 
 /** Sets `stats->size` and zeroes the counters; does nothing when `stats` is NULL. Never fails. */

@@ -5,8 +5,19 @@
 // Pointer types come from the toolkit's headers. cuda.h #defines some names to their versioned
 // symbols (cuMemAlloc -> cuMemAlloc_v2): the members and types follow the header, while the name the
 // driver is asked for is the list's un-suffixed one, whose ABI cuGetProcAddress picks by version.
+// The PCH calls (NVRTC 12.8+) are optional and typed here, not from nvrtc.h: an older NVRTC lacks them
+// and an older toolkit's header does not declare them.
 #include <cuda.h>
 #include <nvrtc.h>
+
+#include <cstddef>
+
+namespace kiln::vendor {
+using NvrtcGetPchHeapSize = nvrtcResult (*)(std::size_t*);
+using NvrtcSetPchHeapSize = nvrtcResult (*)(std::size_t);
+using NvrtcGetPchCreateStatus = nvrtcResult (*)(nvrtcProgram);
+using NvrtcGetPchHeapSizeRequired = nvrtcResult (*)(nvrtcProgram, std::size_t*);
+}  // namespace kiln::vendor
 
 #define KILN_NVRTC_SYMBOLS(X)                                                    \
   X(required, nvrtcVersion, decltype(&::nvrtcVersion))                           \
@@ -23,7 +34,11 @@
   X(required, nvrtcGetPTXSize, decltype(&::nvrtcGetPTXSize))                     \
   X(required, nvrtcGetPTX, decltype(&::nvrtcGetPTX))                             \
   X(required, nvrtcAddNameExpression, decltype(&::nvrtcAddNameExpression))       \
-  X(required, nvrtcGetLoweredName, decltype(&::nvrtcGetLoweredName))
+  X(required, nvrtcGetLoweredName, decltype(&::nvrtcGetLoweredName))           \
+  X(optional, nvrtcGetPCHHeapSize, ::kiln::vendor::NvrtcGetPchHeapSize)         \
+  X(optional, nvrtcSetPCHHeapSize, ::kiln::vendor::NvrtcSetPchHeapSize)         \
+  X(optional, nvrtcGetPCHCreateStatus, ::kiln::vendor::NvrtcGetPchCreateStatus) \
+  X(optional, nvrtcGetPCHHeapSizeRequired, ::kiln::vendor::NvrtcGetPchHeapSizeRequired)
 
 #define KILN_CUDA_DRIVER_SYMBOLS(X)                                            \
   X(required, cuInit, decltype(&::cuInit))                                     \

@@ -114,6 +114,9 @@ class Hiprtc final : public Compiler {
     return out;
   }
   std::vector<std::string> supported_targets() const override { return m_targets; }
+  std::string precompiled_headers() const override {
+    return "off: HIPRTC has no precompiled headers (its -hip-pch flag does nothing)";
+  }
 
   CompileOutput compile(const CompileInput& input) const override {
     const std::string name(input.source_name);

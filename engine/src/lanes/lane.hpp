@@ -52,6 +52,8 @@ struct CompileOutput {
   std::vector<std::byte> ptx;  ///< CUDA: kept beside the CUBIN; empty for HIP
   std::vector<cache::LoweredName> lowered;
   std::string log;
+  bool pch_made = false;  ///< the compile made a precompiled header (NVRTC, nvrtc_pch.hpp)
+  bool pch_used = false;  ///< the compile used one an earlier compile of this process made
 };
 
 /// A run-time compiler (NVRTC or HIPRTC), loaded with dlopen.
@@ -67,6 +69,8 @@ class Compiler {
   [[nodiscard]] virtual std::vector<std::string> supported_targets() const = 0;
   /// Compiles; throws CompileError carrying the whole log. Thread-safe.
   [[nodiscard]] virtual CompileOutput compile(const CompileInput& input) const = 0;
+  /// Whether compiles use precompiled headers, one line for `kiln devices` ("on (...)", "off: <why>").
+  [[nodiscard]] virtual std::string precompiled_headers() const = 0;
 };
 
 /// What a loaded function declares.

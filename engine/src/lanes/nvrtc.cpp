@@ -5,10 +5,17 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+
+#include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
 #include "lanes/cuda_symbols.hpp"
 #include "lanes/dynlib.hpp"
 #include "lanes/lane.hpp"
+#include "lanes/nvrtc_pch.hpp"
 #include "lanes/rtc_compile.hpp"
 #include "lanes/symbols.hpp"
 
@@ -48,6 +55,7 @@ class Nvrtc final : public Compiler {
         for (int arch : archs) m_targets.push_back(fmt::format("sm_{}", arch));
       }
     }
+    m_pch = std::make_unique<pch::Folders>(pch_off_reason());
   }
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
@@ -56,10 +64,57 @@ class Nvrtc final : public Compiler {
   std::vector<std::string> supported_targets() const override { return m_targets; }
 
   CompileOutput compile(const CompileInput& input) const override {
+    std::optional<pch::Plan> plan = m_pch->plan(input);
+    if (!plan) return compile_once(input, nullptr);
+    // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
+    std::shared_lock heap(heap_mutex());
+    std::optional<std::size_t> needed;
+    CompileOutput out = compile_once(input, &*plan, &needed);
+    if (needed) {
+      // The PCH did not fit the heap (the compile succeeded without making one, with a warning in its
+      // log): grow the heap to what NVRTC asked for and compile again with a new program, once.
+      heap.unlock();
+      grow_heap(*needed);
+      heap.lock();
+      needed.reset();
+      out = compile_once(input, &*plan, &needed);
+      if (needed) out = compile_once(input, nullptr);  // another compile's PCH took the room: without PCH
+    }
+    return out;
+  }
+
+  std::string precompiled_headers() const override {
+    std::size_t heap = 0;
+    if (m_pch->on()) m_api.nvrtcGetPCHHeapSize(&heap);
+    return m_pch->describe(heap);
+  }
+
+ private:
+  /// One program, compiled with the request's flags plus `plan`'s. With a plan, `heap_needed` is set
+  /// when the PCH did not fit the heap (to the size NVRTC asks for).
+  CompileOutput compile_once(const CompileInput& input, const pch::Plan* plan,
+                             std::optional<std::size_t>* heap_needed = nullptr) const {
     rtc::Program program(m_calls, input);
     std::vector<const char*> flags = rtc::c_strings(input.flags);
+    pch::LogNotes notes;
+    if (plan != nullptr) {
+      for (const std::string& flag : plan->flags) flags.push_back(flag.c_str());
+    }
     CompileOutput out;
-    out.log = program.compile(flags);
+    out.log = program.compile(flags, {}, [&](std::string& log) {
+      if (plan != nullptr) notes = pch::strip_pch_messages(log, *plan);
+    });
+    if (plan != nullptr) {
+      std::size_t required = 0;
+      if (m_api.nvrtcGetPCHCreateStatus(program.handle()) == kHeapExhausted &&
+          m_api.nvrtcGetPCHHeapSizeRequired(program.handle(), &required) == NVRTC_SUCCESS && required > 0) {
+        *heap_needed = required;
+        return out;
+      }
+      m_pch->note(*plan, notes);
+      out.pch_made = notes.created;
+      out.pch_used = notes.used;
+    }
     // An sm_XX target gives a CUBIN; a compute_XX target none (its size is 0), only the PTX.
     out.binary = program.fetch(m_api.nvrtcGetCUBINSize, m_api.nvrtcGetCUBIN, "GetCUBINSize", "GetCUBIN");
     // The PTX keeps its terminating NUL: the driver needs it.
@@ -75,13 +130,60 @@ class Nvrtc final : public Compiler {
     return out;
   }
 
- private:
+  void grow_heap(std::size_t needed) const {
+    const std::unique_lock lock(heap_mutex());
+    std::size_t current = 0;
+    m_api.nvrtcGetPCHHeapSize(&current);
+    if (current >= needed) return;  // another thread grew it meanwhile
+    const std::size_t grown = (needed + kHeapStep - 1) / kHeapStep * kHeapStep;
+    KILN_LOG(debug, "NVRTC PCH heap: {} MiB -> {} MiB (a precompiled header needs {} bytes)", current >> 20,
+             grown >> 20, needed);
+    m_api.nvrtcSetPCHHeapSize(grown);
+  }
+
+  /// Why compiles do not use PCH, or empty: they do. KILN_PCH=0 turns it off; KILN_PCH_HEAP sets the
+  /// PCH heap's first size in bytes (NVRTC's default is 256 MiB; a PCH that does not fit grows it).
+  std::string pch_off_reason() {
+    const char* setting = std::getenv("KILN_PCH");
+    const std::string_view value = setting != nullptr ? setting : "";
+    if (value == "0" || value == "off") return "KILN_PCH=" + std::string(value);
+    if (!value.empty() && value != "1" && value != "on") {
+      KILN_LOG(warn, "KILN_PCH='{}' is not 0 or 1: precompiled headers off", value);
+      return fmt::format("KILN_PCH='{}' is not 0 or 1", value);
+    }
+    if (m_api.nvrtcGetPCHHeapSize == nullptr || m_api.nvrtcSetPCHHeapSize == nullptr ||
+        m_api.nvrtcGetPCHCreateStatus == nullptr || m_api.nvrtcGetPCHHeapSizeRequired == nullptr) {
+      return "NVRTC " + m_version + " has no precompiled headers (12.8 or later has)";
+    }
+    if (const char* heap = std::getenv("KILN_PCH_HEAP"); heap != nullptr && heap[0] != '\0') {
+      char* end = nullptr;
+      const unsigned long long bytes = std::strtoull(heap, &end, 10);
+      if (*end != '\0' || bytes == 0 || heap[0] == '-') {
+        KILN_LOG(warn, "KILN_PCH_HEAP='{}' is not a byte count: NVRTC's PCH heap keeps its size", heap);
+      } else {
+        m_api.nvrtcSetPCHHeapSize(static_cast<std::size_t>(bytes));
+      }
+    }
+    return {};
+  }
+
+  /// NVRTC's PCH heap is one per process, whichever engine compiles: so is its lock.
+  static std::shared_mutex& heap_mutex() {
+    static std::shared_mutex mutex;
+    return mutex;
+  }
+
+  /// NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED (14 in nvrtc.h of CUDA 12.8+; spelled out for older headers).
+  static constexpr nvrtcResult kHeapExhausted = static_cast<nvrtcResult>(14);
+  static constexpr std::size_t kHeapStep = 64ULL << 20;
+
   DynamicLibrary m_library;
   NvrtcApi m_api;
   NvrtcCalls m_calls;
   std::string m_version;
   std::string m_identity;
   std::vector<std::string> m_targets;
+  std::unique_ptr<pch::Folders> m_pch;
 };
 
 }  // namespace

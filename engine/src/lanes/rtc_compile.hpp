@@ -7,6 +7,7 @@
 // the outputs it fetches (NVRTC: CUBIN and PTX; HIPRTC: a code object), the flags it adds, its checks
 // and its locking.
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,9 +82,10 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  /// Compiles with `flags` and returns the log (possibly empty). Throws CompileError, with the log,
-  /// when the compile fails.
-  std::string compile(std::span<const char*> flags, const LogStyle& style = {}) {
+  /// Compiles with `flags` and returns the log (possibly empty), after `tidy` (when given) removed the
+  /// lines the lane's own flags made. Throws CompileError, with the log, when the compile fails.
+  std::string compile(std::span<const char*> flags, const LogStyle& style = {},
+                      const std::function<void(std::string&)>& tidy = nullptr) {
     const Result compiled = m_calls.compile_program(m_owned.handle, static_cast<int>(flags.size()), flags.data());
     std::size_t log_size = 0;
     if (m_calls.get_program_log_size(m_owned.handle, &log_size) == Calls::kSuccess && log_size > 1) {
@@ -91,6 +93,7 @@ class Program {
       m_calls.get_program_log(m_owned.handle, m_log.data());
       trim_log(m_log);
     }
+    if (tidy) tidy(m_log);
     if (compiled != Calls::kSuccess) {
       compile_failed(Calls::kPrefix, m_calls.error_string(compiled), m_input, m_log, style);
     }
@@ -120,6 +123,9 @@ class Program {
     }
     return out;
   }
+
+  /// The library's handle of the program, for calls the skeleton does not make (NVRTC's PCH status).
+  [[nodiscard]] Handle handle() const noexcept { return m_owned.handle; }
 
   /// Throws CompileError naming `call` (without the library's prefix) unless `result` is success.
   void check(Result result, const char* call, std::string_view what = {}) const {

@@ -87,6 +87,9 @@
 struct stat;
 
 namespace kiln::cache {
+namespace detail {
+struct ManifestsAccess;
+}  // namespace detail
 
 inline constexpr std::uint32_t kManifestFormatVersion = 2;
 inline constexpr std::size_t kManifestFixedBytes = 64;
@@ -107,11 +110,6 @@ inline constexpr std::chrono::milliseconds kStatMemo{1000};
 
 /// The FileStat of a stat(2) result (times in nanoseconds since the epoch).
 [[nodiscard]] FileStat to_file_stat(const struct ::stat& st) noexcept;
-/// Whether a stat may be trusted: its mtime and ctime lie more than `window` before `now_ns` (CLOCK_REALTIME,
-/// nanoseconds since the epoch), taken before the file's bytes were read. The include resolver sets
-/// HeaderRecord::trusted_stat with this rule and the time it read the header.
-[[nodiscard]] bool stat_is_settled(const FileStat& stat, std::int64_t now_ns,
-                                   std::chrono::nanoseconds window = kStatTrustWindow) noexcept;
 /// CLOCK_REALTIME in nanoseconds since the epoch.
 [[nodiscard]] std::int64_t realtime_now_ns() noexcept;
 
@@ -163,7 +161,8 @@ struct ManifestConfig {
   bool read_only = false;      ///< lookups only: nothing is written, refreshed or removed
   ManifestLimits limits{};
   std::size_t max_results = 16;  ///< results kept per manifest; recording more drops the oldest
-  /// kStatTrustWindow; tests shorten it (a freshly written or touched file's ctime is always "now").
+  /// kStatTrustWindow; tests shorten it (a freshly written or touched file's ctime is always "now"). The
+  /// include resolver that works with these manifests judges the headers it reads by the same window.
   std::chrono::nanoseconds trust_window = kStatTrustWindow;
   /// How long a lookup may reuse what an earlier lookup of this instance learned by stat(2) about a path
   /// (present with its stat, or absent) instead of stat'ing it again: the kernels of one program mostly
@@ -171,8 +170,8 @@ struct ManifestConfig {
   /// by the first lookup after it only when that path was not stat'ed in the last `stat_memo`. The same
   /// time applies to whole dependency sets: a result whose set (the same headers with the same digests,
   /// the same absent paths) another request's lookup checked within it is taken without checking a
-  /// path. The include resolver shares the memo (recent_stat, note_stat): a burst of compiles over one
-  /// tree stats each path once too. Zero: every lookup and resolve stats every path.
+  /// path. The include resolver that works with these manifests shares the memo: a burst of compiles
+  /// over one tree stats each path once too. Zero: every lookup and resolve stats every path.
   std::chrono::nanoseconds stat_memo = kStatMemo;
   /// Threads a lookup may stat a large result's paths on (at most the machine's hardware threads; only
   /// for a result with hundreds of paths not stat'ed yet). 1: one by one, on the calling thread.
@@ -306,21 +305,6 @@ class DependencyManifests {
   /// mismatch. Reads, never writes or deletes. Never throws but std::bad_alloc.
   [[nodiscard]] ManifestExplanation explain(const Hash128& request_key, std::string_view request_canonical) const;
 
-  /// The stat memo (ManifestConfig::stat_memo) for stats made outside lookups: the include resolver
-  /// asks it before it stats a header or a place it probes, and tells it what a stat found, so a burst
-  /// of compiles over one tree stats each path once per stat_memo, as a burst of lookups does, and
-  /// each side profits from the other's stats. Same promise: inside one instance an edit goes unseen
-  /// at most stat_memo after the last stat of that path. Works in every mode (memory-only too).
-  struct RecentStat {
-    bool present = false;  ///< else absent: nothing at the path (ENOENT, ENOTDIR)
-    FileStat stat;         ///< present: what stat(2) said
-    bool folder = false;   ///< present, and a directory
-  };
-  /// What a stat of `path` found less than stat_memo before `now_ns` (CLOCK_REALTIME), if one did.
-  [[nodiscard]] std::optional<RecentStat> recent_stat(std::string_view path, std::int64_t now_ns) const;
-  /// Records what a stat of `path` taken at or after `at_ns` found.
-  void note_stat(std::string_view path, const RecentStat& found, std::int64_t at_ns) const;
-
   /// Removes the request's manifest; true if a file was removed. Never throws.
   bool remove(const Hash128& request_key) noexcept;
   /// Removes every manifest and temp file under manifests/ (read-write only). Returns how many manifests
@@ -339,6 +323,8 @@ class DependencyManifests {
   [[nodiscard]] std::filesystem::path manifest_path(const Hash128& request_key) const;
 
  private:
+  /// The include resolver's way to this instance's stat memo (kiln's own sources only).
+  friend struct detail::ManifestsAccess;
   struct State;
   ManifestConfig m_config;
   std::unique_ptr<State> m_state;

@@ -1,8 +1,8 @@
 #pragma once
 // What a compile read from include folders: the header files with their identity and digest, and the
 // paths probed and found absent in folders searched before the one that matched (a header appearing
-// there later would shadow the recorded one). The include resolver (engine) produces it on a miss;
-// the dependency manifest (cache) records it and re-checks it on a lookup.
+// there later would shadow the recorded one). The include resolver produces it on a miss; the
+// dependency manifest records it and re-checks it on a lookup.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -38,11 +38,6 @@ struct DependencySet {
   std::vector<std::string> absent;    ///< absolute paths probed and not found; sorted, unique
   friend bool operator==(const DependencySet&, const DependencySet&) = default;
 };
-
-/// A file whose mtime or ctime lies within this many nanoseconds of the moment it was read (or after
-/// it) may still be being written: its stat is not trusted (HeaderRecord::trusted_stat = false), so
-/// it is re-hashed on every check instead of being judged by its stat.
-inline constexpr std::int64_t kStatTrustWindowNs = 2'000'000'000;
 
 /// The canonical-key field naming a dependency set, "dependencies/2 headers=N absent=M xxh3=HEX": the
 /// counts and an XXH3-128 (kKeySeed) over each header's path and digest (in order), then each absent

@@ -16,7 +16,7 @@ namespace kiln::cache {
 #define KILN_CACHE_COUNTERS(X) \
   X(memory_hits) X(disk_hits) X(misses) X(compiles) X(compile_failures) X(compile_nanoseconds) \
   X(corrupt_removed) X(evictions) X(bytes_written) X(bytes_read) X(remote_hits) X(remote_misses) X(remote_errors) \
-  X(manifest_hits) X(include_resolves) X(remote_unauthenticated)
+  X(manifest_hits) X(include_resolves) X(remote_unauthenticated) X(pch_made) X(pch_used)
 // clang-format on
 
 /// A plain snapshot of counters. All counts since the engine (or the cache) started.
@@ -41,6 +41,9 @@ struct Counters {
   std::uint64_t include_resolves = 0;
   /// Remote entries refused for a missing or wrong MAC (counted here only, not also in remote_errors).
   std::uint64_t remote_unauthenticated = 0;
+  /// Compiles that made an NVRTC precompiled header, and compiles that used one (KILN_PCH).
+  std::uint64_t pch_made = 0;
+  std::uint64_t pch_used = 0;
 
   Counters& operator+=(const Counters& other) noexcept;
   [[nodiscard]] double compile_seconds() const noexcept { return static_cast<double>(compile_nanoseconds) * 1e-9; }

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -26,14 +27,6 @@ std::string read_text(const std::filesystem::path& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-std::filesystem::path make_temp_dir(const char* pattern) {
-  std::string name = (std::filesystem::temp_directory_path() / pattern).string();
-  if (mkdtemp(name.data()) == nullptr) {
-    throw std::runtime_error(std::string("mkdtemp failed: ") + std::strerror(errno));
-  }
-  return name;
 }
 
 }  // namespace
@@ -89,7 +82,6 @@ std::uint16_t RedisServer::free_port() {
 RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(options.password)) {
   const auto binary = find_binary();
   if (!binary) throw std::runtime_error("redis-server not found (PATH, /usr/bin, REDIS_SERVER)");
-  m_dir = make_temp_dir("kiln-redis-XXXXXX");
   m_port = free_port();
 
   std::vector<std::string> args = {binary->string(),
@@ -102,7 +94,7 @@ RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(opti
                                    "--appendonly",
                                    "no",
                                    "--dir",
-                                   m_dir.string(),
+                                   m_dir.path().string(),
                                    "--daemonize",
                                    "no",
                                    "--protected-mode",
@@ -110,7 +102,7 @@ RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(opti
                                    "--enable-debug-command",
                                    "yes",
                                    "--logfile",
-                                   (m_dir / "redis.log").string()};
+                                   (m_dir.path() / "redis.log").string()};
   if (!m_password.empty()) {
     args.emplace_back("--requirepass");
     args.push_back(m_password);
@@ -143,8 +135,7 @@ RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(opti
     int status = 0;
     if (waitpid(m_pid, &status, WNOHANG) == m_pid) {
       m_pid = -1;
-      const std::string log = read_text(m_dir / "redis.log");
-      std::filesystem::remove_all(m_dir);
+      const std::string log = read_text(m_dir.path() / "redis.log");
       throw std::runtime_error("redis-server exited during start-up (status " + std::to_string(status) + "): " + log);
     }
     const timeval timeout{0, 200000};
@@ -159,16 +150,12 @@ RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(opti
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::string log = read_text(m_dir / "redis.log");
+  const std::string log = read_text(m_dir.path() / "redis.log");
   stop();
   throw std::runtime_error("redis-server did not answer PING within 10 s (" + last_error + "): " + log);
 }
 
-RedisServer::~RedisServer() {
-  stop();
-  std::error_code ignored;
-  std::filesystem::remove_all(m_dir, ignored);
-}
+RedisServer::~RedisServer() { stop(); }
 
 void RedisServer::stop() noexcept {
   if (m_pid <= 0) return;
@@ -232,41 +219,17 @@ bool RedisServer::exists(const std::string& key, int db) const {
   return reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
 }
 
-StderrCapture::StderrCapture() {
-  char name[] = "/tmp/kiln-stderr-XXXXXX";
-  const int fd = mkstemp(name);
-  if (fd < 0) throw std::runtime_error(std::string("mkstemp failed: ") + std::strerror(errno));
-  m_path = name;
-  std::fflush(stderr);
-  m_saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-}
-
-StderrCapture::~StderrCapture() {
-  std::fflush(stderr);
-  if (m_saved >= 0) {
-    dup2(m_saved, STDERR_FILENO);
-    close(m_saved);
-  }
-  // Echo what was captured, so the test log still shows it.
-  const std::string captured = read_text(m_path);
-  std::fwrite(captured.data(), 1, captured.size(), stderr);
-  std::error_code ignored;
-  std::filesystem::remove(m_path, ignored);
-}
-
-std::string StderrCapture::text() const {
-  std::fflush(stderr);
-  return read_text(m_path);
-}
-
-std::size_t count_occurrences(std::string_view haystack, std::string_view needle) {
-  std::size_t count = 0;
-  for (std::size_t at = haystack.find(needle); at != std::string_view::npos; at = haystack.find(needle, at + 1)) {
-    ++count;
-  }
-  return count;
+std::thread RedisServer::debug_sleep(int seconds) const {
+  std::promise<void> connected;
+  std::future<void> ready = connected.get_future();
+  std::thread sleeper([this, seconds, connected = std::move(connected)]() mutable {
+    const RedisContext context = connect();
+    connected.set_value();
+    redis_command(context.get(), {"DEBUG", "SLEEP", std::to_string(seconds)});
+  });
+  ready.wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let DEBUG SLEEP reach the server
+  return sleeper;
 }
 
 }  // namespace kiln::test

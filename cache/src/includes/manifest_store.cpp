@@ -1,6 +1,6 @@
-#include "kiln/cache/dep_manifest.hpp"
-
-#include <dirent.h>
+// The dependency manifests of one cache root: the instance (its mode, warnings and atomic publishing),
+// the lookups by stat and the recording of results. Reading files and the read-only queries are in
+// manifest_read.cpp; the checking against the file system in manifest_check.cpp.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -10,14 +10,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <mutex>
 #include <unordered_map>
 
 #include "atomic_file.hpp"
-#include "dep_check.hpp"
-#include "dep_manifest_view.hpp"
+#include "header_files.hpp"
 #include "kiln/base/log.hpp"
+#include "manifest_store.hpp"
+#include "manifest_view.hpp"
 #include "posix_util.hpp"
 #include "sharded_dir.hpp"
 
@@ -35,185 +35,23 @@ using detail::parse_head;
 using detail::parse_view;
 using detail::serialize_view;
 using detail::FileInfo;
-using detail::is_absence;
-using detail::kChecksumBytes;
-using detail::kResultFixedBytes;
 using detail::ManifestView;
 using detail::Mismatch;
+using detail::RawManifest;
+using detail::read_more;
+using detail::read_raw;
 using detail::ResultRefs;
-using detail::StatMemo;
-using detail::ValidatedSets;
+using detail::stat_is_settled;
 
-constexpr std::string_view kManifestDirectory = "manifests";
-constexpr std::string_view kManifestSuffix = ".kman";
 /// What a lookup reads first when it may be answered from the head: the head of a kernel's manifest
 /// (its canonical key holds the source) mostly fits; a longer head is read on.
 constexpr std::size_t kHeadRead = 16 * 1024;
 
-// ---- files ----------------------------------------------------------------------------------------------
-
 using detail::distrust_reason;
-using detail::is_hex;
 using detail::is_permission_error;
-using detail::make_private_dir;
-using detail::make_private_dirs;
+using detail::kManifestDirectory;
+using detail::kManifestSuffix;
 using detail::ShardedNames;
-using detail::UniqueFd;
-
-/// The request key a manifest file name stands for ("<30 hex>.kman" in shard "<2 hex>"), else nullopt.
-std::optional<Hash128> manifest_file_hash(std::string_view shard, std::string_view name) noexcept {
-  return ShardedNames(std::string(), kManifestSuffix).key_of(shard, name);
-}
-
-enum class ReadStatus : std::uint8_t { ok, short_read, io_error };
-
-ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& error) noexcept {
-  while (count > 0) {
-    const ssize_t n = ::read(fd, out, count);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      return ReadStatus::io_error;
-    }
-    if (n == 0) return ReadStatus::short_read;
-    out += n;
-    count -= static_cast<std::size_t>(n);
-  }
-  return ReadStatus::ok;
-}
-
-/// Buffers that manifest files are read into, kept for the next lookup: a lookup in a process that
-/// has made one before reads into memory it has touched already (fresh memory costs a page fault per
-/// page, and manifests of big trees are hundreds of KB). Thread-safe; bounded in count and size.
-class ReadBuffers {
- public:
-  struct Buffer {
-    std::unique_ptr<std::byte[]> bytes;
-    std::size_t capacity = 0;
-  };
-  static constexpr std::size_t kKeep = 4;                 ///< buffers kept
-  static constexpr std::size_t kKeepBytes = 8ULL << 20;  ///< a larger buffer is not kept
-
-  /// A buffer of at least `size` bytes (contents undefined). Throws std::bad_alloc.
-  Buffer take(std::size_t size) {
-    {
-      const std::lock_guard lock(m_mutex);
-      for (auto it = m_free.begin(); it != m_free.end(); ++it) {
-        if (it->capacity >= size) {
-          Buffer found = std::move(*it);
-          m_free.erase(it);
-          return found;
-        }
-      }
-    }
-    const std::size_t capacity = (std::max<std::size_t>(size, 64 * 1024) + 4095) & ~std::size_t{4095};
-    return Buffer{std::make_unique_for_overwrite<std::byte[]>(capacity), capacity};
-  }
-  void give(Buffer buffer) noexcept {
-    if (!buffer.bytes || buffer.capacity > kKeepBytes) return;
-    const std::lock_guard lock(m_mutex);
-    if (m_free.size() >= kKeep) return;  // (freed on return)
-    try {
-      m_free.push_back(std::move(buffer));
-    } catch (...) {
-    }
-  }
-
- private:
-  std::mutex m_mutex;
-  std::vector<Buffer> m_free;
-};
-
-/// A manifest file read whole, or its first part (not parsed yet).
-struct RawManifest {
-  enum class Kind : std::uint8_t { ok, absent, content_error, io_error } kind = Kind::absent;
-  std::unique_ptr<std::byte[]> bytes;  ///< room for the whole file
-  std::size_t capacity = 0;  ///< of bytes
-  std::size_t size = 0;      ///< the file's
-  std::size_t have = 0;      ///< bytes read so far (size once read whole)
-  detail::UniqueFd fd;       ///< open while `have` < `size` (read_more reads on)
-  struct stat st {};     ///< of the file read (or of the link found, for a symbolic link)
-  bool have_st = false;  ///< st describes what is at the path (removal checks it is still the same file)
-  std::string error;     ///< content or I/O error
-  [[nodiscard]] std::span<const std::byte> span() const noexcept { return {bytes.get(), have}; }
-};
-
-/// Reads on, up to `upto` bytes of the file (at most its size). False after setting kind and error on
-/// failure. Manifests are published by rename and never written in place, so the open file's bytes stay
-/// those of one manifest however long ago the first part was read.
-bool read_more(RawManifest& raw, std::size_t upto) {
-  upto = std::min(upto, raw.size);
-  if (raw.have >= upto) return true;
-  int error = 0;
-  const ReadStatus status = read_exact(raw.fd.get(), raw.bytes.get() + raw.have, upto - raw.have, error);
-  if (status == ReadStatus::io_error) {
-    raw.kind = RawManifest::Kind::io_error;
-    raw.error = fmt::format("I/O error: read failed: {}", std::strerror(error));
-    return false;
-  }
-  if (status == ReadStatus::short_read) {
-    raw.kind = RawManifest::Kind::content_error;
-    raw.error = fmt::format("truncated while reading: file shorter than its {} bytes", raw.size);
-    return false;
-  }
-  raw.have = upto;
-  if (raw.have == raw.size) raw.fd = detail::UniqueFd();
-  return true;
-}
-
-/// Opens (O_NOFOLLOW, O_NONBLOCK) and reads a manifest: whole, or with `prefix` > 0 its first `prefix`
-/// bytes (read_more reads the rest). A symbolic link, a non-regular file, a file of another owner and one
-/// over the size limit are content errors; open/read failures are I/O errors.
-RawManifest read_raw(const std::string& path, const ManifestLimits& limits, ReadBuffers* buffers = nullptr,
-                     std::size_t prefix = 0) {
-  RawManifest raw;
-  raw.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  const UniqueFd& fd = raw.fd;
-  if (!fd) {
-    const int error = errno;
-    if (is_absence(error)) return raw;
-    if (error == ELOOP) {
-      raw.kind = RawManifest::Kind::content_error;
-      raw.error = "a symbolic link: refused";
-      raw.have_st = ::lstat(path.c_str(), &raw.st) == 0 && S_ISLNK(raw.st.st_mode);
-      return raw;
-    }
-    raw.kind = RawManifest::Kind::io_error;
-    raw.error = fmt::format("cannot open: {}", std::strerror(error));
-    return raw;
-  }
-  if (::fstat(fd.get(), &raw.st) != 0) {
-    raw.kind = RawManifest::Kind::io_error;
-    raw.error = fmt::format("cannot stat: {}", std::strerror(errno));
-    return raw;
-  }
-  raw.have_st = true;
-  raw.kind = RawManifest::Kind::content_error;
-  if (!S_ISREG(raw.st.st_mode)) {
-    raw.error = "not a regular file";
-    return raw;
-  }
-  if (raw.st.st_uid != ::geteuid()) {
-    raw.error = fmt::format("owned by uid {}, not by the current user", raw.st.st_uid);
-    return raw;
-  }
-  const auto size = static_cast<std::uint64_t>(raw.st.st_size);
-  if (size > limits.max_file_bytes) {
-    raw.error = fmt::format("file length {} exceeds the limit {}", size, limits.max_file_bytes);
-    return raw;
-  }
-  raw.size = static_cast<std::size_t>(size);
-  if (buffers != nullptr) {
-    ReadBuffers::Buffer buffer = buffers->take(std::max<std::size_t>(raw.size, 1));
-    raw.bytes = std::move(buffer.bytes);
-    raw.capacity = buffer.capacity;
-  } else {
-    raw.capacity = std::max<std::size_t>(raw.size, 1);
-    raw.bytes = std::make_unique_for_overwrite<std::byte[]>(raw.capacity);
-  }
-  if (read_more(raw, prefix > 0 ? prefix : raw.size)) raw.kind = RawManifest::Kind::ok;
-  return raw;
-}
 
 // ---- merging a new result into a manifest ------------------------------------------------------------------
 
@@ -323,28 +161,6 @@ struct MergeFile {
 
 // ---- public helpers ---------------------------------------------------------------------------------------
 
-FileStat to_file_stat(const struct ::stat& st) noexcept {
-  FileStat out;
-  out.size = static_cast<std::uint64_t>(st.st_size);
-  out.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  out.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-  out.inode = static_cast<std::uint64_t>(st.st_ino);
-  out.device = static_cast<std::uint64_t>(st.st_dev);
-  return out;
-}
-
-bool stat_is_settled(const FileStat& stat, std::int64_t now_ns, std::chrono::nanoseconds window) noexcept {
-  // A time in the future (clock skew) is never settled.
-  const std::int64_t limit = now_ns - static_cast<std::int64_t>(window.count());
-  return stat.mtime_ns < limit && stat.ctime_ns < limit;
-}
-
-std::int64_t realtime_now_ns() noexcept {
-  struct timespec now {};
-  if (::clock_gettime(CLOCK_REALTIME, &now) != 0) return 0;  // time 0: nothing counts as settled
-  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
-
 std::string_view to_string(ManifestOutcome outcome) noexcept {
   switch (outcome) {
     case ManifestOutcome::hit:
@@ -383,94 +199,73 @@ std::string_view to_string(DependencyChange change) noexcept {
 
 // ---- DependencyManifests ------------------------------------------------------------------------------------
 
-struct DependencyManifests::State {
-  std::string root;
-  std::string directory;  ///< <root>/manifests
-  ShardedNames names;     ///< <root>/manifests/<2 hex>/<30 hex>.kman
-  std::atomic<StoreMode> mode{StoreMode::read_write};
-  mutable std::mutex reason_mutex;
-  std::string reason;
-  std::atomic<bool> write_failure_warned{false};
-  std::atomic<bool> refusal_warned{false};
-  std::atomic<bool> damage_warned{false};
-  StatMemo stat_memo;  ///< shared by this instance's lookups and resolves (ManifestConfig::stat_memo)
-  ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
-  ReadBuffers buffers;      ///< what lookups read manifests into
-
-  /// Lowers the mode (never raises it) and records why; `warn`: says so at warning level.
-  void degrade(StoreMode to, const std::string& why, bool warn) {
-    StoreMode current = mode.load();
-    while (static_cast<int>(current) < static_cast<int>(to)) {
-      if (mode.compare_exchange_weak(current, to)) {
-        {
-          const std::lock_guard lock(reason_mutex);
-          reason = why;
-        }
-        if (warn) {
-          KILN_LOG(warn, "dependency manifests are {}: {}", to_string(to), why);
-        } else {
-          KILN_LOG(info, "dependency manifests are {}: {}", to_string(to), why);
-        }
-        return;
+void DependencyManifests::State::degrade(StoreMode to, const std::string& why, bool warn) {
+  StoreMode current = mode.load();
+  while (static_cast<int>(current) < static_cast<int>(to)) {
+    if (mode.compare_exchange_weak(current, to)) {
+      {
+        const std::lock_guard lock(reason_mutex);
+        reason = why;
       }
-    }
-  }
-
-  void warn_write_failure(const std::string& what) {
-    if (!write_failure_warned.exchange(true)) {
-      KILN_LOG(warn,
-               "dependency manifest not written (kernels are still served; a later process resolves this request's "
-               "includes again instead of checking them by stat): {}",
-               what);
-    } else {
-      KILN_LOG(debug, "dependency manifest not written: {}", what);
-    }
-  }
-
-  /// A manifest that did not parse was removed or is being replaced: a warning the first time for this
-  /// instance (something damaged or wrote it), info level afterwards.
-  void warn_damage(const std::string& what) {
-    if (!damage_warned.exchange(true)) {
-      KILN_LOG(warn, "{} (it only costs resolving the request's includes again)", what);
-    } else {
-      KILN_LOG(info, "{}", what);
-    }
-  }
-
-  void warn_refusal(const std::string& what) {
-    if (!refusal_warned.exchange(true)) {
-      KILN_LOG(warn, "dependency manifest not recorded: {}", what);
-    } else {
-      KILN_LOG(debug, "dependency manifest not recorded: {}", what);
-    }
-  }
-
-  [[nodiscard]] std::string path_of(const Hash128& key) const { return names.path_of(key); }
-
-  /// Publishes `bytes` at `path` atomically. False (after warning) on failure.
-  bool publish(const std::string& path, std::span<const std::byte> bytes) {
-    if (const int error = names.make_shard_folder(path, root); error != 0) {
-      const std::string why = fmt::format("cannot create the directory of {}: {}", path, std::strerror(error));
-      if (is_permission_error(error)) {
-        degrade(StoreMode::read_only, why, true);
+      if (warn) {
+        KILN_LOG(warn, "dependency manifests are {}: {}", to_string(to), why);
       } else {
-        warn_write_failure(why);
+        KILN_LOG(info, "dependency manifests are {}: {}", to_string(to), why);
       }
-      return false;
+      return;
     }
-    detail::AtomicFile file(path);
-    if (file.write(bytes)) (void)file.commit();
-    if (file.error() != 0) {
-      if (is_permission_error(file.error())) {
-        degrade(StoreMode::read_only, file.error_text(), true);
-      } else {
-        warn_write_failure(file.error_text());
-      }
-      return false;
-    }
-    return true;
   }
-};
+}
+
+void DependencyManifests::State::warn_write_failure(const std::string& what) {
+  if (!write_failure_warned.exchange(true)) {
+    KILN_LOG(warn,
+             "dependency manifest not written (kernels are still served; a later process resolves this request's "
+             "includes again instead of checking them by stat): {}",
+             what);
+  } else {
+    KILN_LOG(debug, "dependency manifest not written: {}", what);
+  }
+}
+
+void DependencyManifests::State::warn_damage(const std::string& what) {
+  if (!damage_warned.exchange(true)) {
+    KILN_LOG(warn, "{} (it only costs resolving the request's includes again)", what);
+  } else {
+    KILN_LOG(info, "{}", what);
+  }
+}
+
+void DependencyManifests::State::warn_refusal(const std::string& what) {
+  if (!refusal_warned.exchange(true)) {
+    KILN_LOG(warn, "dependency manifest not recorded: {}", what);
+  } else {
+    KILN_LOG(debug, "dependency manifest not recorded: {}", what);
+  }
+}
+
+bool DependencyManifests::State::publish(const std::string& path, std::span<const std::byte> bytes) {
+  if (const int error = names.make_shard_folder(path, root); error != 0) {
+    const std::string why = fmt::format("cannot create the directory of {}: {}", path, std::strerror(error));
+    if (is_permission_error(error)) {
+      degrade(StoreMode::read_only, why, true);
+    } else {
+      warn_write_failure(why);
+    }
+    return false;
+  }
+  detail::AtomicFile file(path);
+  if (file.write(bytes)) (void)file.commit();
+  if (file.error() != 0) {
+    if (is_permission_error(file.error())) {
+      degrade(StoreMode::read_only, file.error_text(), true);
+    } else {
+      warn_write_failure(file.error_text());
+    }
+    return false;
+  }
+  return true;
+}
 
 DependencyManifests::DependencyManifests(std::filesystem::path root, bool read_only)
     : DependencyManifests([&] {
@@ -481,7 +276,7 @@ DependencyManifests::DependencyManifests(std::filesystem::path root, bool read_o
       }()) {}
 
 DependencyManifests::DependencyManifests(ManifestConfig config)
-    : m_config(std::move(config)), m_state(std::make_unique<State>()) {
+    : m_config(std::move(config)), m_state(std::make_unique<State>(m_config.stat_memo)) {
   State& s = *m_state;
   if (m_config.disabled) {
     s.degrade(StoreMode::memory_only, "disabled (configuration)", false);
@@ -626,7 +421,7 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
     const auto checker = [&]() -> Checker& {
       if (!checker_slot) {
         checker_slot.emplace(view, m_config.limits, now_ns, m_config.trust_window,
-                             memo_on && !first ? &s.stat_memo : nullptr, m_config.stat_memo, m_config.stat_threads);
+                             memo_on && !first ? &s.stat_memo : nullptr, m_config.stat_threads);
       }
       return *checker_slot;
     };
@@ -807,215 +602,12 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
   }
 }
 
-std::optional<DependencySet> DependencyManifests::recorded(const Hash128& request_key, std::string_view request_canonical,
-                                                          const Hash128& result_key) const {
-  const State& s = *m_state;
-  if (s.mode.load() == StoreMode::memory_only) return std::nullopt;
-  const RawManifest raw = read_raw(s.path_of(request_key), m_config.limits);
-  if (raw.kind != RawManifest::Kind::ok) return std::nullopt;
-  const ExpectedRequest expected{request_key, request_canonical};
-  std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), m_config.limits, &expected);
-  const ManifestView* view = std::get_if<ManifestView>(&parsed);
-  if (view == nullptr) return std::nullopt;
-  for (const ResultRefs& result : view->results) {
-    if (result.key != result_key) continue;
-    DependencySet set;
-    for (const std::uint32_t index : view->result_files(result)) {
-      const FileInfo& info = view->files[index];
-      set.headers.push_back(HeaderRecord{std::string(view->paths[info.path]), info.stat, info.trusted, info.digest});
-    }
-    for (const std::uint32_t index : view->result_absent(result)) set.absent.emplace_back(view->paths[view->absent[index]]);
-    return set;
-  }
-  return std::nullopt;
-}
-
-ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std::string_view request_canonical) const {
-  const State& s = *m_state;
-  ManifestExplanation out;
-  if (s.mode.load() == StoreMode::memory_only) {
-    out.outcome = ManifestOutcome::disabled;
-    return out;
-  }
-  try {
-    const std::int64_t now_ns = realtime_now_ns();
-    const std::string path = s.path_of(request_key);
-    RawManifest raw = read_raw(path, m_config.limits);
-    if (raw.kind == RawManifest::Kind::absent) {
-      out.outcome = ManifestOutcome::no_manifest;
-      return out;
-    }
-    if (raw.kind == RawManifest::Kind::io_error) {
-      out.outcome = ManifestOutcome::io_error;
-      out.detail = fmt::format("{}: {}", path, raw.error);
-      return out;
-    }
-    std::variant<ManifestView, ContentError> parsed = ContentError{raw.error};
-    if (raw.kind == RawManifest::Kind::ok) {
-      const ExpectedRequest expected{request_key, request_canonical};
-      parsed = parse_view(raw.span(), m_config.limits, &expected);
-    }
-    if (auto* error = std::get_if<ContentError>(&parsed)) {
-      out.outcome = ManifestOutcome::corrupt;
-      out.detail = fmt::format("{}: {}", path, error->reason);
-      return out;
-    }
-    const ManifestView& view = std::get<ManifestView>(parsed);
-    Checker checker(view, m_config.limits, now_ns, m_config.trust_window, nullptr, {}, m_config.stat_threads);
-    out.outcome = ManifestOutcome::no_match;
-    for (const ResultRefs& result : view.results) {
-      const Mismatch mismatch = checker.check(result);
-      ResultCheck check;
-      check.result_key = result.key;
-      check.change = mismatch.change;
-      if (mismatch.change == DependencyChange::none) {
-        out.outcome = ManifestOutcome::hit;
-      } else {
-        check.path.assign(view.paths[mismatch.path]);
-        check.detail = describe(mismatch);
-      }
-      out.results.push_back(std::move(check));
-    }
-    return out;
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception& error) {
-    out.outcome = ManifestOutcome::io_error;
-    out.detail = error.what();
-    return out;
-  }
-}
-
-std::optional<DependencyManifests::RecentStat> DependencyManifests::recent_stat(std::string_view path,
-                                                                               std::int64_t now_ns) const {
-  const std::optional<StatMemo::Seen> seen = m_state->stat_memo.find(path, now_ns, m_config.stat_memo);
-  if (!seen) return std::nullopt;
-  return RecentStat{seen->present, seen->stat, seen->folder};
-}
-
-void DependencyManifests::note_stat(std::string_view path, const RecentStat& found, std::int64_t at_ns) const {
-  if (m_config.stat_memo.count() <= 0) return;
-  m_state->stat_memo.remember(path, StatMemo::Seen{found.present, found.stat, at_ns, found.present && found.folder});
-}
-
-bool DependencyManifests::remove(const Hash128& request_key) noexcept {
-  if (m_state->mode.load() != StoreMode::read_write) return false;
-  try {
-    return ::unlink(m_state->path_of(request_key).c_str()) == 0;
-  } catch (...) {
-    return false;
-  }
-}
-
-std::size_t DependencyManifests::clear() noexcept {
-  State& s = *m_state;
-  if (s.mode.load() != StoreMode::read_write) return 0;
-  std::size_t removed = 0;
-  try {
-    s.names.for_each_shard(
-        [&](std::string_view shard, const std::string& shard_path, int shard_fd) {
-          DIR* files = ::fdopendir(::dup(shard_fd));
-          if (files == nullptr) return;
-          std::vector<std::pair<std::string, bool>> doomed;  // name, is a manifest
-          while (const dirent* file = ::readdir(files)) {
-            const std::string_view name(file->d_name);
-            if (manifest_file_hash(shard, name)) {
-              doomed.emplace_back(name, true);
-            } else if (name.starts_with('.') && name.find(detail::kTempMarker) != std::string_view::npos) {
-              doomed.emplace_back(name, false);
-            }
-          }
-          ::closedir(files);
-          for (const auto& [name, manifest] : doomed) {
-            if (::unlinkat(shard_fd, name.c_str(), 0) == 0 && manifest) ++removed;
-          }
-          (void)::rmdir(shard_path.c_str());  // only when empty
-        },
-        nullptr);
-  } catch (...) {
-    // Out of memory: stop.
-  }
-  return removed;
-}
-
-std::vector<ScannedManifest> DependencyManifests::scan() const {
-  std::vector<ScannedManifest> out;
-  const State& s = *m_state;
-  if (s.directory.empty()) return out;  // no cache root: nothing on disk
-  // A link or file in place of the manifests folder or a shard folder is reported as itself (verify
-  // --fix removes that, never anything it points to) and not entered: opened with O_NOFOLLOW. That
-  // holds also when such a thing made the manifests memory-only (refused); a folder refused for its
-  // owner or mode is not entered either.
-  const auto not_a_folder = [&](const std::string& path, const struct stat& st) {
-    ScannedManifest scanned;
-    scanned.path = path;
-    scanned.in_place_of_folder = true;
-    scanned.size = static_cast<std::uint64_t>(st.st_size);
-    scanned.error = S_ISLNK(st.st_mode) ? "a symbolic link where a folder of the cache belongs (not followed)"
-                                        : "a file where a folder of the cache belongs";
-    out.push_back(std::move(scanned));
-  };
-  if (s.mode.load() == StoreMode::memory_only) {
-    const ShardedNames::Opened top = s.names.open_shard(s.directory);
-    if (top.fd >= 0) ::close(top.fd);
-    if (top.is_link_or_file) not_a_folder(s.directory, top.in_place);
-    return out;
-  }
-  const auto scan_shard = [&](std::string_view shard, const std::string& shard_path, int shard_fd) {
-    DIR* files = ::fdopendir(::dup(shard_fd));
-    if (files == nullptr) return;
-    std::vector<std::pair<std::string, Hash128>> names;
-    try {
-      while (const dirent* file = ::readdir(files)) {
-        const std::string_view name(file->d_name);
-        if (const auto hash = manifest_file_hash(shard, name)) names.emplace_back(name, *hash);
-      }
-    } catch (...) {
-      ::closedir(files);
-      throw;
-    }
-    ::closedir(files);
-    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [name, hash] : names) {
-      ScannedManifest scanned;
-      scanned.path = shard_path + "/" + name;
-      scanned.request_key = hash;
-      const RawManifest raw = read_raw(scanned.path.string(), m_config.limits);
-      if (raw.kind == RawManifest::Kind::absent) continue;  // removed meanwhile
-      if (raw.have_st) {
-        scanned.size = static_cast<std::uint64_t>(raw.st.st_size);
-        scanned.mtime =
-            std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                std::chrono::seconds(raw.st.st_mtim.tv_sec) + std::chrono::nanoseconds(raw.st.st_mtim.tv_nsec)));
-      }
-      if (raw.kind != RawManifest::Kind::ok) {
-        scanned.error = raw.error;
-      } else {
-        auto parsed = parse_view(raw.span(), m_config.limits, nullptr);
-        if (auto* error = std::get_if<ContentError>(&parsed)) {
-          scanned.error = std::move(error->reason);
-        } else {
-          const ManifestView& view = std::get<ManifestView>(parsed);
-          if (view.request_key != hash) {
-            scanned.error = fmt::format("holds request {}, not the one its name says", view.request_key.hex());
-          }
-          scanned.files = view.files.size();
-          scanned.absent = view.absent.size();
-          scanned.results = view.results.size();
-        }
-      }
-      out.push_back(std::move(scanned));
-    }
-  };
-  s.names.for_each_shard(scan_shard, not_a_folder, /*report_folder=*/true);
-  return out;
-}
-
-std::variant<Manifest, ContentError> DependencyManifests::read_file(const std::filesystem::path& path) const {
-  const RawManifest raw = read_raw(path.string(), m_config.limits);
-  if (raw.kind == RawManifest::Kind::absent) return ContentError{fmt::format("cannot open: {}", std::strerror(ENOENT))};
-  if (raw.kind != RawManifest::Kind::ok) return ContentError{raw.error};
-  return parse_manifest(raw.span(), m_config.limits);
-}
-
 }  // namespace kiln::cache
+
+namespace kiln::cache::detail {
+
+StatMemo& ManifestsAccess::stat_memo(const DependencyManifests& manifests) noexcept {
+  return manifests.m_state->stat_memo;
+}
+
+}  // namespace kiln::cache::detail

@@ -7,16 +7,16 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "dep_manifest_view.hpp"
-#include "le_bytes.hpp"
 #include "kiln/base/xxh3.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
+#include "le_bytes.hpp"
+#include "manifest_view.hpp"
 
 namespace kiln::cache::detail {
 namespace {
 
-// Offsets of the fixed part (the grammar in dep_manifest.hpp).
+// Offsets of the fixed part (the grammar in kiln/cache/dep_manifest.hpp).
 namespace field {
 constexpr std::size_t magic = 0;
 constexpr std::size_t format_version = 8;

@@ -6,14 +6,17 @@
 #include <hiredis/hiredis.h>
 
 #include <sys/types.h>
-#include <chrono>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#include "temp_dir.hpp"
 
 namespace kiln::test {
 
@@ -60,9 +63,12 @@ class RedisServer {
   [[nodiscard]] std::optional<std::string> get(const std::string& key, int db = 0) const;
   void set(const std::string& key, std::string_view value, int db = 0) const;
   [[nodiscard]] bool exists(const std::string& key, int db = 0) const;
+  /// Makes the server answer nothing for `seconds` (DEBUG SLEEP, sent from a thread on a connection of
+  /// its own). Returns once the command has reached the server; join the thread to wait for the end.
+  [[nodiscard]] std::thread debug_sleep(int seconds) const;
 
  private:
-  std::filesystem::path m_dir;
+  TempDir m_dir{"kiln-redis"};
   std::uint16_t m_port = 0;
   pid_t m_pid = -1;
   std::string m_password;
@@ -70,23 +76,5 @@ class RedisServer {
 
 /// Runs a command on a context (binary-safe). nullptr on connection failure.
 RedisReply redis_command(redisContext* context, const std::vector<std::string>& args);
-
-/// Redirects this process's stderr into a file while alive; text() returns what was written.
-class StderrCapture {
- public:
-  StderrCapture();
-  ~StderrCapture();
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  /// Everything written to stderr since construction.
-  [[nodiscard]] std::string text() const;
-
- private:
-  std::filesystem::path m_path;
-  int m_saved = -1;
-};
-
-/// Occurrences of `needle` in `haystack`.
-std::size_t count_occurrences(std::string_view haystack, std::string_view needle);
 
 }  // namespace kiln::test

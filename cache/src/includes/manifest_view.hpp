@@ -1,7 +1,7 @@
 #pragma once
 // A dependency manifest as parsed: views into the bytes it was read from. The one parser and the one
-// serializer (dep_manifest_format.cpp, the grammar in dep_manifest.hpp) work on this form; the checker
-// (dep_check.hpp) and the manifest files (dep_manifest.cpp) use it.
+// serializer (manifest_format.cpp, the grammar in kiln/cache/dep_manifest.hpp) work on this form; the
+// checker (manifest_check.hpp) and the manifest files (manifest_store.cpp, manifest_read.cpp) use it.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,0 +1,107 @@
+#include "include_folders.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "kiln/base/log.hpp"
+#include "stat_memo.hpp"
+
+namespace kiln::cache::detail {
+
+IncludeFolders::IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters)
+    : m_manifests(manifests), m_counters(counters) {}
+
+std::vector<std::filesystem::path> IncludeFolders::folders(std::span<const std::filesystem::path> include_dirs,
+                                                           const std::filesystem::path* toolkit_library) const {
+  std::vector<std::filesystem::path> folders(include_dirs.begin(), include_dirs.end());
+  if (toolkit_library != nullptr) {
+    for (std::filesystem::path& folder : toolkit_include_dirs(*toolkit_library)) folders.push_back(std::move(folder));
+  }
+  return checked_include_folders(folders, &ManifestsAccess::stat_memo(m_manifests));
+}
+
+Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
+  if (use_manifest) {
+    // The first level: the manifest of the request key names the entry's key when every recorded header
+    // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
+    std::string dependency_part;
+    LookupStats looked;
+    const auto started = std::chrono::steady_clock::now();
+    const std::optional<Hash128> result =
+        m_manifests.lookup(input.request_hash, input.request_canonical, &looked, &dependency_part);
+    KILN_LOG(debug,
+             "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms, of "
+             "which {:.3f} ms settling paths on {} thread(s): {} stat, {} absent under an absent folder, {} from the stat "
+             "memo, {} header(s) re-read{})",
+             input.source_name, input.request_hash.hex(), to_string(looked.outcome),
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+             looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6,
+             looked.settle_ns / 1e6, looked.settle_threads, looked.stats, looked.inferred_absent, looked.memo_hits,
+             looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
+    if (result) {
+      const Hash128 entry = input.key_with(dependency_part);
+      if (entry == *result) {
+        m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
+        return Settled{std::move(dependency_part), nullptr};
+      }
+      // A manifest whose result does not hash back to itself (not ours, or another format): resolve.
+      KILN_LOG(info, "dependency manifest of {} names {} but its headers give {}; resolving the includes",
+               input.request_hash.hex(), result->hex(), entry.hex());
+    }
+  }
+  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()));
+}
+
+std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& input, const ResolvedIncludes& resolved,
+                                                           std::string_view compile_log) {
+  std::optional<std::string> missing = missing_include_from_log(compile_log);
+  if (!missing || input.retry_names.size() >= kMaxRetries ||
+      std::find(input.retry_names.begin(), input.retry_names.end(), *missing) != input.retry_names.end()) {
+    return std::nullopt;
+  }
+  std::vector<std::string> names(input.retry_names.begin(), input.retry_names.end());
+  names.push_back(*missing);
+  Settled settled = resolve(input, std::move(names));
+  if (settled.includes->dependencies.headers.size() <= resolved.dependencies.headers.size()) {
+    return std::nullopt;  // no folder has it (only new absent probes): the error stands
+  }
+  KILN_LOG(debug, "{}: the compiler asked for '{}', which the include scan could not see; compiling again with it",
+           input.source_name, *missing);
+  return Retry{std::move(*missing), std::move(settled)};
+}
+
+void IncludeFolders::record(const Hash128& request_hash, std::string_view request_canonical,
+                            const ResolvedIncludes* resolved, const Hash128& entry_hash) noexcept {
+  // Only what the resolver read is recorded: a manifest hit is already recorded (and refreshed).
+  if (resolved != nullptr) m_manifests.record(request_hash, request_canonical, resolved->dependencies, entry_hash);
+}
+
+Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names) {
+  IncludeInput in{.source_name = input.source_name,
+                  .source_text = input.source_text,
+                  .memory_headers = input.memory_headers,
+                  .folders = {input.folders.begin(), input.folders.end()},
+                  .vendor = input.vendor,
+                  .retry_names = std::move(retry_names)};
+  in.file_cache = &m_files;
+  in.stat_memo = &ManifestsAccess::stat_memo(m_manifests);
+  in.trust_window = m_manifests.config().trust_window;
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t cached_before = log::enabled(log::Level::debug) ? m_files.usage().hits : 0;
+  auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(in));
+  m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms: {} header(s) ({} unchanged since an earlier resolve), {} "
+           "path(s) probed absent; {} stat, {} from the stat memo, {} file(s) read; {} byte(s) handed to the compiler",
+           input.source_name, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+           resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
+           resolved->dependencies.absent.size(), resolved->work.stats, resolved->work.memo_hits, resolved->work.reads, [&] {
+             std::size_t bytes = resolved->compiler_source.size();
+             for (const CompilerHeader& h : resolved->compiler_headers) bytes += h.text.size();
+             return bytes;
+           }());
+  return Settled{canonical_dependencies(resolved->dependencies), std::move(resolved)};
+}
+
+}  // namespace kiln::cache::detail

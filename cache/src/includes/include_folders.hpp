@@ -1,0 +1,104 @@
+#pragma once
+// The include home's face to the engine (cache/src/includes/): a request whose compile could open files
+// (include folders, or an include by absolute path or through a macro) has a two-level key. The request
+// key (every input but the headers' bytes) names a dependency manifest; the entry key adds the
+// dependency part, what the compile reads. IncludeFolders settles that part once per request, by stat
+// from the manifest when it still matches, else by resolving every include (resolve.hpp), and records
+// what a resolve read once the entry is found or compiled. The engine builds the keys (make_key) and
+// rethrows an IncludeError as its ConfigError.
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "header_files.hpp"
+#include "kiln/base/hash.hpp"
+#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/types.hpp"
+#include "paths.hpp"
+#include "resolve.hpp"
+#include "scan.hpp"
+
+namespace kiln::cache::detail {
+
+/// A request as the include home takes it: views into the engine's request, valid during the call.
+struct SettleInput {
+  Hash128 request_hash;                ///< names the request's dependency manifest
+  std::string_view request_canonical;  ///< the request key's bytes
+  std::string_view source_name;
+  std::string_view source_text;
+  std::span<const MemoryHeader> memory_headers;
+  std::span<const std::filesystem::path> folders;  ///< checked, in search order (IncludeFolders::folders)
+  Vendor vendor = Vendor::cuda;
+  std::span<const std::string> retry_names;  ///< headers earlier compiles asked for (IncludeInput::retry_names)
+  /// settle(): keys the request with a dependency part the manifest names and returns the entry key's
+  /// hash. The manifest's answer is taken only when it is that hash (another format, or not ours, is not).
+  std::function<Hash128(const std::string& dependency_part)> key_with;
+};
+
+/// What a request's compile reads, settled.
+struct Settled {
+  std::string dependency_part;  ///< canonical_dependencies of the set: the entry key's last part
+  /// The resolve: what the compiler gets in memory. Null when the manifest settled the part by stat
+  /// (then a compile resolves first).
+  std::shared_ptr<const ResolvedIncludes> includes;
+};
+
+/// Owned by the engine, one per engine: the header files its resolves read, and its way to the cache
+/// root's dependency manifests and their stat memo. Counts into the engine's counters:
+/// `manifest_hits` for a request settled by stat, `include_resolves` for every resolve. Thread-safe.
+class IncludeFolders {
+ public:
+  /// Retries of one request with a header its failed compile asked for (each costs a compiler run).
+  static constexpr std::size_t kMaxRetries = 8;
+
+  IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters);
+  IncludeFolders(const IncludeFolders&) = delete;
+  IncludeFolders& operator=(const IncludeFolders&) = delete;
+
+  /// The folders a request searches, in order: `include_dirs` (-I), then, with a `toolkit_library`, its
+  /// toolkit's (toolkit_include_dirs); each absolute, normal and checked to be a folder (a folder seen
+  /// as one less than the stat memo's time ago is not stat'ed again). Throws IncludeError.
+  [[nodiscard]] std::vector<std::filesystem::path> folders(std::span<const std::filesystem::path> include_dirs,
+                                                           const std::filesystem::path* toolkit_library) const;
+
+  /// Settles which files the request reads: from its dependency manifest when `use_manifest` and every
+  /// recorded header still has its stat (or its digest) and every path probed empty is still empty (no
+  /// header is read; `key_with` has keyed the request), else by resolving the includes. Throws
+  /// IncludeError (from a resolve).
+  [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
+
+  /// A retry after a failed compile: the header its log says the compiler could not open (an include
+  /// the scan cannot follow, e.g. through a function-like macro), and the request resolved again with
+  /// it among the retry names.
+  struct Retry {
+    std::string name;
+    Settled settled;
+  };
+  /// The retry, when the log names a header that this request has not retried yet, fewer than
+  /// kMaxRetries were made, and a folder has it (the new resolve read more headers than `resolved`);
+  /// else nullopt (the error stands). Throws IncludeError (from the resolve).
+  [[nodiscard]] std::optional<Retry> retry(const SettleInput& input, const ResolvedIncludes& resolved,
+                                           std::string_view compile_log);
+
+  /// Records what a resolve read in the request's manifest, after its entry (`entry_hash`) was found or
+  /// compiled, so the next request is settled by stat. Nothing for null `resolved` (settled by the
+  /// manifest, which is recorded and refreshed already). Never throws.
+  void record(const Hash128& request_hash, std::string_view request_canonical, const ResolvedIncludes* resolved,
+              const Hash128& entry_hash) noexcept;
+
+ private:
+  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names);
+
+  DependencyManifests& m_manifests;
+  AtomicCounters& m_counters;
+  HeaderFileCache m_files;  ///< headers the resolves of this engine read (by path and stat)
+};
+
+}  // namespace kiln::cache::detail

@@ -1,0 +1,124 @@
+#pragma once
+// Private to the include home (cache/src/includes/): kiln resolves #include itself. NVRTC has no
+// dependency output and a compile that fails on a missing header costs a whole compiler run, so kiln
+// scans the source and every header it reaches (scan.hpp), finds each included file in the in-memory
+// headers or the include folders, and hands the compiler only in-memory headers. It therefore knows
+// exactly which files a compile could read (their bytes go into the key) and which paths were probed
+// and found empty (a file appearing there later would be found first and change the result).
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "header_files.hpp"
+#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/dependencies.hpp"
+#include "kiln/cache/types.hpp"
+#include "paths.hpp"
+
+namespace kiln::cache::detail {
+
+/// A header handed to the compiler in memory (the user's, kiln's embedded ones), as the resolver reads
+/// it: views into the caller's header.
+struct MemoryHeader {
+  std::string_view name;
+  std::string_view text;
+};
+
+struct IncludeInput {
+  std::string_view source_name;
+  std::string_view source_text;
+  /// The headers handed in memory. They are searched before any folder and keep their names; the
+  /// compiler gets them with their includes rewritten.
+  std::span<const MemoryHeader> memory_headers;
+  /// -I folders, then the toolkit's, in search order. Relative folders are taken from the current
+  /// directory. A folder that does not exist is an IncludeError.
+  std::vector<std::filesystem::path> folders;
+  /// The compiler the headers are for: it decides how a file from disk is named in memory (see
+  /// ResolvedIncludes::compiler_headers).
+  Vendor vendor = Vendor::cuda;
+  /// Names a failed compile could not open (computed includes the scan cannot see: #include MACRO).
+  /// Each is looked up like <name> and handed to the compiler under that very name, since the
+  /// include that asks for it is not rewritten.
+  std::vector<std::string> retry_names;
+  /// Files earlier resolves read (optional): a file whose stat is unchanged is not read or scanned again.
+  HeaderFileCache* file_cache = nullptr;
+  /// Recent stats (optional; with file_cache only): a header or probed place that a lookup or an
+  /// earlier resolve stat'ed less than the memo's time ago is not stat'ed again, and what this
+  /// resolve's stats find is noted there.
+  StatMemo* stat_memo = nullptr;
+  /// A header whose mtime or ctime lies within this window of the resolve's start is not trusted by
+  /// its stat (HeaderRecord::trusted_stat): the dependency manifests' window (ManifestConfig::trust_window).
+  std::chrono::nanoseconds trust_window = kStatTrustWindow;
+};
+
+/// A header as the compiler gets it. Its text is shared: a file's rewritten text stays with the file in
+/// the HeaderFileCache and serves every later resolve that rewrites it the same way, so a burst of
+/// compiles over one tree does not copy the tree's bytes again for each kernel.
+struct CompilerHeader {
+  std::string name;
+  std::string_view text;                        ///< all of *storage (so NUL-terminated)
+  std::shared_ptr<const std::string> storage;
+};
+
+struct ResolvedIncludes {
+  /// The files read from the folders, in the order they were first reached, and the paths probed
+  /// and found without a regular file in places searched before a match (or, for an include that
+  /// matched nothing, every place searched).
+  DependencySet dependencies;
+  /// What the compiler gets in memory: the memory headers (their names, includes rewritten), then
+  /// every file read from disk under its compiler name. That is the name a computed include or a
+  /// retry name asks for it by, when one does (the compiler will ask for that name, and one file
+  /// under one name keeps #pragma once working; a second such name gets a copy; the first file to
+  /// claim a name keeps it). Otherwise it is the file's absolute path for NVRTC, and for HIPRTC the
+  /// same path without the leading '/' (comgr stores each header under its include folder by name,
+  /// so an absolute name would make clang read the file from disk instead of the bytes kiln hashed).
+  std::vector<CompilerHeader> compiler_headers;
+  /// The source with each include that resolved to a file on disk rewritten to `#include "NAME"`
+  /// with NAME the file's compiler name, as in every header handed over (#include_next becomes
+  /// #include, __has_include_next becomes __has_include). Every line stays where it was, so compiler
+  /// messages keep their line numbers.
+  std::string compiler_source;
+  /// Names (as written, without delimiters) of includes that matched nothing; sorted, unique. Not an
+  /// error by itself: the include may sit in a branch that is never compiled, or name one of the
+  /// compiler's own headers.
+  std::vector<std::string> unresolved;
+  /// The operands of computed includes (#include MACRO), as written; sorted, unique.
+  std::vector<std::string> computed;
+  /// What the resolve asked the file system.
+  FileWork work;
+};
+
+/// Resolves every include of the source and of the memory headers, transitively. Each file is opened
+/// and read once. Throws IncludeError for a folder that does not exist or is not a folder, a header
+/// larger than kMaxHeaderBytes, a file that cannot be read, or a disk file whose compiler name is
+/// taken by a memory header.
+[[nodiscard]] ResolvedIncludes resolve_includes(const IncludeInput& input);
+
+/// The folders as absolute, lexically normal paths, in the same order. Throws IncludeError for a folder
+/// that is empty, does not exist or is not a folder (one stat each).
+/// With `memo`, a folder seen as a folder less than the memo's time ago is not stat'ed again.
+[[nodiscard]] std::vector<std::filesystem::path> checked_include_folders(
+    std::span<const std::filesystem::path> folders, StatMemo* memo = nullptr);
+
+/// The include folders of the toolkit a compiler library belongs to, in search order. NVRTC
+/// (<root>/lib64/libnvrtc.so.N, <root>/lib/..., <root>/targets/<triple>/lib/...): <root>/include, then
+/// <root>/include/cccl when present (CUDA 13 keeps CUB, Thrust and libcu++ there). HIP (libamdhip64 or
+/// libhiprtc under <root>/lib, or a multiarch <root>/lib/<triple>): <root>/include. Throws IncludeError
+/// when the toolkit folder lacks the toolkit's headers, naming the folder (toolkit_dirs.cpp).
+[[nodiscard]] std::vector<std::filesystem::path> toolkit_include_dirs(const std::filesystem::path& compiler_library);
+
+/// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
+/// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
+[[nodiscard]] std::optional<std::string> missing_include_from_log(std::string_view log);
+
+/// A sentence for a CompileError about a header that was not found: where kiln looked.
+[[nodiscard]] std::string describe_missing_include(std::string_view name,
+                                                   std::span<const std::filesystem::path> folders);
+
+}  // namespace kiln::cache::detail

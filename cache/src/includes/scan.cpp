@@ -1,0 +1,353 @@
+#include "scan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kiln::cache::detail {
+namespace {
+
+constexpr std::size_t npos = std::string_view::npos;
+
+bool is_blank(int c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_digit(int c) { return c >= '0' && c <= '9'; }
+bool is_ident_start(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c >= 0x80;
+}
+bool is_ident_char(int c) { return is_ident_start(c) || is_digit(c); }
+
+/// The scanner behind scan_includes (its comment says what it skips and why).
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text) : m_text(text) {}
+
+  /// Fills `found`: the includes in order, the computed includes' operands, the object-like macro
+  /// definitions.
+  void run(ScanResult& found) {
+    m_found = &found;
+    // A leading UTF-8 byte order mark is not a token: the compiler does not see it
+    // (engine/src/lanes/rtc_compile.hpp), so a directive on the first line is still at the start of its line.
+    if (m_text.starts_with("\xEF\xBB\xBF")) m_pos = 3;
+    bool line_start = true;
+    for (int c = peek(); c >= 0; c = peek()) {
+      if (c == '\n') {
+        line_start = true;
+        advance();
+      } else if (is_blank(c)) {
+        advance();
+      } else if (c == '/' && peek_second() == '/') {
+        skip_line_comment();
+      } else if (c == '/' && peek_second() == '*') {
+        skip_block_comment();  // a comment is one space: a line that starts with one still starts there
+      } else if (c == '#' && line_start) {
+        line_start = false;
+        advance();
+        directive();
+      } else {
+        line_start = false;
+        token();
+      }
+    }
+  }
+
+ private:
+  /// The raw index of the character at or after `at` once line splices are skipped.
+  [[nodiscard]] std::size_t logical(std::size_t at) const {
+    while (at < m_text.size() && m_text[at] == '\\') {
+      if (at + 1 < m_text.size() && m_text[at + 1] == '\n')
+        at += 2;
+      else if (at + 2 < m_text.size() && m_text[at + 1] == '\r' && m_text[at + 2] == '\n')
+        at += 3;
+      else
+        break;
+    }
+    return at;
+  }
+  /// The current character (-1 at the end).
+  int peek() {
+    m_pos = logical(m_pos);
+    return m_pos < m_text.size() ? static_cast<unsigned char>(m_text[m_pos]) : -1;
+  }
+  /// The character after the current one (-1 at the end).
+  int peek_second() {
+    m_pos = logical(m_pos);
+    if (m_pos >= m_text.size()) return -1;
+    const std::size_t at = logical(m_pos + 1);
+    return at < m_text.size() ? static_cast<unsigned char>(m_text[at]) : -1;
+  }
+  void advance() {
+    m_pos = logical(m_pos);
+    if (m_pos < m_text.size()) ++m_pos;
+  }
+
+  void skip_blanks_and_comments() {  // within one line
+    for (int c = peek(); c >= 0; c = peek()) {
+      if (is_blank(c)) {
+        advance();
+      } else if (c == '/' && peek_second() == '*') {
+        skip_block_comment();
+      } else {
+        return;
+      }
+    }
+  }
+  void skip_line_comment() {  // up to, not including, the newline (a spliced newline continues it)
+    for (int c = peek(); c >= 0 && c != '\n'; c = peek()) advance();
+  }
+  void skip_block_comment() {
+    advance();
+    advance();
+    for (int c = peek(); c >= 0; c = peek()) {
+      advance();
+      if (c == '*' && peek() == '/') {
+        advance();
+        return;
+      }
+    }
+  }
+  /// A string or character literal; an unterminated one ends at the end of its line.
+  void skip_quoted(int quote) {
+    advance();
+    for (int c = peek(); c >= 0 && c != '\n'; c = peek()) {
+      advance();
+      if (c == '\\') {
+        if (const int escaped = peek(); escaped >= 0 && escaped != '\n') advance();
+      } else if (c == quote) {
+        return;
+      }
+    }
+  }
+  /// R"delim( ... )delim", read from the raw text (splices are not undone inside a raw string).
+  void skip_raw_string() {
+    const std::size_t quote = logical(m_pos);
+    const std::size_t open = m_text.find('(', quote + 1);
+    const std::string_view delimiter = open == npos ? std::string_view() : m_text.substr(quote + 1, open - quote - 1);
+    if (open == npos || delimiter.size() > 16 || delimiter.find_first_of(std::string_view(" ()\\\t\v\f\r\n")) != npos) {
+      skip_quoted('"');  // not a valid raw string: lex it like an ordinary one
+      return;
+    }
+    const std::string close = fmt::format("){}\"", delimiter);
+    const std::size_t end = m_text.find(close, open + 1);
+    m_pos = end == npos ? m_text.size() : end + close.size();
+  }
+  void skip_number() {
+    advance();
+    for (int c = peek(); c >= 0; c = peek()) {
+      const int second = peek_second();
+      if ((c == 'e' || c == 'E' || c == 'p' || c == 'P') && (second == '+' || second == '-')) {
+        advance();
+        advance();
+      } else if (is_ident_char(c) || c == '.') {
+        advance();
+      } else if (c == '\'' && is_ident_char(second)) {  // digit separator: 1'000'000
+        advance();
+        advance();
+      } else {
+        return;
+      }
+    }
+  }
+  std::string read_identifier() {
+    std::string out;
+    for (int c = peek(); is_ident_char(c); c = peek()) {
+      out += static_cast<char>(c);
+      advance();
+      m_identifier_end = m_pos;
+    }
+    return out;
+  }
+
+  void token() {
+    const int c = peek();
+    if (c == '"' || c == '\'') {
+      skip_quoted(c);
+    } else if (is_ident_start(c)) {
+      const std::size_t begin = logical(m_pos);
+      const std::string word = read_identifier();
+      const std::size_t end = m_identifier_end;
+      const int after = peek();
+      if (after == '"' && (word == "R" || word == "u8R" || word == "uR" || word == "UR" || word == "LR")) {
+        skip_raw_string();
+      } else if ((after == '"' || after == '\'') && (word == "u8" || word == "u" || word == "U" || word == "L")) {
+        skip_quoted(after);
+      } else if (word == "__has_include" || word == "__has_include_next") {
+        has_include(begin, end, word.size() > 13);
+      }
+    } else if (is_digit(c) || (c == '.' && is_digit(peek_second()))) {
+      skip_number();
+    } else {
+      advance();
+    }
+  }
+
+  /// A header-name operand: <...> or "..." on one line. False (nothing recorded) when there is none.
+  bool operand(IncludeRef& ref) {
+    const int open = peek();
+    if (open != '<' && open != '"') return false;
+    const int close = open == '<' ? '>' : '"';
+    ref.operand_begin = m_pos;
+    advance();
+    std::string name;
+    for (int c = peek();; c = peek()) {
+      if (c < 0 || c == '\n') return false;  // unterminated: not a header name
+      advance();
+      if (c == close) break;
+      name += static_cast<char>(c);
+    }
+    ref.operand_end = m_pos;
+    ref.name = std::move(name);
+    ref.angled = open == '<';
+    return true;
+  }
+
+  void has_include(std::size_t keyword_begin, std::size_t keyword_end, bool next) {
+    skip_blanks_and_comments();
+    if (peek() != '(') return;
+    advance();
+    skip_blanks_and_comments();
+    IncludeRef ref;
+    ref.keyword_begin = keyword_begin;
+    ref.keyword_end = keyword_end;
+    ref.next = next;
+    ref.has_include = true;
+    if (operand(ref)) m_found->refs.push_back(std::move(ref));
+  }
+
+  /// The rest of the logical line as the preprocessor sees it: comments are one space, literals are
+  /// kept whole (a "//" inside one is not a comment), blanks around it are dropped.
+  std::string rest_of_line() {
+    std::string text;
+    for (int c = peek(); c >= 0 && c != '\n'; c = peek()) {
+      if (c == '/' && peek_second() == '/') break;
+      if (c == '/' && peek_second() == '*') {
+        skip_block_comment();
+        text += ' ';
+        continue;
+      }
+      text += static_cast<char>(c);
+      advance();
+      if (c != '"' && c != '\'') continue;
+      for (int d = peek(); d >= 0 && d != '\n'; d = peek()) {
+        text += static_cast<char>(d);
+        advance();
+        if (d == '\\') {
+          if (const int escaped = peek(); escaped >= 0 && escaped != '\n') {
+            text += static_cast<char>(escaped);
+            advance();
+          }
+        } else if (d == c) {
+          break;
+        }
+      }
+    }
+    const std::size_t first = text.find_first_not_of(" \t\r\v\f");
+    if (first == npos) return {};
+    const std::size_t last = text.find_last_not_of(" \t\r\v\f");
+    return text.substr(first, last - first + 1);
+  }
+
+  /// After the '#' that starts a line. #include and #include_next are read here, and #define's
+  /// name and text are noted (for computed includes); the tokens of any other directive, and of a
+  /// definition, go back to the main loop (so __has_include in #if, #elif or a macro is found there).
+  void directive() {
+    skip_blanks_and_comments();
+    if (!is_ident_start(peek())) return;
+    const std::size_t begin = logical(m_pos);
+    const std::string word = read_identifier();
+    if (word == "define") {
+      skip_blanks_and_comments();
+      if (!is_ident_start(peek())) return;
+      std::string name = read_identifier();
+      if (peek() == '(') return;  // function-like: not followed for computed includes
+      const std::size_t replacement = m_pos;
+      std::string text = rest_of_line();
+      m_pos = replacement;
+      m_found->defines.emplace_back(std::move(name), std::move(text));
+      return;
+    }
+    if (word != "include" && word != "include_next") return;
+    IncludeRef ref;
+    ref.keyword_begin = begin;
+    ref.keyword_end = m_identifier_end;
+    ref.next = word == "include_next";
+    skip_blanks_and_comments();
+    if (operand(ref)) {
+      m_found->refs.push_back(std::move(ref));
+      return;
+    }
+    // #include MACRO: the operand is computed by the preprocessor (see guess_computed).
+    if (std::string text = rest_of_line(); !text.empty()) m_found->computed.push_back(std::move(text));
+  }
+
+  std::string_view m_text;
+  std::size_t m_pos = 0;
+  std::size_t m_identifier_end = 0;  ///< raw index after the last character read_identifier took
+  ScanResult* m_found = nullptr;
+};
+
+}  // namespace
+
+void scan_includes(std::string_view text, ScanResult& found) { Scanner(text).run(found); }
+
+std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines) {
+  constexpr int kMaxDepth = 8;
+  constexpr std::size_t kMaxSteps = 256;
+  std::vector<Guess> out;
+  std::vector<std::pair<std::string, int>> work = {{std::string(operand), 0}};
+  for (std::size_t steps = 0; !work.empty() && steps < kMaxSteps; ++steps) {
+    auto [text, depth] = std::move(work.back());
+    work.pop_back();
+    // The first identifier outside a string literal that names a macro.
+    std::size_t begin = npos, end = npos;
+    Defines::const_iterator macro = defines.end();
+    for (std::size_t i = 0; i < text.size();) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c == '"') {
+        const std::size_t close = text.find('"', i + 1);
+        if (close == npos) break;
+        i = close + 1;
+      } else if (is_ident_start(c) && (i == 0 || !is_ident_char(static_cast<unsigned char>(text[i - 1])))) {
+        std::size_t j = i;
+        while (j < text.size() && is_ident_char(static_cast<unsigned char>(text[j]))) ++j;
+        macro = defines.find(text.substr(i, j - i));
+        if (macro != defines.end()) {
+          begin = i;
+          end = j;
+          break;
+        }
+        i = j;
+      } else {
+        ++i;
+      }
+    }
+    if (macro == defines.end()) {
+      const std::size_t first = text.find_first_not_of(" \t");
+      const std::size_t last = text.find_last_not_of(" \t");
+      if (first == npos || last - first < 2) continue;
+      const char open = text[first], close = text[last];
+      if (!((open == '<' && close == '>') || (open == '"' && close == '"'))) continue;
+      Guess guess{text.substr(first + 1, last - first - 1), open == '<'};
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const Guess& g) { return g.name == guess.name && g.angled == guess.angled; });
+      if (!seen) out.push_back(std::move(guess));
+      continue;
+    }
+    if (depth >= kMaxDepth) continue;
+    const std::vector<std::string>& definitions = macro->second;
+    for (auto d = definitions.rbegin(); d != definitions.rend(); ++d) {  // the first definition is tried first
+      work.emplace_back(text.substr(0, begin) + *d + text.substr(end), depth + 1);
+    }
+  }
+  return out;
+}
+
+bool opens_files_by_name(std::string_view text) {
+  if (text.find("include") == std::string_view::npos) return false;  // no include of any form
+  ScanResult found;
+  scan_includes(text, found);
+  return !found.computed.empty() || std::any_of(found.refs.begin(), found.refs.end(), [](const IncludeRef& ref) {
+    return ref.name.starts_with('/');
+  });
+}
+
+}  // namespace kiln::cache::detail

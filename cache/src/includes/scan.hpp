@@ -1,0 +1,67 @@
+#pragma once
+// Private to the include home (cache/src/includes/): finding the includes of a text without
+// preprocessing it. Every branch is scanned (#if 0 and #ifdef _WIN32 included), so the set is a
+// superset of what the compiler reads. __has_include operands count as includes (a header the compiler
+// did not get would flip the answer). A computed include (#include MACRO) cannot be rewritten; the scan
+// notes its operand and every object-like #define it saw, and guess_computed expands the one with the
+// others. What that cannot reach (function-like macros, token pasting) the engine retries with the name
+// a failed compile asked for (missing_include_from_log, IncludeInput::retry_names).
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kiln::cache::detail {
+
+/// One include found by the scan: an #include / #include_next directive or a __has_include /
+/// __has_include_next operator with a header-name operand.
+struct IncludeRef {
+  std::string name;  ///< between the delimiters, line splices removed
+  bool angled = false;
+  bool next = false;                               ///< include_next / __has_include_next
+  bool has_include = false;                        ///< the __has_include form
+  std::size_t keyword_begin = 0, keyword_end = 0;  ///< raw span of the directive or operator name
+  std::size_t operand_begin = 0, operand_end = 0;  ///< raw span of the operand, delimiters included
+};
+
+struct ScanResult {
+  std::vector<IncludeRef> refs;
+  std::vector<std::string> computed;                         ///< operands of #include MACRO, as written
+  std::vector<std::pair<std::string, std::string>> defines;  ///< object-like #define: name, replacement
+};
+
+/// Fills `found` with the includes of `text` in order, the computed includes' operands and the
+/// object-like macro definitions. Comments, string and character literals (raw strings too) and
+/// pp-numbers are skipped the way the compiler's lexer skips them, so neither an include inside a
+/// comment nor a "/*" inside a string misleads the scan; conditional directives are not evaluated.
+/// Line splices (backslash-newline) are transparent everywhere except inside raw strings, as in the
+/// language.
+void scan_includes(std::string_view text, ScanResult& found);
+
+/// Every object-like definition seen for a macro name, in the order seen (any branch, never undone).
+using Defines = std::unordered_map<std::string, std::vector<std::string>>;
+
+/// A header name a computed include may expand to.
+struct Guess {
+  std::string name;
+  bool angled = false;
+};
+
+/// The header names a computed include's operand can expand to, using every object-like definition
+/// the scan saw for each macro (every branch: an over-approximation, like the scan itself). Thrust
+/// picks its system headers this way (`#include __THRUST_DEVICE_SYSTEM_TAG_HEADER`, defined as
+/// `<__THRUST_DEVICE_SYSTEM_ROOT/detail/...>`); guessing them saves a failed compile for each one.
+/// Function-like macros and token pasting are not followed: what cannot be guessed is left to the
+/// engine's retry. Bounded: at most 8 nested expansions and 256 texts per operand.
+[[nodiscard]] std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines);
+
+/// Whether `text` (a source or an in-memory header) has an include the compiler would open from the disk
+/// whatever folders it is given: one by an absolute path (#include, #include_next or __has_include), or a
+/// computed one (#include MACRO), which may expand to one. The engine resolves such a request's includes
+/// itself, so the file is read by kiln, keyed and handed over in memory. Cheap for a text without the
+/// word "include".
+[[nodiscard]] bool opens_files_by_name(std::string_view text);
+
+}  // namespace kiln::cache::detail

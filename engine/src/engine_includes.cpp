@@ -1,0 +1,92 @@
+// Which files a request with include folders reads, and so its entry key: the engine's side of the
+// include home (cache/src/includes/include_folders.hpp), which settles the dependency part from the
+// manifest or by resolving the includes, retries with a header the compiler asked for, and records.
+// Here the request is handed over, keyed, and the home's IncludeError becomes the request's ConfigError.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine_internal.hpp"
+#include "include_folders.hpp"
+#include "kiln/error.hpp"
+#include "request.hpp"
+
+namespace kiln::detail {
+namespace {
+
+/// Calls the include home. Its IncludeError (a folder or header it cannot use) is the request's
+/// ConfigError, with the same message.
+template <class Call>
+auto config_errors(Call&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const cache::detail::IncludeError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> EngineCore::include_folders(const Options& options, Vendor vendor) {
+  const std::vector<std::filesystem::path> dirs(options.include_dirs().begin(), options.include_dirs().end());
+  std::optional<std::filesystem::path> library;
+  if (options.toolkit_includes()) library = compiler_library(vendor);
+  return config_errors([&] { return m_includes->folders(dirs, library ? &*library : nullptr); });
+}
+
+cache::detail::SettleInput EngineCore::include_request(const Request& r,
+                                                       std::vector<cache::detail::MemoryHeader>& headers) {
+  headers.clear();
+  for (const Header& h : r.source.headers()) headers.push_back({h.name, h.text});
+  cache::detail::SettleInput input;
+  input.request_hash = r.request_hash;
+  input.request_canonical = r.request_key.bytes();
+  input.source_name = r.source.name();
+  input.source_text = r.source.text();
+  input.memory_headers = headers;
+  input.folders = r.include_folders;
+  input.vendor = r.target.vendor;
+  input.retry_names = r.retry_names;
+  return input;
+}
+
+void EngineCore::settle_includes(Request& r, bool use_manifest) {
+  if (!r.reads_files) return;
+  std::vector<cache::detail::MemoryHeader> headers;
+  cache::detail::SettleInput input = include_request(r, headers);
+  // A manifest's answer keys the request with its dependency part (make_key's key, not the home's).
+  input.key_with = [&r](const std::string& dependency_part) {
+    r.dependency_part = dependency_part;
+    r.includes.reset();
+    key_with_dependencies(r);
+    return r.hash;
+  };
+  cache::detail::Settled settled = config_errors([&] { return m_includes->settle(input, use_manifest); });
+  if (!settled.includes) return;  // settled by the manifest: keyed by key_with
+  r.dependency_part = std::move(settled.dependency_part);
+  r.includes = std::move(settled.includes);
+  key_with_dependencies(r);
+}
+
+std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const Request& r, const CompileError& error) {
+  if (!r.includes) return std::nullopt;
+  std::vector<cache::detail::MemoryHeader> headers;
+  const cache::detail::SettleInput input = include_request(r, headers);
+  std::optional<cache::detail::IncludeFolders::Retry> retry =
+      config_errors([&] { return m_includes->retry(input, *r.includes, error.log()); });
+  if (!retry) return std::nullopt;
+  Request retried = r;
+  retried.retry_names.push_back(std::move(retry->name));
+  retried.dependency_part = std::move(retry->settled.dependency_part);
+  retried.includes = std::move(retry->settled.includes);
+  key_with_dependencies(retried);
+  return retried;
+}
+
+void EngineCore::note_dependencies(const Request& r) noexcept {
+  m_includes->record(r.request_hash, r.request_key.bytes(), r.includes.get(), r.hash);
+}
+
+}  // namespace kiln::detail

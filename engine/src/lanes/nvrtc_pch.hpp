@@ -1,0 +1,95 @@
+#pragma once
+// NVRTC's automatic precompiled headers (CUDA 12.8+, `-pch`), used so that a cache which promises "this
+// key, this binary" can rely on them. What NVRTC does and does not check (measured on NVRTC 13.0):
+//
+//   - A PCH is taken for a later compile whose leading directives (the includes and defines before the
+//     first declaration) and command line match the compile that made it. It is NOT checked against the
+//     in-memory headers' text: a header handed under the same name with other bytes reuses the old PCH
+//     and gives the old binary. So every compile's PCH folder is named by a digest of every in-memory
+//     header (names and bytes) it is handed: other bytes, another folder, never a stale PCH.
+//   - A PCH records the address of NVRTC's PCH heap: it serves only the process that made it. A folder
+//     shared by processes races (each rewrites the other's files). So the folders live under one root
+//     per process, private (0700, made with mkdtemp), removed when the compiler is unloaded; roots left
+//     by processes that died are removed by the next process that makes one.
+//   - Templates instantiated into the PCH change the code of the compiles that use it; with
+//     `--instantiate-templates-in-pch=false` the binaries are the ones the compile without PCH gives.
+//     (A source whose headers define internal-linkage objects, as CCCL's libcu++ does, gets a random
+//     `_INTERNAL_<8 hex>` tag in such symbols' names from every compile, with or without PCH: two
+//     compiles of it are never byte-identical. The tests compare such binaries with that tag blanked.)
+//   - PCH messages and reasons a PCH was not taken would land in the compile log, which kiln returns:
+//     the messages are parsed and removed (they tell which compiles made or used a PCH), the reasons are
+//     turned off.
+//   - A PCH that does not fit NVRTC's PCH heap is not made (the compile itself succeeds, with a warning
+//     in its log). The lane then grows the heap to the size NVRTC asks for and compiles again, once.
+//
+// The PCH is never part of a key: it changes how long a compile takes, not what it gives.
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lanes/lane.hpp"
+
+namespace kiln::vendor::pch {
+
+/// Requests whose in-memory headers are smaller than this compile without PCH: making one costs more
+/// than the compiles it could serve save.
+inline constexpr std::uint64_t kMinHeaderBytes = 256 * 1024;
+/// The PCH files one process keeps at most; the least recently made folders go first.
+inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
+
+/// How one compile uses PCH.
+struct Plan {
+  std::vector<std::string> flags;  ///< added after the request's own flags (never part of the key)
+  std::filesystem::path folder;    ///< this header set's PCH folder
+};
+
+/// What a compile's log said about PCH; the log keeps every other line.
+struct LogNotes {
+  bool created = false;
+  bool used = false;
+};
+
+/// Removes the lines the PCH flags of `plan` make NVRTC write ("<source>": creating/using precompiled
+/// header file "<folder>/...") from `log`, and says which it found.
+LogNotes strip_pch_messages(std::string& log, const Plan& plan);
+
+/// Whether `flag` is one of NVRTC's PCH flags (-pch, --create-pch=, --pch-dir=, ...).
+[[nodiscard]] bool is_pch_flag(std::string_view flag) noexcept;
+
+/// The process-private PCH folders of one loaded NVRTC. Thread-safe.
+class Folders {
+ public:
+  /// `off_reason` empty: on; else the reason it is off ("KILN_PCH=0", "NVRTC 12.4 has none (12.8+)").
+  explicit Folders(std::string off_reason);
+  ~Folders();
+  Folders(const Folders&) = delete;
+  Folders& operator=(const Folders&) = delete;
+
+  [[nodiscard]] bool on() const noexcept { return m_off_reason.empty(); }
+  /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
+  /// its headers are small, or the private root cannot be made (said once in the log).
+  [[nodiscard]] std::optional<Plan> plan(const CompileInput& input);
+  /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
+  void note(const Plan& plan, const LogNotes& notes);
+  /// One line for `kiln devices`: "on (N made, M used, heap X MiB; <root>)" or "off: <reason>".
+  [[nodiscard]] std::string describe(std::uint64_t heap_bytes) const;
+
+ private:
+  [[nodiscard]] std::optional<std::filesystem::path> root();
+  void trim();
+
+  const std::string m_off_reason;
+  std::mutex m_mutex;                // the root, trimming
+  std::filesystem::path m_root;      // empty until the first plan
+  long m_root_pid = 0;               // the process that made m_root (a forked child makes its own)
+  bool m_root_failed = false;
+  std::atomic<std::uint64_t> m_made{0};
+  std::atomic<std::uint64_t> m_used{0};
+};
+
+}  // namespace kiln::vendor::pch

@@ -1,0 +1,157 @@
+// Building a request: its target, the vendor flags of its options and the engine's own flags, its
+// include folders, and its canonical key.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compiler_probe.hpp"
+#include "compilers.hpp"
+#include "engine_internal.hpp"
+#include "include_folders.hpp"
+#include "kiln/base/hot_path.hpp"
+#include "kiln/cache/entry.hpp"
+#include "kiln/cache/key.hpp"
+#include "kiln/error.hpp"
+#include "kiln/tooling/targets.hpp"
+#include "request.hpp"
+#include "source_internal.hpp"
+
+namespace kiln::detail {
+namespace {
+
+/// Environment variables that silently change HIPRTC's flags: part of every AMD key.
+constexpr const char* kHipEnvironment[] = {"HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND",
+                                           "GPU_ENABLE_WGP_MODE"};
+
+}  // namespace
+
+KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, const Options& options,
+                                                      const std::vector<std::string>& names,
+                                                      std::string_view target_text, std::optional<int> warp_size) {
+  Request r(source, parse_target(target_text), names);
+  r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
+  std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
+  if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
+    // Refusing a request is only done on the loaded compiler's word, never on a probe's alone.
+    if (loaded_lane(r.target.vendor).compiler) facts = compiler_facts(r.target.vendor);
+    validate_target(r.target, facts->targets, facts->identity);
+  }
+  if (warp_size) r.target.warp_size = *warp_size;
+
+  for (const std::string& name : r.names) {
+    if (name.empty()) throw ConfigError(fmt::format("source '{}': empty kernel name", source.name()));
+  }
+  std::sort(r.names.begin(), r.names.end());
+  r.names.erase(std::unique(r.names.begin(), r.names.end()), r.names.end());
+
+  // The compiler searches no folder of its own: every file it may open is one kiln resolved and keyed.
+  // NVRTC looks up a quoted include next to its includer, which for the source (and an in-memory header)
+  // means the process's working directory: --no-source-include turns that off. HIPRTC (clang) searches
+  // the system folders (/usr/include, ...) for an <include>: -nostdlibinc turns that off and keeps
+  // clang's own builtin headers, which belong to the compiler the key names.
+  if (r.target.vendor == Vendor::cuda) {
+    r.flags.push_back("-arch=" + r.target.full);
+    r.flags.emplace_back("-default-device");
+    r.flags.emplace_back("--no-source-include");
+  } else {
+    r.flags.push_back("--offload-arch=" + r.target.full);
+    r.flags.emplace_back("-nostdlibinc");
+    for (const Header& h : r.source.user_headers()) {
+      if (h.name.starts_with('/')) {
+        throw ConfigError(fmt::format(
+            "source '{}': the in-memory header '{}' has an absolute name, and HIPRTC opens an #include of an absolute "
+            "path from the disk instead of the header handed to it; give the header a relative name",
+            source.name(), h.name));
+      }
+    }
+  }
+  r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
+  if (!options.include_dirs().empty() || options.toolkit_includes()) {
+    // kiln resolves the includes itself (cache/src/includes/); which files that reads is settled later
+    // (settle_includes), from the dependency manifest when it still matches.
+    r.include_folders = include_folders(options, r.target.vendor);
+    r.reads_files = true;
+  } else {
+    // An absolute #include is opened by the compiler whatever its search flags; a computed one may be.
+    using cache::detail::opens_files_by_name;
+    r.reads_files = opens_files_by_name(r.source.text()) ||
+                    std::any_of(r.source.user_headers().begin(), r.source.user_headers().end(),
+                                [](const Header& h) { return opens_files_by_name(h.text); }) ||
+                    (!r.source.embedded_headers_intact() &&
+                     std::any_of(r.source.headers().begin(), r.source.headers().end(),
+                                 [](const Header& h) { return opens_files_by_name(h.text); }));
+  }
+  make_key(r, facts->identity);
+  return r;
+}
+
+KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_identity) {
+  // The canonical key: every input that can change the binary, in one fixed order.
+  r.compiler = compiler_identity;
+  r.key = cache::CanonicalKey();
+  r.key.add("format", std::to_string(cache::kEntryFormatVersion));
+  r.key.add("vendor", to_string(r.target.vendor));
+  r.key.add("compiler", r.compiler);
+  r.key.add("target", r.target.full);
+  r.key.add("options", join(r.flags, '\n'));
+  if (r.target.vendor == Vendor::hip) {
+    std::string environment;
+    for (const char* variable : kHipEnvironment) {
+      const char* value = std::getenv(variable);
+      environment += fmt::format("{}={}\n", variable, value != nullptr ? value : "");
+    }
+    r.key.add("env", environment);
+  }
+  r.key.add("names", join(r.names, '\n'));
+  r.key.add("source-name", r.source.name());  // the compiler's file name: __FILE__ carries it into the binary
+  r.key.add("source", r.source.text());
+  if (r.source.embedded_headers_intact()) {
+    // kiln's own headers as built: named by their digest (see source_internal.hpp), not their text.
+    for (const Header& h : r.source.user_headers()) r.key.add("header:" + h.name, h.text);
+    r.key.add("embedded-headers", embedded_headers_digest());
+  } else {
+    for (const Header& h : r.source.headers()) r.key.add("header:" + h.name, h.text);
+  }
+  if (r.reads_files) {
+    // The two-level key: the request key holds the folders searched (absolute: the same relative -I in
+    // another directory is another request); the entry's key adds what was read there, by path and
+    // digest, and every place probed and found empty before a match.
+    std::string folders;
+    for (const std::filesystem::path& folder : r.include_folders) folders += folder.string() + '\n';
+    r.key.add("include-folders", folders);
+    r.request_key = r.key;
+    r.request_hash = r.key.hash();
+    if (!r.dependency_part.empty()) r.key.add("dependencies", r.dependency_part);
+  }
+  seal_key(r);
+}
+
+void EngineCore::key_with_dependencies(Request& r) {
+  // What make_key gives for the settled part, without building the request key's parts again.
+  r.key = r.request_key;
+  r.key.add("dependencies", r.dependency_part);
+  seal_key(r);
+}
+
+KILN_HOT void EngineCore::seal_key(Request& r) {
+  try {
+    cache::check_canonical_key(r.key.bytes());  // the readers' limit: refuse before compiling what no one could read
+  } catch (const std::length_error& e) {
+    throw ConfigError(fmt::format("source '{}' for {}: {}", r.source.name(), r.target.full, e.what()));
+  }
+  r.hash = r.key.hash();
+}
+
+std::pair<std::string, std::optional<int>> EngineCore::resolve_target(std::string_view target) {
+  if (target != "native") return {std::string(target), std::nullopt};
+  const DeviceInfo& info = runtime().devices()[static_cast<std::size_t>(m_default_device)];
+  return {info.target, info.warp_size};  // the device's own warp size, not the target's default
+}
+
+}  // namespace kiln::detail

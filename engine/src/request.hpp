@@ -1,0 +1,51 @@
+#pragma once
+// A request as the engine works on it: the source, target, names and vendor flags it was made from,
+// and the key made of them (make_request, make_key). Shared by the parts of the engine that build,
+// settle, compile and load requests.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine_internal.hpp"
+#include "include_folders.hpp"
+#include "kiln/cache/key.hpp"
+#include "kiln/source.hpp"
+#include "kiln/tooling/targets.hpp"
+
+namespace kiln::detail {
+
+struct EngineCore::Request {
+  Request(Source source_in, Target target_in, std::vector<std::string> names_in)
+      : source(std::move(source_in)), target(std::move(target_in)), names(std::move(names_in)) {}
+  Source source;
+  Target target;
+  std::vector<std::string> names;  // sorted, unique
+  std::vector<std::string> flags;  // complete vendor flags
+  std::string compiler;  // the identity the key was made with
+  /// Include folders (-I, then the toolkit's) in search order: absolute, normal, checked to be folders.
+  std::vector<std::filesystem::path> include_folders;
+  /// The compile could open files: include folders are given, or the source or a header names a file by
+  /// an absolute path or through a macro (opens_files_by_name). kiln then resolves every include itself
+  /// and the key has two levels; otherwise the compiler gets in-memory headers only and can open no file
+  /// (make_request's search flags), and the key has one level.
+  bool reads_files = false;
+  /// With include folders, the request's two-level key (dep_manifest.hpp): `request_key` is every input
+  /// but the headers' bytes (the include folders are part of it); it names the dependency manifest.
+  cache::CanonicalKey request_key;
+  cache::Hash128 request_hash;
+  /// The key part naming what the compile reads from the folders (cache::canonical_dependencies): from
+  /// the manifest (a hit by stat) or the resolver. Empty while not settled (settle_includes); `key` then
+  /// is the request key.
+  std::string dependency_part;
+  /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
+  /// resolves again first (obtain_uncached).
+  std::shared_ptr<const cache::detail::ResolvedIncludes> includes;
+  /// Headers a failed compile asked for that the scan could not see (retry_with_missing_header).
+  std::vector<std::string> retry_names;
+  cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
+  cache::Hash128 hash;
+};
+
+}  // namespace kiln::detail

@@ -1,0 +1,366 @@
+// NVRTC's automatic precompiled headers through the NVRTC lane (nvrtc_pch.hpp), on a machine with no GPU:
+// a PCH is made and then used, the binaries are the ones a compile without PCH gives, a header handed
+// with other bytes never meets an old PCH, a heap too small is grown, KILN_PCH=0 turns it off, threads.
+// Needs NVRTC 12.8 or later; skips with the reason otherwise.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/engine.hpp"
+#include "kiln/error.hpp"
+#include "lanes/lane.hpp"
+#include "lanes/nvrtc_pch.hpp"
+#include "test_support.hpp"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A header of `count` function templates: big enough (> pch::kMinHeaderBytes) for the lane to use PCH.
+std::string heavy_header(int count, int flavour) {
+  std::string text = "#pragma once\n";
+  for (int i = 0; i < count; ++i) {
+    text += fmt::format("template <class T> __device__ T f{}(T x) {{ return x * {} + {}; }}\n", i, i, flavour);
+  }
+  text += fmt::format("#define FLAVOUR {}\n", flavour);
+  return text;
+}
+
+const std::string kHeavy = heavy_header(6000, 1);
+
+/// The lane reads KILN_PCH, KILN_PCH_HEAP and TMPDIR when it is loaded.
+class ScopedEnv : public test::ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : test::ScopedEnv(name, value.c_str()) {}
+};
+
+std::unique_ptr<vendor::Compiler> load(bool pch) {
+  ScopedEnv setting("KILN_PCH", pch ? "1" : "0");
+  return vendor::load_nvrtc();
+}
+
+struct Request {
+  std::string source;
+  std::vector<Header> headers;
+  std::vector<std::string> flags = {"-arch=sm_90", "-default-device", "--no-source-include"};
+};
+
+vendor::CompileOutput compile(const vendor::Compiler& compiler, const Request& r) {
+  const std::vector<vendor::HeaderText> texts = vendor::header_texts(r.headers);
+  vendor::CompileInput input;
+  input.source_name = "k.cu";
+  input.source = r.source;
+  input.headers = texts;
+  input.flags = r.flags;
+  input.target = "sm_90";
+  return compiler.compile(input);
+}
+
+Request kernel(int body, const std::string& header = kHeavy, const std::string& name = "/abs/heavy.h") {
+  Request r;
+  r.source = fmt::format("#include \"{}\"\n__global__ void k(int* p) {{ p[0] = f{}(p[0]) + FLAVOUR; }}\n", name, body);
+  r.headers.push_back({name, header});
+  return r;
+}
+
+bool nvrtc_has_pch(const vendor::Compiler& compiler) {
+  return compiler.precompiled_headers().starts_with("on");
+}
+
+/// NVRTC loaded with KILN_PCH=1, or null (said as a warning) when there is no NVRTC or it has no PCH.
+std::unique_ptr<vendor::Compiler> pch_compiler() {
+  std::unique_ptr<vendor::Compiler> compiler;
+  try {
+    compiler = load(true);
+  } catch (const DeviceUnavailable& e) {
+    WARN("skipped: " << e.what());
+    return nullptr;
+  }
+  if (!nvrtc_has_pch(*compiler)) {
+    WARN("skipped: " << compiler->precompiled_headers());
+    return nullptr;
+  }
+  return compiler;
+}
+
+/// This process's PCH roots under `tmp`.
+std::vector<fs::path> roots_of(const fs::path& tmp, long pid) {
+  std::vector<fs::path> out;
+  const std::string prefix = fmt::format("kiln-pch-{}-{}-", ::geteuid(), pid);
+  for (const auto& e : fs::directory_iterator(tmp)) {
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a header-heavy compile makes a PCH, the next one uses it, and both give the bytes a compile without PCH gives",
+          "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  std::unique_ptr<vendor::Compiler> with, without;
+  try {
+    with = load(true);
+    without = load(false);
+  } catch (const DeviceUnavailable& e) {
+    WARN("skipped: " << e.what());
+    return;
+  }
+  if (!nvrtc_has_pch(*with)) {
+    WARN("skipped: " << with->precompiled_headers());
+    return;
+  }
+  CHECK(without->precompiled_headers() == "off: KILN_PCH=0");
+
+  const vendor::CompileOutput first = compile(*with, kernel(5));
+  CHECK(first.pch_made);
+  CHECK_FALSE(first.pch_used);
+  CHECK(first.log.empty());  // the PCH messages are not the user's log
+  const vendor::CompileOutput second = compile(*with, kernel(6));
+  CHECK(second.pch_used);
+  CHECK_FALSE(second.pch_made);
+  CHECK(second.log.empty());
+  CHECK(with->precompiled_headers().starts_with("on (1 made, 1 used"));
+
+  const vendor::CompileOutput plain_first = compile(*without, kernel(5));
+  const vendor::CompileOutput plain_second = compile(*without, kernel(6));
+  CHECK_FALSE(plain_second.pch_used);
+  CHECK_FALSE(plain_second.pch_made);
+  CHECK(first.binary == plain_first.binary);
+  CHECK(first.ptx == plain_first.ptx);
+  CHECK(second.binary == plain_second.binary);
+  CHECK(second.ptx == plain_second.ptx);
+  CHECK(second.lowered == plain_second.lowered);
+
+  // The folders are this process's, and go with the compiler.
+  REQUIRE(roots_of(tmp.path(), ::getpid()).size() == 1);
+  with.reset();
+  CHECK(roots_of(tmp.path(), ::getpid()).empty());
+}
+
+TEST_CASE("a header handed again under its name with other bytes never meets the PCH of the old bytes", "[rtc][pch]") {
+  // NVRTC checks a PCH against the leading directives and the flags, not against in-memory headers'
+  // bytes: without the lane's folder per header set, the second compile would give the first's binary.
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  const std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  const std::unique_ptr<vendor::Compiler> without = load(false);
+  const std::string edited = heavy_header(6000, 7);
+
+  const vendor::CompileOutput old_bytes = compile(*with, kernel(5));
+  CHECK(old_bytes.pch_made);
+  const vendor::CompileOutput new_bytes = compile(*with, kernel(5, edited));
+  CHECK_FALSE(new_bytes.pch_used);
+  CHECK(new_bytes.binary == compile(*without, kernel(5, edited)).binary);
+  CHECK(new_bytes.binary != old_bytes.binary);
+  // And each header set keeps its own PCH: both are used from now on.
+  CHECK(compile(*with, kernel(9)).pch_used);
+  CHECK(compile(*with, kernel(9, edited)).pch_used);
+}
+
+TEST_CASE("a PCH that does not fit the heap grows the heap and is made by a second compile", "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  std::unique_ptr<vendor::Compiler> with;
+  {
+    ScopedEnv heap("KILN_PCH_HEAP", std::to_string(1 << 20));  // 1 MiB: far too small
+    try {
+      with = load(true);
+    } catch (const DeviceUnavailable& e) {
+      WARN("skipped: " << e.what());
+      return;
+    }
+  }
+  if (!nvrtc_has_pch(*with)) return;
+  CHECK(with->precompiled_headers().find("PCH heap 1 MiB") != std::string::npos);
+  const vendor::CompileOutput out = compile(*with, kernel(5));
+  CHECK(out.pch_made);
+  CHECK(out.log.empty());  // the first compile's "insufficient preallocated memory" warning is not kept
+  CHECK(with->precompiled_headers().find("PCH heap 1 MiB") == std::string::npos);
+  CHECK(out.binary == compile(*load(false), kernel(5)).binary);
+  CHECK(compile(*with, kernel(6)).pch_used);
+}
+
+TEST_CASE("threads compiling with PCH at once get the binaries of compiles without PCH", "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  const std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  const std::unique_ptr<vendor::Compiler> without = load(false);
+  const std::vector<std::string> headers = {kHeavy, heavy_header(6000, 2)};
+  constexpr int kThreads = 4, kEach = 3;
+  std::vector<std::vector<std::vector<std::byte>>> got(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < kEach; ++i) got[t].push_back(compile(*with, kernel(10 * t + i, headers[t % 2])).binary);
+      } catch (...) {
+        ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  REQUIRE(failures == 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kEach; ++i) {
+      INFO("thread " << t << " kernel " << i);
+      CHECK(got[t][i] == compile(*without, kernel(10 * t + i, headers[t % 2])).binary);
+    }
+  }
+  CHECK(with->precompiled_headers().find(" used") != std::string::npos);
+}
+
+TEST_CASE("small header sets and requests with PCH flags of their own compile without the lane's PCH", "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  const std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  const vendor::CompileOutput small = compile(*with, kernel(5, heavy_header(50, 1)));
+  CHECK_FALSE(small.pch_made);
+  CHECK(roots_of(tmp.path(), ::getpid()).empty());  // no folder is made for it either
+
+  vendor::CompileInput input;
+  Request own = kernel(5);
+  own.flags.push_back("--pch-dir=" + tmp.path().string());
+  const std::vector<vendor::HeaderText> texts = vendor::header_texts(own.headers);
+  input.source_name = "k.cu";
+  input.source = own.source;
+  input.headers = texts;
+  input.flags = own.flags;
+  input.target = "sm_90";
+  vendor::pch::Folders folders("");
+  CHECK_FALSE(folders.plan(input));
+}
+
+TEST_CASE("the PCH flags are recognised and their messages leave the log", "[rtc][pch][unit]") {
+  using vendor::pch::is_pch_flag;
+  for (const char* flag : {"-pch", "--pch", "--pch-dir=/x", "-pch-dir=/x", "--create-pch=a.pch", "-use-pch=a.pch",
+                           "--pch-verbose=true", "--pch-messages=false", "--instantiate-templates-in-pch=true"}) {
+    INFO(flag);
+    CHECK(is_pch_flag(flag));
+  }
+  for (const char* flag : {"-arch=sm_90", "--std=c++17", "-DPCH=1", "-I/pch", "--pchx"}) {
+    INFO(flag);
+    CHECK_FALSE(is_pch_flag(flag));
+  }
+  vendor::pch::Plan plan;
+  plan.folder = "/tmp/kiln-pch-1-2-abc/0123";
+  std::string log =
+      "\"k.cu\": creating precompiled header file \"/tmp/kiln-pch-1-2-abc/0123/k_0.pch\"\n"
+      "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n"
+      "\"k.cu\": using precompiled header file \"/tmp/kiln-pch-1-2-abc/0123/k_0.pch\"\n"
+      "\"k.cu\": using precompiled header file \"/elsewhere/k_0.pch\"";
+  const vendor::pch::LogNotes notes = vendor::pch::strip_pch_messages(log, plan);
+  CHECK(notes.created);
+  CHECK(notes.used);
+  CHECK(log ==
+        "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n"
+        "\"k.cu\": using precompiled header file \"/elsewhere/k_0.pch\"");
+}
+
+TEST_CASE("a PCH root left by a process that died is removed by the next process that makes one", "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);
+  const fs::path dead = tmp.path() / fmt::format("kiln-pch-{}-{}-AbCdEf", ::geteuid(), child);
+  fs::create_directories(dead / "0123");
+  { std::ofstream(dead / "0123" / "k_0.pch") << "old"; }
+  const fs::path alive = tmp.path() / fmt::format("kiln-pch-{}-{}-AbCdEf", ::geteuid(), ::getppid());
+  fs::create_directories(alive);  // a live process's root (the test's parent): kept
+  const std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  CHECK(fs::exists(dead));  // nothing is swept before PCH is first used
+  (void)compile(*with, kernel(5));
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(alive));
+}
+
+namespace {
+
+/// `bytes` with the 8 hex digits NVRTC puts in internal-linkage names (_INTERNAL_<8 hex>_<n>_<file>_<tag>)
+/// blanked: the tag is random per compile, with or without PCH (see nvrtc_pch.hpp).
+std::string blank_internal_tags(std::span<const std::byte> bytes) {
+  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string marker = "_INTERNAL_";
+  for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
+    std::size_t i = at + marker.size() + 8;  // past the first 8 hex digits
+    if (i >= text.size() || text[i] != '_') continue;
+    std::size_t length = 0;
+    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) length = length * 10 + (text[i] - '0');
+    i += 1 + length;  // '_' and the file name
+    if (i + 9 > text.size() || text[i] != '_') continue;
+    for (std::size_t k = i + 1; k < i + 9; ++k) text[k] = '#';
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("an engine compiling CUB kernels over the toolkit's folders with PCH gives the binaries it gives without",
+          "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  const auto source = [](int i) {
+    return Source::from_text(fmt::format("k{}.cu", i), fmt::format(R"(#include <cub/block/block_reduce.cuh>
+#include <cuda/std/tuple>
+extern "C" __global__ void k{0}(const float* in, float* out) {{
+  using R = cub::BlockReduce<float, 128>;
+  __shared__ typename R::TempStorage t;
+  cuda::std::tuple<float, float> p{{in[threadIdx.x], {0}.0f}};
+  float v = R(t).Sum(cuda::std::get<0>(p) * cuda::std::get<1>(p));
+  if (threadIdx.x == 0) *out = v;
+}})",
+                                                                   i));
+  };
+  std::vector<std::string> with, without;
+  for (const bool pch : {true, false}) {
+    ScopedEnv setting("KILN_PCH", pch ? "1" : "0");
+    EngineConfig config;
+    config.cache.disabled = true;  // every request compiles
+    Engine engine(config);
+    std::vector<std::string>& out = pch ? with : without;
+    try {
+      for (int i = 0; i < 3; ++i) {
+        const CompiledBinary binary = engine.compile(source(i), Options{"--toolkit-includes"}, {}, "sm_90");
+        out.push_back(blank_internal_tags(binary.bytes()));
+      }
+    } catch (const DeviceUnavailable& e) {
+      WARN("skipped: " << e.what());
+      return;
+    }
+    const cache::Counters stats = engine.stats();
+    if (pch && engine.lanes().front().precompiled_headers.starts_with("on")) {
+      CHECK(stats.pch_made == 1);
+      CHECK(stats.pch_used == 2);
+    } else {
+      CHECK(stats.pch_made == 0);
+      CHECK(stats.pch_used == 0);
+    }
+  }
+  CHECK(with == without);
+}
