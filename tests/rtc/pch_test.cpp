@@ -113,7 +113,7 @@ std::vector<fs::path> roots_of(const fs::path& tmp, long pid) {
 
 }  // namespace
 
-TEST_CASE("a header-heavy compile makes a PCH, the next one uses it, and both give the bytes a compile without PCH gives",
+TEST_CASE("a header set's second compile makes a PCH, the third uses it, and all give the bytes of compiles without PCH",
           "[rtc][pch]") {
   test::TempDir tmp;
   ScopedEnv where("TMPDIR", tmp.path().string());
@@ -131,6 +131,11 @@ TEST_CASE("a header-heavy compile makes a PCH, the next one uses it, and both gi
   }
   CHECK(without->precompiled_headers() == "off: KILN_PCH=0");
 
+  // The header set's first compile goes without PCH, the second makes one, the third uses it.
+  const vendor::CompileOutput once = compile(*with, kernel(4));
+  CHECK_FALSE(once.pch_made);
+  CHECK_FALSE(once.pch_used);
+  CHECK(roots_of(tmp.path(), ::getpid()).empty());  // not even a folder yet
   const vendor::CompileOutput first = compile(*with, kernel(5));
   CHECK(first.pch_made);
   CHECK_FALSE(first.pch_used);
@@ -145,6 +150,7 @@ TEST_CASE("a header-heavy compile makes a PCH, the next one uses it, and both gi
   const vendor::CompileOutput plain_second = compile(*without, kernel(6));
   CHECK_FALSE(plain_second.pch_used);
   CHECK_FALSE(plain_second.pch_made);
+  CHECK(once.binary == compile(*without, kernel(4)).binary);
   CHECK(first.binary == plain_first.binary);
   CHECK(first.ptx == plain_first.ptx);
   CHECK(second.binary == plain_second.binary);
@@ -167,10 +173,13 @@ TEST_CASE("a header handed again under its name with other bytes never meets the
   const std::unique_ptr<vendor::Compiler> without = load(false);
   const std::string edited = heavy_header(6000, 7);
 
+  (void)compile(*with, kernel(4));  // the old bytes' first compile: no PCH yet
   const vendor::CompileOutput old_bytes = compile(*with, kernel(5));
   CHECK(old_bytes.pch_made);
+  (void)compile(*with, kernel(4, edited));  // the new bytes' first compile
   const vendor::CompileOutput new_bytes = compile(*with, kernel(5, edited));
   CHECK_FALSE(new_bytes.pch_used);
+  CHECK(new_bytes.pch_made);  // its own PCH, in its own folder
   CHECK(new_bytes.binary == compile(*without, kernel(5, edited)).binary);
   CHECK(new_bytes.binary != old_bytes.binary);
   // And each header set keeps its own PCH: both are used from now on.
@@ -193,6 +202,7 @@ TEST_CASE("a PCH that does not fit the heap grows the heap and is made by a seco
   }
   if (!nvrtc_has_pch(*with)) return;
   CHECK(with->precompiled_headers().find("PCH heap 1 MiB") != std::string::npos);
+  (void)compile(*with, kernel(4));  // the header set's first compile: no PCH
   const vendor::CompileOutput out = compile(*with, kernel(5));
   CHECK(out.pch_made);
   CHECK(out.log.empty());  // the first compile's "insufficient preallocated memory" warning is not kept
@@ -295,6 +305,8 @@ TEST_CASE("a PCH root left by a process that died is removed by the next process
   const std::unique_ptr<vendor::Compiler> with = pch_compiler();
   if (!with) return;
   CHECK(fs::exists(dead));  // nothing is swept before PCH is first used
+  (void)compile(*with, kernel(4));
+  CHECK(fs::exists(dead));  // a header set's first compile uses no PCH
   (void)compile(*with, kernel(5));
   CHECK_FALSE(fs::exists(dead));
   CHECK(fs::exists(alive));
@@ -345,7 +357,7 @@ extern "C" __global__ void k{0}(const float* in, float* out) {{
     Engine engine(config);
     std::vector<std::string>& out = pch ? with : without;
     try {
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < 4; ++i) {
         const CompiledBinary binary = engine.compile(source(i), Options{"--toolkit-includes"}, {}, "sm_90");
         out.push_back(blank_internal_tags(binary.bytes()));
       }
@@ -355,7 +367,7 @@ extern "C" __global__ void k{0}(const float* in, float* out) {{
     }
     const cache::Counters stats = engine.stats();
     if (pch && engine.lanes().front().precompiled_headers.starts_with("on")) {
-      CHECK(stats.pch_made == 1);
+      CHECK(stats.pch_made == 1);  // by the second compile of the header set
       CHECK(stats.pch_used == 2);
     } else {
       CHECK(stats.pch_made == 0);

@@ -193,6 +193,7 @@ typedef struct kiln_stats {
   uint64_t manifest_hits;          /**< requests with include folders keyed by their dependency manifest (no header read) */
   uint64_t include_resolves;       /**< requests whose #include tree kiln resolved (headers read): those with include folders, or an include by absolute path or macro */
   uint64_t remote_unauthenticated; /**< remote entries refused for a missing or wrong MAC (a fleet secret is set) */
+  /* API version 4: */
   uint64_t pch_made;               /**< compiles that made an NVRTC precompiled header (KILN_PCH) */
   uint64_t pch_used;               /**< compiles that used one */
 } kiln_stats;

@@ -22,6 +22,9 @@
 //   - A PCH that does not fit NVRTC's PCH heap is not made (the compile itself succeeds, with a warning
 //     in its log). The lane then grows the heap to the size NVRTC asks for and compiles again, once.
 //
+// A header set's first compile in a process goes without PCH (making one costs more than that compile
+// saves); its second makes one, and the later ones use it.
+//
 // The PCH is never part of a key: it changes how long a compile takes, not what it gives.
 #include <atomic>
 #include <cstdint>
@@ -30,8 +33,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
+#include "kiln/base/hash.hpp"
 #include "lanes/lane.hpp"
 
 namespace kiln::vendor::pch {
@@ -72,7 +77,8 @@ class Folders {
 
   [[nodiscard]] bool on() const noexcept { return m_off_reason.empty(); }
   /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
-  /// its headers are small, or the private root cannot be made (said once in the log).
+  /// its headers are small, this is the first compile of its header set in this process, or the
+  /// private root cannot be made (said once in the log).
   [[nodiscard]] std::optional<Plan> plan(const CompileInput& input);
   /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
   void note(const Plan& plan, const LogNotes& notes);
@@ -84,7 +90,8 @@ class Folders {
   void trim();
 
   const std::string m_off_reason;
-  std::mutex m_mutex;                // the root, trimming
+  std::mutex m_mutex;                // the root, trimming, the header sets seen
+  std::unordered_set<cache::Hash128, cache::Hash128Hasher> m_seen;  // header sets compiled once already
   std::filesystem::path m_root;      // empty until the first plan
   long m_root_pid = 0;               // the process that made m_root (a forked child makes its own)
   bool m_root_failed = false;
