@@ -115,7 +115,7 @@ ImportReport import_records(const cache::PackReader& pack, cache::Store& store) 
       continue;
     }
     const cache::Entry& entry = std::get<cache::Entry>(parsed);
-    auto existing = store.read_file(store.entry_path(entry.key_hash));
+    auto existing = store.read_entry(entry.key_hash);
     if (const auto* old = std::get_if<cache::Entry>(&existing); old && old->canonical_key == entry.canonical_key) {
       ++report.present;
       continue;

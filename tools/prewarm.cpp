@@ -53,7 +53,7 @@ RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
     if (result.status != Status::compiled && result.status != Status::cached) continue;
     const std::optional<cache::Hash128> hash = cache::Hash128::from_hex(result.key);
     if (!hash) continue;
-    auto read = engine.store().read_file(engine.store().entry_path(*hash));
+    auto read = engine.store().read_entry(*hash);
     std::string why;
     if (auto* entry = std::get_if<cache::Entry>(&read)) {
       if (remote->put(*entry, &why)) {

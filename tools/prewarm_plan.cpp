@@ -124,13 +124,17 @@ void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::st
       }
     }
   }
+  // Each request's key, once: the plan asks the store for it, and a recorded request that cannot be
+  // made is refused here, naming its line (one from the command line reports its error when it runs).
   for (Job& job : jobs) {
-    if (job.origin.empty() || !job.refused.empty()) continue;
+    if (!job.refused.empty()) continue;
     try {
-      (void)engine.describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
-                                job.request.target);
+      job.key = engine
+                    .describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
+                                  job.request.target)
+                    .first;
     } catch (const Error& error) {
-      job.refused = fmt::format("{}: {}", job.origin, error.what());
+      if (!job.origin.empty()) job.refused = fmt::format("{}: {}", job.origin, error.what());
     }
   }
 }
@@ -309,16 +313,7 @@ namespace {
 
 /// A request whose entry is already in the local store: serving it is a file read, cheaper than
 /// starting a worker (a damaged entry is removed and recompiled here, as the engine always does).
-bool locally_cached(Engine& engine, const Job& job) {
-  try {
-    const auto key = engine.describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
-                                         job.request.target);
-    std::error_code ignored;
-    return std::filesystem::is_regular_file(engine.store().entry_path(key.first), ignored);
-  } catch (const std::exception&) {
-    return false;  // let the request itself report what is wrong
-  }
-}
+bool locally_cached(Engine& engine, const Job& job) { return job.key && engine.store().contains(*job.key); }
 
 /// A size estimate of a compile, for longest-first: the bytes the request hands the compiler beyond
 /// kiln's own headers (which every request has). A proxy: compile times grow roughly with the size of

@@ -46,6 +46,9 @@ struct Job {
   /// cannot take, a missing include folder, ...): why, naming its line. It is not run: it is reported
   /// as a failed request of bad input, and the request log's other requests run (source may be empty).
   std::string refused;
+  /// The request's key, made once when the jobs are planned (validate_jobs); empty when it could not be
+  /// made (the request then reports why when it runs).
+  std::optional<cache::Hash128> key;
   [[nodiscard]] std::string label() const;
 };
 

@@ -47,6 +47,12 @@ TEST_CASE("store: layout, modes, round trip", "[cache]") {
   const fs::path expected = root / "v1" / hex.substr(0, 2) / (hex.substr(2) + ".kiln");
   CHECK(store.entry_path(entry.key_hash) == expected);
   REQUIRE(fs::is_regular_file(expected));
+  // What the CLI asks by key: there is an entry file for it, and it reads back whole.
+  CHECK(store.contains(entry.key_hash));
+  CHECK_FALSE(store.contains(make_entry("absent", 16).key_hash));
+  const auto read = store.read_entry(entry.key_hash);
+  REQUIRE(std::holds_alternative<Entry>(read));
+  CHECK(std::get<Entry>(read).payload == entry.payload);
   CHECK(mode_of(expected) == 0600);
   CHECK(mode_of(root) == 0700);
   CHECK(mode_of(root / "v1") == 0700);

@@ -279,6 +279,17 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
   }
 }
 
+std::variant<Entry, ContentError> Store::read_entry(const Hash128& key) const { return read_file(entry_path(key)); }
+
+bool Store::contains(const Hash128& key) const noexcept {
+  try {
+    struct stat st {};
+    return ::stat(entry_path(key).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  } catch (...) {
+    return false;  // the path could not be built (no memory)
+  }
+}
+
 std::variant<Entry, ContentError> Store::read_file(const std::filesystem::path& path) const {
   try {
     const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));

@@ -167,6 +167,11 @@ class Store {
   /// Reads and parses one entry file without deleting anything (CLI verify/show). An I/O error is
   /// reported as a ContentError whose reason starts with "cannot open", "cannot stat" or "I/O error".
   [[nodiscard]] std::variant<Entry, ContentError> read_file(const std::filesystem::path& path) const;
+  /// read_file of the entry file for `key`: what the CLI reads by key (remote fill, packs).
+  [[nodiscard]] std::variant<Entry, ContentError> read_entry(const Hash128& key) const;
+  /// Whether a regular file is where the entry for `key` lives (one stat; its bytes are not checked:
+  /// a request served from it still reads and verifies them). Never throws.
+  [[nodiscard]] bool contains(const Hash128& key) const noexcept;
   /// LRU trim: removes oldest entries until the total is <= target_bytes; an entry whose mtime changed
   /// since the scan survives. One process at a time (try-lock on lock/trim); returns nullopt if another
   /// holds it or the store is not read-write. Never throws.
