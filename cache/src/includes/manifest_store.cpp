@@ -18,6 +18,7 @@
 #include "kiln/base/log.hpp"
 #include "manifest_store.hpp"
 #include "manifest_view.hpp"
+#include "mode_state.hpp"
 #include "posix_util.hpp"
 #include "sharded_dir.hpp"
 
@@ -200,21 +201,7 @@ std::string_view to_string(DependencyChange change) noexcept {
 // ---- DependencyManifests ------------------------------------------------------------------------------------
 
 void DependencyManifests::State::degrade(StoreMode to, const std::string& why, bool warn) {
-  StoreMode current = mode.load();
-  while (static_cast<int>(current) < static_cast<int>(to)) {
-    if (mode.compare_exchange_weak(current, to)) {
-      {
-        const std::lock_guard lock(reason_mutex);
-        reason = why;
-      }
-      if (warn) {
-        KILN_LOG(warn, "dependency manifests are {}: {}", to_string(to), why);
-      } else {
-        KILN_LOG(info, "dependency manifests are {}: {}", to_string(to), why);
-      }
-      return;
-    }
-  }
+  detail::degrade_mode(mode, reason_mutex, reason, "dependency manifests", to, why, warn);
 }
 
 void DependencyManifests::State::warn_write_failure(const std::string& what) {

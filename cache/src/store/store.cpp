@@ -21,6 +21,7 @@
 #include "entry_io.hpp"
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
+#include "mode_state.hpp"
 #include "posix_util.hpp"
 #include "sharded_dir.hpp"
 #include "store_hooks.hpp"
@@ -134,21 +135,7 @@ inline void Store::State::fail_put(const std::string& why) {
 }
 
 inline void Store::State::degrade(StoreMode to, const std::string& why, bool warn) {
-  StoreMode current = mode.load();
-  while (static_cast<int>(current) < static_cast<int>(to)) {
-    if (mode.compare_exchange_weak(current, to)) {
-      {
-        const std::lock_guard lock(reason_mutex);
-        reason = why;
-      }
-      if (warn) {
-        KILN_LOG(warn, "disk cache is {}: {}", to_string(to), why);
-      } else {
-        KILN_LOG(info, "disk cache is {}: {}", to_string(to), why);
-      }
-      return;
-    }
-  }
+  detail::degrade_mode(mode, reason_mutex, reason, "disk cache", to, why, warn);
 }
 
 inline void Store::State::warn_write_failure(const std::string& what) {
