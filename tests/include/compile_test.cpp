@@ -6,6 +6,7 @@
 // Needs NVRTC; skips with the reason when it is absent (the HIPRTC cases skip on their own).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <memory>
@@ -336,6 +337,38 @@ TEST_CASE("engine --toolkit-includes: a CUB and a libcu++ kernel compile for sm_
   CHECK(engine.prewarm(tuple, kiln::Options({"--toolkit-includes"}), {}, "sm_90").binary_bytes > 0);
   // The second request of the same kernel is served from the cache.
   CHECK(engine.prewarm(cub, kiln::Options({"--toolkit-includes"}), {}, "sm_90").origin != kiln::Origin::compiled);
+}
+
+TEST_CASE("kernels over one prelude: one resolve per engine, and the key a fresh engine gives", "[include]") {
+  // A runtime's kernels: distinct sources after the same includes (CuPy's shape). The toolkit's files are
+  // old enough to be trusted by their stat, so the first resolve is taken by the later requests.
+  const auto kernel = [](int n) {
+    return Source::from_text("elementwise.cu",
+                             fmt::format("#include <cuda/std/type_traits>\n#include <cuda/std/limits>\n"
+                                         "extern \"C\" __global__ void k{}(float* out) {{\n"
+                                         "  out[threadIdx.x] = cuda::std::numeric_limits<float>::max() * {};\n}}\n",
+                                         n, n));
+  };
+  const auto engine = [](const TempDir& root) {
+    kiln::EngineConfig config;
+    config.runtime = false;
+    config.cache.root = root.path();
+    return std::make_unique<Engine>(config);
+  };
+  const kiln::Options options({"--toolkit-includes", "-std=c++17"});
+  TempDir one_root("kiln-prelude-one"), two_root("kiln-prelude-two");
+  const auto one = engine(one_root);
+  std::vector<kiln::PrewarmResult> results;
+  for (int n = 1; n <= 3; ++n) results.push_back(one->prewarm(kernel(n), options, {}, "sm_90"));
+  CHECK(one->stats().include_resolves == 1);
+  CHECK(one->stats().compiles == 3);
+  // A fresh engine (its own cache) resolves the third kernel itself: the same key, so the same inputs.
+  const auto two = engine(two_root);
+  const kiln::PrewarmResult fresh = two->prewarm(kernel(3), options, {}, "sm_90");
+  CHECK(two->stats().include_resolves == 1);
+  CHECK(fresh.origin == kiln::Origin::compiled);
+  CHECK(fresh.key == results.back().key);
+  CHECK(results[0].key != results[1].key);
 }
 
 int main(int argc, char** argv) {

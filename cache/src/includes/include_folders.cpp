@@ -89,19 +89,36 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   in.stat_memo = &ManifestsAccess::stat_memo(m_manifests);
   in.trust_window = m_manifests.config().trust_window;
   const auto started = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&started] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  };
+  ScanResult source_scan;
+  scan_includes(input.source_text, source_scan);
+  in.source_scan = &source_scan;
+  const Hash128 signature = ResolvedSets::signature(in, source_scan);
+  FileWork checked;
+  if (std::optional<ResolvedSets::Set> set = m_sets.find(signature, *in.stat_memo, realtime_now_ns(), checked)) {
+    auto resolved = for_source(*set->resolved, input.source_text, source_scan, checked);
+    KILN_LOG(debug, "{}: the includes resolved for an earlier request with the same includes still hold ({} header(s), "
+             "{} path(s) probed absent; {} stat, {} from the stat memo): taken in {:.3f} ms",
+             input.source_name, resolved->dependencies.headers.size(), resolved->dependencies.absent.size(),
+             checked.stats, checked.memo_hits, elapsed_ms());
+    return Settled{std::move(set->dependency_part), std::move(resolved)};
+  }
   const std::uint64_t cached_before = log::enabled(log::Level::debug) ? m_files.usage().hits : 0;
   auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(in));
   m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+  std::string dependency_part = canonical_dependencies(resolved->dependencies);
+  m_sets.remember(signature, ResolvedSets::Set{resolved, dependency_part});
   KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms: {} header(s) ({} unchanged since an earlier resolve), {} "
            "path(s) probed absent; {} stat, {} from the stat memo, {} file(s) read; {} byte(s) handed to the compiler",
-           input.source_name, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
-           resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
+           input.source_name, elapsed_ms(), resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
            resolved->dependencies.absent.size(), resolved->work.stats, resolved->work.memo_hits, resolved->work.reads, [&] {
              std::size_t bytes = resolved->compiler_source.size();
              for (const CompilerHeader& h : resolved->compiler_headers) bytes += h.text.size();
              return bytes;
            }());
-  return Settled{canonical_dependencies(resolved->dependencies), std::move(resolved)};
+  return Settled{std::move(dependency_part), std::move(resolved)};
 }
 
 }  // namespace kiln::cache::detail

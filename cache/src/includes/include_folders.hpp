@@ -23,6 +23,7 @@
 #include "kiln/cache/types.hpp"
 #include "paths.hpp"
 #include "resolve.hpp"
+#include "resolved_sets.hpp"
 #include "scan.hpp"
 
 namespace kiln::cache::detail {
@@ -50,9 +51,11 @@ struct Settled {
   std::shared_ptr<const ResolvedIncludes> includes;
 };
 
-/// Owned by the engine, one per engine: the header files its resolves read, and its way to the cache
-/// root's dependency manifests and their stat memo. Counts into the engine's counters:
-/// `manifest_hits` for a request settled by stat, `include_resolves` for every resolve. Thread-safe.
+/// Owned by the engine, one per engine: the header files its resolves read, its resolves (a request
+/// whose resolve would be one made before takes that one, checked by stat: resolved_sets.hpp), and its
+/// way to the cache root's dependency manifests and their stat memo. Counts into the engine's counters:
+/// `manifest_hits` for a request settled by stat, `include_resolves` for every resolve that ran (one
+/// taken from the held sets reads no header and is not counted). Thread-safe.
 class IncludeFolders {
  public:
   /// Retries of one request with a header its failed compile asked for (each costs a compiler run).
@@ -99,6 +102,7 @@ class IncludeFolders {
   DependencyManifests& m_manifests;
   AtomicCounters& m_counters;
   HeaderFileCache m_files;  ///< headers the resolves of this engine read (by path and stat)
+  ResolvedSets m_sets;      ///< its resolves, for later requests over the same includes
 };
 
 }  // namespace kiln::cache::detail

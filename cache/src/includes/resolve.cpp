@@ -42,6 +42,12 @@ std::string apply_edits(std::string_view text, const std::vector<Edit>& edits) {
   return out;
 }
 
+/// The edits that make an include of a file from disk name it `name`, the file's compiler name.
+void add_link_edits(std::vector<Edit>& edits, const IncludeRef& ref, std::string_view name) {
+  if (ref.next) edits.push_back({ref.keyword_begin, ref.keyword_end, ref.has_include ? "__has_include" : "include"});
+  edits.push_back({ref.operand_begin, ref.operand_end, fmt::format("\"{}\"", name)});
+}
+
 // ---- resolving ------------------------------------------------------------------------------------
 
 /// A file whose includes are scanned: the source, a memory header, or a file read from a folder.
@@ -140,6 +146,8 @@ class Resolver {
     for (Unit& unit : m_units) rewrite(unit);
     ResolvedIncludes out;
     out.compiler_source = *m_units.front().rewritten;
+    out.source_links.reserve(m_source_links.size());
+    for (const auto& [ref, target] : m_source_links) out.source_links.emplace_back(ref, m_units[target].compiler_name);
     out.compiler_headers.reserve(m_units.size() - 1 + m_aliases.size());
     const auto hand_over = [&](const std::string& name, const std::shared_ptr<const std::string>& text) {
       out.compiler_headers.push_back({name, *text, text});
@@ -275,16 +283,22 @@ class Resolver {
     const ScanResult* found = &scanned;
     if (m_units[index].file) {
       found = &m_units[index].file->scan;  // a file from disk was scanned when it was read
+    } else if (index == 0 && m_input.source_scan != nullptr) {
+      found = m_input.source_scan;
     } else {
       scan_includes(m_units[index].text, scanned);
     }
     for (const auto& [name, text] : found->defines) m_defines[name].push_back(text);
     for (const std::string& operand : found->computed) m_computed.push_back({index, operand});
-    for (const IncludeRef& ref : found->refs) {
+    for (std::size_t i = 0; i < found->refs.size(); ++i) {
+      const IncludeRef& ref = found->refs[i];
       const Found target = resolve(m_units[index], ref);  // (m_units is a deque: references stay valid)
       if (target.where == Where::none) m_unresolved.push_back(ref.name);
       // Memory headers keep the names they are included by: only includes of disk files change.
-      if (target.where == Where::disk) m_units[index].links.emplace_back(ref, target.index);
+      if (target.where == Where::disk) {
+        m_units[index].links.emplace_back(ref, target.index);
+        if (index == 0) m_source_links.emplace_back(i, target.index);
+      }
     }
   }
 
@@ -302,11 +316,7 @@ class Resolver {
     }
     if (!unit.rewritten) {
       std::vector<Edit> edits;
-      for (const auto& [ref, target] : unit.links) {
-        if (ref.next)
-          edits.push_back({ref.keyword_begin, ref.keyword_end, ref.has_include ? "__has_include" : "include"});
-        edits.push_back({ref.operand_begin, ref.operand_end, fmt::format("\"{}\"", m_units[target].compiler_name)});
-      }
+      for (const auto& [ref, target] : unit.links) add_link_edits(edits, ref, m_units[target].compiler_name);
       unit.rewritten = std::make_shared<const std::string>(apply_edits(unit.text, edits));
       if (unit.file) {
         HeaderFileCache::File::Rewrite built;
@@ -332,6 +342,7 @@ class Resolver {
   std::deque<Unit> m_units;  ///< the source, the memory headers, then the disk files (stable references)
   std::vector<HeaderRecord> m_records;                         ///< one per disk unit, same order
   std::vector<std::pair<std::string, std::size_t>> m_aliases;  ///< name -> disk unit
+  std::vector<std::pair<std::size_t, std::size_t>> m_source_links;  ///< the source's include (ref index) -> disk unit
   Defines m_defines;
   std::vector<Computed> m_computed;
   std::vector<std::string> m_absent;
@@ -352,6 +363,14 @@ std::optional<std::string> quoted_after(std::string_view log, std::string_view m
 }  // namespace
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) { return Resolver(input).run(); }
+
+std::string rewrite_source(std::string_view text, const ScanResult& scan,
+                           std::span<const std::pair<std::size_t, std::string>> links) {
+  std::vector<Edit> edits;
+  edits.reserve(links.size() * 2);
+  for (const auto& [ref, name] : links) add_link_edits(edits, scan.refs.at(ref), name);
+  return apply_edits(text, edits);
+}
 
 std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders,
                                                            StatMemo* memo) {

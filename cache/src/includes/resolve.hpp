@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "header_files.hpp"
@@ -20,6 +21,7 @@
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/types.hpp"
 #include "paths.hpp"
+#include "scan.hpp"
 
 namespace kiln::cache::detail {
 
@@ -46,6 +48,8 @@ struct IncludeInput {
   /// Each is looked up like <name> and handed to the compiler under that very name, since the
   /// include that asks for it is not rewritten.
   std::vector<std::string> retry_names;
+  /// The source's scan (scan_includes of source_text), when the caller has made it; else the resolve scans it.
+  const ScanResult* source_scan = nullptr;
   /// Files earlier resolves read (optional): a file whose stat is unchanged is not read or scanned again.
   HeaderFileCache* file_cache = nullptr;
   /// Recent stats (optional; with file_cache only): a header or probed place that a lookup or an
@@ -84,6 +88,10 @@ struct ResolvedIncludes {
   /// #include, __has_include_next becomes __has_include). Every line stays where it was, so compiler
   /// messages keep their line numbers.
   std::string compiler_source;
+  /// How the source's includes were rewritten: for each include of the source (its index in the source's
+  /// ScanResult::refs) that leads to a file from disk, the name the compiler gets that file under. Another
+  /// source with the same includes is rewritten with them (rewrite_source; ResolvedSets).
+  std::vector<std::pair<std::size_t, std::string>> source_links;
   /// Names (as written, without delimiters) of includes that matched nothing; sorted, unique. Not an
   /// error by itself: the include may sit in a branch that is never compiled, or name one of the
   /// compiler's own headers.
@@ -99,6 +107,12 @@ struct ResolvedIncludes {
 /// larger than kMaxHeaderBytes, a file that cannot be read, or a disk file whose compiler name is
 /// taken by a memory header.
 [[nodiscard]] ResolvedIncludes resolve_includes(const IncludeInput& input);
+
+/// `text` (whose scan is `scan`) with each linked include rewritten as resolve_includes rewrites the source:
+/// the operand becomes "NAME" (and #include_next / __has_include_next lose their _next); every line keeps
+/// its number. Throws std::out_of_range for a link past the scan's includes.
+[[nodiscard]] std::string rewrite_source(std::string_view text, const ScanResult& scan,
+                                         std::span<const std::pair<std::size_t, std::string>> links);
 
 /// The folders as absolute, lexically normal paths, in the same order. Throws IncludeError for a folder
 /// that is empty, does not exist or is not a folder (one stat each).
