@@ -18,7 +18,7 @@ CuPy: see kiln.cupy (routes CuPy's own kernel compiles through kiln).
 libkiln is found through KILN_LIBRARY, next to the package or in its install tree, a kiln source tree
 the package belongs to, then the system loader (details: kiln._native). It is loaded on first use.
 `KILN_CUPY=1` in the environment makes `import kiln` route CuPy through kiln as soon as CuPy is
-imported (see kiln.cupy).
+imported (see kiln.cupy); `KILN_CUDA_CORE=1` does the same for cuda.core (see kiln.cuda_core).
 """
 
 import os as _os
@@ -63,3 +63,6 @@ def _cupy_switch():
 
 
 _cupy_switch()
+if _os.environ.get("KILN_CUDA_CORE", "") not in ("", "0"):
+    from .cuda_core._import_hook import from_environment as _cuda_core_switch
+    _cuda_core_switch()
