@@ -23,6 +23,20 @@ if [[ "${KILN_H200_ONLY:-}" == launch ]]; then
   for run in 1 2 3; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
   exit 0
 fi
+# KILN_H200_ONLY=cudacore: kiln.cuda_core against the real cuda.core (scripts/h200_cuda_core.py), then cold_bench
+# replaying a CuPy request log (KILN_COLD_LOG, recorded by an earlier round's cupy_bench) over 3 rounds.
+if [[ "${KILN_H200_ONLY:-}" == cudacore ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli cold_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== kiln.cuda_core against cuda.core"
+  KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python" timeout 300 python3 "$root/scripts/h200_cuda_core.py" 2>&1 \
+    | tee "$out/cuda_core.txt"
+  if [[ -n "${KILN_COLD_LOG:-}" && -f "$KILN_COLD_LOG" ]]; then
+    echo "== cold_bench --rounds 3 (CuPy's own requests, $KILN_COLD_LOG)"
+    timeout 280 "$build/bench/cold_bench/cold_bench" --log "$KILN_COLD_LOG" --rounds 3 --json "$out/cold_cupy3.json" 2>&1 \
+      | tee "$out/cold_cupy3.txt"
+  fi
+  exit 0
+fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
 include_benches() {
   echo "== include_bench (CUB + libcu++ with --toolkit-includes)"

@@ -167,6 +167,29 @@ TEST_CASE("CUB's BlockReduce: the real CCCL tree resolves and the in-memory set 
   CHECK(kiln::test::line_count(t.resolved.compiler_source) == kiln::test::line_count(source));
   for (const auto& h : t.resolved.dependencies.headers) CHECK(h.trusted_stat);  // toolkit files are old
   report("CUB BlockReduce (sm_90)", t, compile("block_sum.cu", t.resolved, {"block_sum"}, "sm_90"));
+
+  // Its hundreds of files are read on several threads once where each include leads is settled by stat:
+  // the set, its order and every text handed over are the same on every resolve, with the header files
+  // read afresh or taken from a HeaderFileCache.
+  const Timed again = resolve_timed("block_sum.cu", source, cuda_toolkit_folders(), Vendor::cuda);
+  kiln::cache::detail::HeaderFileCache files;
+  IncludeInput cached;
+  cached.source_name = "block_sum.cu";
+  cached.source_text = source;
+  cached.folders = cuda_toolkit_folders();
+  cached.file_cache = &files;
+  const ResolvedIncludes warm_up = resolve_includes(cached);
+  const ResolvedIncludes from_cache = resolve_includes(cached);
+  CHECK(from_cache.work.reads == 0);
+  for (const ResolvedIncludes* other : {&again.resolved, &warm_up, &from_cache}) {
+    CHECK(other->dependencies == t.resolved.dependencies);
+    CHECK(other->compiler_source == t.resolved.compiler_source);
+    REQUIRE(other->compiler_headers.size() == t.resolved.compiler_headers.size());
+    for (std::size_t i = 0; i < other->compiler_headers.size(); ++i) {
+      CHECK(other->compiler_headers[i].name == t.resolved.compiler_headers[i].name);
+      CHECK(other->compiler_headers[i].text == t.resolved.compiler_headers[i].text);
+    }
+  }
 }
 
 TEST_CASE("libcu++'s cuda::std::tuple: resolves and compiles for sm_90", "[include][rtc][cccl]") {

@@ -74,15 +74,14 @@ def test_import_kiln_does_not_import_cuda_core():
 
 
 def test_translate_flags():
-    flags = ["-arch=sm_90", "--relocatable-device-code=false", "--device-debug", "--generate-line-info",
-             "--maxrregcount=64", "--ftz=true", "--prec-sqrt=false", "--prec-div=false", "--fmad=false",
+    flags = ["-arch=sm_90", "--relocatable-device-code=false", "--maxrregcount=64", "--ftz=true", "--prec-sqrt=false", "--prec-div=false", "--fmad=false",
              "--use_fast_math", "--extra-device-vectorization", "--define-macro=A", "--define-macro=B=2",
              "--undefine-macro=C", "--include-path=/x/y", "--no-source-include", "--std=c++20",
              "--builtin-move-forward=true", "--builtin-initializer-list=true", "--disable-warnings", "--restrict",
              "--device-as-default-execution-space", "--device-int128", "--split-compile=4", "--minimal"]
     arch, out, reason = kiln.cuda_core.translate_flags(flags, "cubin")
     assert reason is None and arch == "sm_90"
-    assert out == ["--device-debug", "--line-info", "--maxrregcount=64", "--ftz=true", "--prec-sqrt=false",
+    assert out == ["--maxrregcount=64", "--ftz=true", "--prec-sqrt=false",
                    "--prec-div=false", "--no-fma", "--fast-math", "--extra-device-vectorization", "-DA", "-DB=2",
                    "-UC", "--include-path=/x/y", "-std=c++20", "--disable-warnings", "--restrict",
                    "-device-int128", "--split-compile=4", "--minimal"]
@@ -93,7 +92,8 @@ def test_translate_flags():
                           ("--dopt=on", "device_code_optimize"), ("--pch", "precompiled headers"),
                           ("--use-pch=x.pch", "precompiled headers"), ("--time=t.csv", "writes a file"),
                           ("--diag-suppress=177", "diagnostic"), ("--builtin-move-forward=false", "builtins"),
-                          ("--no-cache", "no_cache"), ("--dlink-time-opt", "link-time optimisation"),
+                          ("--no-cache", "no_cache"), ("--device-debug", "debug information"),
+                          ("--generate-line-info", "line information"), ("--dlink-time-opt", "link-time optimisation"),
                           ("--include-path= ", "without a name"), ("--define-macro=1X", "NAME"),
                           ("--some-future-flag", "not an option kiln.cuda_core passes on")):
         arch, out, reason = kiln.cuda_core.translate_flags(["-arch=sm_90", "--define-macro=X", refused], "cubin")
@@ -176,10 +176,10 @@ def test_options_reach_kiln(routed):
     source = ("#if A != 3 || !defined(B) || defined(C)\n#error macros did not arrive\n#endif\n"
               "#if __cplusplus < 202002L\n#error not C++20\n#endif\n" + KERNELS)
     chosen = options(core, define_macro=[("A", "3"), "B", "C"], undefine_macro="C", std="c++20",
-                     use_fast_math=True, ftz=True, prec_div=False, prec_sqrt=False, fma=False, lineinfo=True,
+                     use_fast_math=True, ftz=True, prec_div=False, prec_sqrt=False, fma=False,
                      max_register_count=64, restrict=True, device_as_default_execution_space=True)
     result = core.Program(source, "c++", chosen).compile("cubin")
-    expected = kiln_binary(engine, source, ["--line-info", "--maxrregcount=64", "--ftz=true", "--prec-sqrt=false",
+    expected = kiln_binary(engine, source, ["--maxrregcount=64", "--ftz=true", "--prec-sqrt=false",
                                             "--prec-div=false", "--no-fma", "--fast-math", "-DA=3", "-DB", "-DC",
                                             "-UC", "-std=c++20", "--restrict"])
     assert result.code == expected.data and expected.origin == "memory"
@@ -360,11 +360,15 @@ def test_enable_twice_and_disable_restores(core, compile_api):
     kiln.cuda_core.enable()
     routed_class = core.Program
     assert routed_class is not original and issubclass(routed_class, original) and kiln.cuda_core.enabled()
+    # The module cuda.core defines it in too: cuda.core's own tests and numba-cuda import it from there.
+    import cuda.core._program as program_module
+    assert program_module.Program is routed_class
     kiln.cuda_core.enable()
     assert core.Program is routed_class
     made_while_enabled = core.Program(PLAIN, "c++", options(core))
     kiln.cuda_core.disable()
     assert core.Program is original and not kiln.cuda_core.enabled()
+    assert program_module.Program is original
     kiln.cuda_core.disable()
     assert core.Program is original
     # A program made while enabled compiles with cuda.core once disabled.

@@ -150,6 +150,36 @@ HeaderFileCache::Usage HeaderFileCache::usage() const {
 
 // ---- a resolve's headers ------------------------------------------------------------------------------------
 
+HeaderProbe probe_header(const std::string& path, const FileAccess& access) {
+  if (access.cache != nullptr && access.memo != nullptr) {
+    if (const std::optional<StatMemo::Seen> seen = access.memo->find(path, access.now_ns)) {
+      ++access.work->memo_hits;
+      if (!seen->present) return {};
+      if (auto hit = access.cache->find(path, seen->stat)) return {HeaderProbe::State::cached, std::move(hit)};
+      // Present, but not the file the cache holds: a stat below says whether it is a regular file.
+    }
+  }
+  ++access.work->stats;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error == ENOENT || error == ENOTDIR || error == ENAMETOOLONG || error == ELOOP) {
+      if (access.memo != nullptr && access.cache != nullptr && (error == ENOENT || error == ENOTDIR)) {
+        access.memo->remember(path, StatMemo::Seen{false, {}, access.now_ns});
+      }
+      return {};
+    }
+    return {HeaderProbe::State::unread, nullptr};  // another error: reading it says what it is
+  }
+  const FileStat stat = to_file_stat(st);
+  if (access.memo != nullptr && access.cache != nullptr) access.memo->remember(path, StatMemo::Seen{true, stat, access.now_ns});
+  if (!S_ISREG(st.st_mode)) return {};
+  if (access.cache != nullptr) {
+    if (auto hit = access.cache->find(path, stat)) return {HeaderProbe::State::cached, std::move(hit)};
+  }
+  return {HeaderProbe::State::unread, nullptr};
+}
+
 std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path, const FileAccess& access) {
   if (access.cache != nullptr) {
     std::optional<StatMemo::Seen> seen;

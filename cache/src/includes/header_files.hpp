@@ -123,6 +123,15 @@ struct FileAccess {
   FileWork* work = nullptr;
 };
 
+/// Whether there is a header at `path`, without reading it: absent (no regular file there), found in
+/// the cache (the file still has the stat it was read with), or to be read (load_header reads it). A
+/// resolve settles where every include leads by these, and reads the files it found many at a time.
+struct HeaderProbe {
+  enum class State : std::uint8_t { absent, cached, unread } state = State::absent;
+  std::shared_ptr<const HeaderFileCache::File> file;  ///< cached: the file
+};
+[[nodiscard]] HeaderProbe probe_header(const std::string& path, const FileAccess& access);
+
 /// The header at `path` (null when there is no regular file there): from the cache when the file still
 /// has the stat it was read with (a stat made now, or one the stat memo holds), else read and scanned
 /// (and kept when its stat is trusted). Throws IncludeError when there is a file that cannot be read, or

@@ -5,11 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <unordered_map>
 #include <unordered_set>
+#include <thread>
 
 #include "scan.hpp"
 #include "stat_memo.hpp"
@@ -92,8 +95,14 @@ std::string checked_folder(const std::filesystem::path& folder, StatMemo* memo =
   return path;
 }
 
+/// A file the resolve found by stat was gone (or no longer a regular file) when read.
+struct Vanished {};
+
 class Resolver {
  public:
+  static constexpr std::size_t kMaxLoadThreads = 8;
+  static constexpr std::size_t kFilesPerThread = 16;  ///< fewer files than this per thread: fewer threads
+
   explicit Resolver(const IncludeInput& input) : m_input(input) {
     m_access.cache = input.file_cache;
     m_access.memo = input.file_cache != nullptr ? input.stat_memo : nullptr;
@@ -129,7 +138,10 @@ class Resolver {
     std::size_t scanned = 0;
     std::unordered_set<std::string> tried;
     while (true) {
-      for (; scanned < m_units.size(); ++scanned) scan(scanned);
+      while (scanned < m_units.size()) {
+        load_unread(scanned);
+        for (const std::size_t end = m_units.size(); scanned < end; ++scanned) scan(scanned);
+      }
       bool guessed = false;
       for (std::size_t i = 0; i < m_computed.size(); ++i) {
         for (const Guess& guess : guess_computed(m_computed[i].operand, m_defines)) {
@@ -143,6 +155,9 @@ class Resolver {
     }
 
     // Names are final now: rewrite every include that leads to a file from disk.
+    for (const Unit& unit : m_units) {
+      if (unit.kind == Unit::Kind::disk) m_records.push_back(unit.file->record);
+    }
     for (Unit& unit : m_units) rewrite(unit);
     ResolvedIncludes out;
     out.compiler_source = *m_units.front().rewritten;
@@ -190,13 +205,60 @@ class Resolver {
     return it == m_memory.end() ? Found{} : Found{Where::memory, it->second};
   }
 
-  /// The file at `path` (absolute, normal), read the first time it is asked for; a path with no
-  /// regular file is recorded as absent.
+  /// Reads the files from disk found since unit `first` that the HeaderFileCache did not hold, on several
+  /// threads when there are many (a first resolve over a runtime's tree reads hundreds: reading and
+  /// scanning them is most of its time). Where an include leads was settled by stat already, so the units
+  /// and their order do not depend on when their bytes arrive. A file that no longer holds a regular file
+  /// when read changed under the resolve: Vanished, and the resolve starts again.
+  void load_unread(std::size_t first) {
+    std::vector<std::size_t> todo;
+    for (std::size_t i = first; i < m_units.size(); ++i) {
+      if (m_units[i].kind == Unit::Kind::disk && !m_units[i].file) todo.push_back(i);
+    }
+    if (todo.empty()) return;
+    const unsigned hardware = std::max(1U, std::thread::hardware_concurrency());
+    const auto threads = static_cast<unsigned>(
+        std::min<std::size_t>({kMaxLoadThreads, hardware, (todo.size() + kFilesPerThread - 1) / kFilesPerThread}));
+    std::atomic<std::size_t> next{0};
+    std::vector<FileWork> works(threads);
+    std::vector<std::exception_ptr> errors(threads);
+    const auto work = [&](unsigned t) {
+      FileAccess access = m_access;
+      access.work = &works[t];
+      try {
+        for (std::size_t k = next++; k < todo.size(); k = next++) {
+          Unit& unit = m_units[todo[k]];  // each thread fills its own units; the deque does not grow meanwhile
+          std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, access);
+          if (!file) throw Vanished{};
+          unit.text = file->bytes;
+          unit.file = std::move(file);
+        }
+      } catch (...) {
+        errors[t] = std::current_exception();
+        next = todo.size();  // the others stop at their next file
+      }
+    };
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    work(0);
+    for (std::thread& thread : pool) thread.join();
+    for (const FileWork& w : works) {  // (the memo answers here are the probe's own stats, not counted twice)
+      m_work.stats += w.stats;
+      m_work.reads += w.reads;
+    }
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);
+    }
+  }
+
+  /// Where there is a regular file at `path` (absolute, normal), a unit for it (read by load_unread
+  /// unless the HeaderFileCache holds it); else the path is recorded as absent. Each path is probed once.
   Found probe(const std::string& path, std::optional<std::size_t> folder) {
     const auto [it, inserted] = m_probed.try_emplace(path, npos);
     if (!inserted) return it->second == npos ? Found{} : Found{Where::disk, it->second};  // absent: listed once
-    std::shared_ptr<const HeaderFileCache::File> file = load_header(path, m_access);
-    if (!file) {
+    HeaderProbe found = probe_header(path, m_access);
+    if (found.state == HeaderProbe::State::absent) {
       m_absent.push_back(path);
       return {};
     }
@@ -214,9 +276,10 @@ class Resolver {
           "the in-memory header '{}' has the name kiln gives the header read from '{}'; rename the in-memory header",
           unit.compiler_name, path));
     }
-    unit.text = file->bytes;
-    m_records.push_back(file->record);
-    unit.file = std::move(file);
+    if (found.file) {
+      unit.text = found.file->bytes;
+      unit.file = std::move(found.file);
+    }  // else read with the other files found at this depth (load_unread), before it is scanned
     const std::size_t index = m_units.size();
     m_units.push_back(std::move(unit));
     it->second = index;
@@ -362,7 +425,18 @@ std::optional<std::string> quoted_after(std::string_view log, std::string_view m
 
 }  // namespace
 
-ResolvedIncludes resolve_includes(const IncludeInput& input) { return Resolver(input).run(); }
+ResolvedIncludes resolve_includes(const IncludeInput& input) {
+  // A header that vanished between its stat and its read: the tree changed under the resolve, which
+  // starts again (the second sees the tree as it is now). A tree that keeps changing is an error.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      return Resolver(input).run();
+    } catch (const Vanished&) {
+    }
+  }
+  throw IncludeError("the include tree kept changing while kiln read it (a header vanished between its stat and its "
+                     "read twice); try again once it is written");
+}
 
 std::string rewrite_source(std::string_view text, const ScanResult& scan,
                            std::span<const std::pair<std::size_t, std::string>> links) {

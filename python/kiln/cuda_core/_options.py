@@ -8,8 +8,7 @@ instead of being compiled without it."""
 import re
 
 # Flags of cuda.core's NVRTC spelling that kiln takes as they are or in its portable spelling.
-_PORTABLE = {"--use_fast_math": "--fast-math", "--generate-line-info": "--line-info",
-             "--device-debug": "--device-debug", "--fmad=false": "--no-fma", "--device-int128": "-device-int128"}
+_PORTABLE = {"--use_fast_math": "--fast-math", "--fmad=false": "--no-fma", "--device-int128": "-device-int128"}
 _RAW_EXACT = frozenset({"--fmad=true", "--extra-device-vectorization", "--restrict", "--disable-warnings",
                         "--minimal"})
 _RAW_PREFIXES = ("--ftz=", "--prec-sqrt=", "--prec-div=", "--split-compile=")
@@ -30,7 +29,10 @@ _KEPT = {"--relocatable-device-code=true": "relocatable device code",
          "--extensible-whole-program": "extensible whole-program compilation",
          "--gen-opt-lto": "gen_opt_lto", "--fdevice-syntax-only": "syntax-only compile (no output)",
          "--no-cache": "no_cache", "--pch": "precompiled headers", "--device-float128": "device_float128",
-         "--numba-debug": "numba_debug", "--no-display-error-number": "no_display_error_number"}
+         "--numba-debug": "numba_debug", "--no-display-error-number": "no_display_error_number",
+         # Measured on an H200 with cuda.core 1.2.0: with debug or line information, kiln's binary is not
+         # byte for byte cuda.core's (the debug information records how NVRTC was run), so cuda.core keeps them.
+         "--device-debug": "debug information", "--generate-line-info": "line information"}
 _KEPT_PREFIXES = {"--ptxas-options=": "ptxas_options", "--pre-include=": "pre_include",
                   "--dopt=": "device_code_optimize", "--create-pch=": "precompiled headers",
                   "--use-pch=": "precompiled headers", "--pch-dir=": "precompiled headers",

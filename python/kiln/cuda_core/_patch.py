@@ -99,7 +99,19 @@ def enable(engine=None):
             _state.ltoir = None
         _state.nvrtc_error = nvrtc_error
         core.Program = _state.routed_class
+        # cuda.core's own tests and some of its users (numba-cuda) take the class from its module.
+        module = _program_module()
+        if module is not None and getattr(module, "Program", None) is original:
+            module.Program = _state.routed_class
         _state.enabled = True
+
+
+def _program_module():
+    """cuda.core._program, where cuda.core defines Program (None when it has no such module)."""
+    try:
+        return importlib.import_module("cuda.core._program")
+    except ImportError:
+        return None
 
 
 def disable():
@@ -113,6 +125,9 @@ def disable():
         core = sys.modules.get("cuda.core")
         if core is not None and getattr(core, "Program", None) is _state.routed_class:
             core.Program = _state.original
+        module = sys.modules.get("cuda.core._program")
+        if module is not None and getattr(module, "Program", None) is _state.routed_class:
+            module.Program = _state.original
 
 
 def enabled():
