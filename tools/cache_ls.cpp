@@ -111,7 +111,12 @@ void append_entry_json(std::string& out, const cache::ScannedEntry& e, const std
   fmt::format_to(std::back_inserter(out), "],\"payload_bytes\":{},\"aux_bytes\":{}}}", h.payload_bytes, h.aux_bytes);
 }
 
-constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<24} {:<20} {}\n";
+constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<6} {:<24} {:<20} {}\n";
+
+/// The KIND column: the payload kind, short enough for the table (JSON gives to_string's full name).
+std::string_view kind_label(PayloadKind kind) {
+  return kind == PayloadKind::amdgpu_code_object ? std::string_view("amdgpu") : to_string(kind);
+}
 
 void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std::string& problem) {
   const std::string key = e.file_hash.hex().substr(0, 16);
@@ -122,7 +127,7 @@ void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std
   }
   const cache::EntryHeaderView& h = *e.header;
   fmt::format_to(std::back_inserter(out), fmt::runtime(kLsColumns), key, format_bytes(e.size), format_age(e.mtime),
-                 to_string(h.vendor), h.target, source_text(h), names_text(h));
+                 to_string(h.vendor), kind_label(h.payload_kind), h.target, source_text(h), names_text(h));
 }
 
 /// Adds a row for `e` to its shard, its text rendered now (text or JSON).
@@ -254,7 +259,8 @@ void render_listing(const cache::Store& store, const Listing& listing, const std
   if (json) {
     out.append("[");
   } else {
-    out.append(fmt::format(fmt::runtime(kLsColumns), "KEY", "SIZE", "USED", "LANE", "TARGET", "SOURCE", "KERNELS"));
+    out.append(
+        fmt::format(fmt::runtime(kLsColumns), "KEY", "SIZE", "USED", "LANE", "KIND", "TARGET", "SOURCE", "KERNELS"));
   }
   for (std::size_t i = 0; i < order.size(); ++i) {
     if (json && i > 0) out.append(",");

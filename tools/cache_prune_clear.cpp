@@ -62,8 +62,9 @@ PruneRule parse_prune_rule(const PruneArgs& args) {
   if (!args.target.empty()) {
     // Only the shape is checked: entries for a target this kiln cannot compile may still be pruned.
     const std::string& t = args.target;
-    if (!(t.starts_with("sm_") || t.starts_with("compute_") || t.starts_with("gfx"))) {
-      throw UsageError(fmt::format("--target {}: not a target id (expected sm_XX, compute_XX or gfxNNN...)", t));
+    if (!(t.starts_with("sm_") || t.starts_with("compute_") || t.starts_with("lto_") || t.starts_with("gfx"))) {
+      throw UsageError(
+          fmt::format("--target {}: not a target id (expected sm_XX, compute_XX, lto_XX or gfxNNN...)", t));
     }
   }
   return rule;

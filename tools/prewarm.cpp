@@ -162,8 +162,9 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
       "  kiln prewarm --source my.cu --kernel 'scale<float, 4>' --option=-DTILE=8 --target native\n"
       "  KILN_RECORD=app.jsonl ./app; kiln prewarm --manifest app.jsonl --target sm_100");
   sub->add_option("-t,--target", args->requests.targets,
-                  "Target (repeatable): sm_90, sm_90a, compute_90, gfx90a, gfx90a:sramecc+:xnack-, or native (the "
-                  "local GPUs). Default: the local GPUs' targets, or sm_90 and gfx90a without a GPU");
+                  "Target (repeatable): sm_90, sm_90a (CUBIN), compute_90 (PTX), lto_90 (LTO-IR), gfx90a, "
+                  "gfx90a:sramecc+:xnack-, or native (the local GPUs). Default: the local GPUs' targets, or sm_90 and "
+                  "gfx90a without a GPU");
   sub->add_flag("--all-builtin", args->requests.all_builtin,
                 "Every built-in source, with the kernels its first line lists");
   sub->add_option("--builtin", args->requests.builtins, "A built-in source by name, e.g. saxpy (repeatable)");

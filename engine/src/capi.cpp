@@ -919,6 +919,9 @@ kiln_status kiln_binary_get_info(kiln_binary binary, kiln_binary_info* info) {
       case kiln::BinaryKind::amd_code_object:
         info->kind = KILN_BINARY_AMD_CODE_OBJECT;
         break;
+      case kiln::BinaryKind::ltoir:
+        info->kind = KILN_BINARY_LTOIR;
+        break;
     }
     copy_string(info->target, b.target());
     copy_string(info->key, object->key_hex);

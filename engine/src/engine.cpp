@@ -56,6 +56,15 @@ struct EngineCore::Flight {
   std::exception_ptr error;
 };
 
+KILN_HOT void refuse_unloadable(const cache::Entry& entry) {
+  if (entry.payload_kind != PayloadKind::ltoir) return;
+  throw LoadError(fmt::format(
+      "entry {} holds LTO-IR for {}: LTO-IR is not a module a driver loads; it must first be linked into a CUBIN "
+      "(nvJitLink, with -lto), which kiln does not do. Compile for sm_XY to load the kernels, or hand the LTO-IR "
+      "from Engine::compile to your own link step",
+      entry.key_hash.hex(), entry.target));
+}
+
 ProgramState::~ProgramState() { unload(); }
 
 void ProgramState::unload() noexcept {
@@ -164,6 +173,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   vendor::CompileInput input{r.source.name(),
                              r.includes ? std::string_view(r.includes->compiler_source) : r.source.text(), headers,
                              r.names, r.flags, r.target.full};
+  input.lto_ir = r.target.output == PayloadKind::ltoir;
   vendor::CompileOutput output;
   try {
     output = compiler.compile(input);
@@ -329,6 +339,7 @@ KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtain
   state->device = device;
   state->origin = obtained.origin;
   try {
+    refuse_unloadable(*obtained.entry);
     state->module = rt.load_module(device, *obtained.entry);
   } catch (const LoadError& first) {
     if (obtained.origin == Origin::compiled) throw;
@@ -338,6 +349,7 @@ KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtain
     m_storage.discard(r.hash);
     obtained = obtain(r, /*bypass_cache=*/true);
     state->origin = obtained.origin;
+    refuse_unloadable(*obtained.entry);
     state->module = rt.load_module(device, *obtained.entry);
   }
   state->entry = obtained.entry;

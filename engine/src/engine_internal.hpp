@@ -36,6 +36,10 @@ namespace kiln::detail {
 class RequestRecorder;
 struct CompilerFacts;
 
+/// Throws LoadError when `entry` is not a module a runtime can load (LTO-IR: it needs a link step), before
+/// any runtime is asked. Shared by both vendors: the lanes never see such an entry.
+void refuse_unloadable(const cache::Entry& entry);
+
 /// A module loaded on one device. Kernels keep it (and the runtime) alive; `loaded` turns false when
 /// the engine unloads it, after which its kernels refuse to launch.
 struct ProgramState {

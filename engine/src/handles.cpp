@@ -77,6 +77,7 @@ Origin Program::origin() const { return checked(m_state).origin; }
 static_assert(static_cast<int>(BinaryKind::cubin) == static_cast<int>(PayloadKind::cubin));
 static_assert(static_cast<int>(BinaryKind::ptx) == static_cast<int>(PayloadKind::ptx));
 static_assert(static_cast<int>(BinaryKind::amd_code_object) == static_cast<int>(PayloadKind::amdgpu_code_object));
+static_assert(static_cast<int>(BinaryKind::ltoir) == static_cast<int>(PayloadKind::ltoir));
 
 namespace {
 const detail::BinaryState& checked(const std::shared_ptr<const detail::BinaryState>& state) {

@@ -10,6 +10,7 @@
 
 #include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
+#include "kiln/tooling/targets.hpp"
 
 namespace kiln {
 namespace {
@@ -32,7 +33,7 @@ constexpr std::array kNvrtcOnly = {
     Spelling{"-prec-div=", true, ""},                  Spelling{"--prec-div=", true, ""},
     Spelling{"-prec-sqrt=", true, ""},                 Spelling{"--prec-sqrt=", true, ""},
     Spelling{"-Ofc=", true, ""},                       Spelling{"--extra-device-vectorization", false, ""},
-    Spelling{"-dlto", false, ""},                      Spelling{"--restrict", false, ""},
+    Spelling{"--restrict", false, ""},
     Spelling{"-restrict", false, ""},                  Spelling{"--split-compile=", true, ""},
     Spelling{"--time=", true, ""},                     Spelling{"--fdevice-time-trace=", true, ""},
     Spelling{"-no-cache", false, ""},                  Spelling{"--minimal", false, ""},
@@ -45,7 +46,7 @@ constexpr std::array kHiprtcOnly = {
     Spelling{"-O0", false, ""},                        Spelling{"-O1", false, ""},
     Spelling{"-O2", false, ""},                        Spelling{"-O3", false, ""},
     Spelling{"-Os", false, ""},                        Spelling{"-fgpu-flush-denormals-to-zero", false, ""},
-    Spelling{"-fno-gpu-flush-denormals-to-zero", false, ""}, Spelling{"-fgpu-rdc", false, ""},
+    Spelling{"-fno-gpu-flush-denormals-to-zero", false, ""},
     Spelling{"-mllvm", false, ""},                     Spelling{"-ftime-trace", false, ""},
     Spelling{"-mcode-object-version=", true, ""},      Spelling{"-munsafe-fp-atomics", false, ""},
     Spelling{"-fno-unsafe-math-optimizations", false, ""}, Spelling{"-Wno-", true, ""},
@@ -61,6 +62,28 @@ const Spelling* find_spelling(std::span<const Spelling> table, std::string_view 
 }
 
 std::string_view compiler_name(Vendor v) { return v == Vendor::cuda ? "NVRTC" : "HIPRTC"; }
+
+/// Throws ConfigError when `bare` (a flag without its leading dashes) asks a compiler for another kind
+/// of output than the target's (LTO-IR, relocatable code, offload bitcode): kiln stores what kind a
+/// binary is, so it must be the one asking. `option` is the option as given, for the message.
+void refuse_output_flag(std::string_view option, std::string_view bare) {
+  using Names = std::initializer_list<std::string_view>;
+  const auto named = [&](Names exact, Names prefixes) {
+    return std::any_of(exact.begin(), exact.end(), [&](std::string_view e) { return bare == e; }) ||
+           std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return bare.starts_with(p); });
+  };
+  if (named({"dc", "device-c", "dlto", "dlink-time-opt", "gen-opt-lto"},
+            {"rdc", "relocatable-device-code", "dlto="})) {
+    throw ConfigError(fmt::format(
+        "bad option '{}': it changes what kind of output NVRTC gives, which kiln must know to cache and describe "
+        "the binary; ask for LTO-IR with an lto_XY target (e.g. \"lto_90\") and for relocatable code with "
+        "--relocatable-device-code",
+        option));
+  }
+  if (named({"fgpu-rdc", "emit-llvm"}, {"flto", "foffload-lto"})) {
+    throw ConfigError(detail::hip_relocatable_refusal(fmt::format("bad option '{}'", option)));
+  }
+}
 
 bool valid_macro_name(std::string_view name) {
   if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
@@ -92,6 +115,15 @@ void Options::parse_one(std::string_view option) {
   if (option == "--line-info") { m_line_info = true; return; }
   if (option == "--device-debug") { m_device_debug = true; return; }
   if (option == "--no-fma") { m_no_fma = true; return; }
+  if (option == "--relocatable-device-code" || option == "-rdc" || option == "--relocatable-device-code=true" ||
+      option == "-rdc=true") {
+    m_relocatable = true;
+    return;
+  }
+  if (option == "--relocatable-device-code=false" || option == "-rdc=false") {
+    m_relocatable = false;
+    return;
+  }
   if (option.starts_with("--max-registers=")) {
     const std::string_view digits = option.substr(16);
     int value = 0;
@@ -134,6 +166,7 @@ void Options::parse_one(std::string_view option) {
       // handed to the compiler directly would let it read headers the cache key does not name. Matched
       // with the leading dashes dropped: the compilers take most of these with one dash or two.
       const std::string_view bare = flag.substr(std::min(flag.find_first_not_of('-'), flag.size()));
+      refuse_output_flag(option, bare);
       // NVRTC checks a precompiled header against the flags and the source's leading directives, not
       // against the bytes of the headers handed in memory: a PCH it made from other bytes under the same
       // header name would give a stale binary. kiln runs NVRTC's PCH itself, one folder per header set.
@@ -190,6 +223,7 @@ void Options::parse_one(std::string_view option) {
     m_include_dirs.emplace_back(dir);
     return;
   }
+  refuse_output_flag(option, option.substr(std::min(option.find_first_not_of('-'), option.size())));
   if (option == "-default-device" || option == "--device-as-default-execution-space") {
     throw ConfigError(fmt::format("option '{}' is added by kiln itself", option));
   }
@@ -203,8 +237,8 @@ void Options::parse_one(std::string_view option) {
   }
   throw ConfigError(
       fmt::format("unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
-                  "--max-registers=N, -std=, -D, -U, -I, --toolkit-includes) or pass a compiler's own flag with "
-                  "-Xcuda=FLAG / -Xhip=FLAG",
+                  "--max-registers=N, --relocatable-device-code, -std=, -D, -U, -I, --toolkit-includes) or pass a "
+                  "compiler's own flag with -Xcuda=FLAG / -Xhip=FLAG",
                   option));
 }
 
@@ -215,6 +249,7 @@ std::vector<std::string> Options::portable() const {
   if (m_device_debug) out.emplace_back("--device-debug");
   if (m_no_fma) out.emplace_back("--no-fma");
   if (m_max_registers) out.push_back(fmt::format("--max-registers={}", *m_max_registers));
+  if (m_relocatable) out.emplace_back("--relocatable-device-code");
   if (m_std != "c++17") out.push_back("-std=" + m_std);
   for (const auto& [name, value] : m_defines) {
     if (!value) out.push_back("-U" + name);
@@ -259,6 +294,10 @@ KILN_HOT std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
   if (m_max_registers) {
     if (!cuda) throw ConfigError("option --max-registers has no HIPRTC equivalent (use it for CUDA targets only, or -Xcuda=-maxrregcount=N)");
     flags.push_back(fmt::format("-maxrregcount={}", *m_max_registers));
+  }
+  if (m_relocatable) {
+    if (!cuda) throw ConfigError(detail::hip_relocatable_refusal("option --relocatable-device-code"));
+    flags.emplace_back("-rdc=true");  // request.cpp drops it again for LTO-IR, which is relocatable anyway
   }
   for (const auto& [name, value] : m_defines) {
     if (!value) flags.push_back("-U" + name);

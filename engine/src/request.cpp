@@ -56,11 +56,19 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
   // the system folders (/usr/include, ...) for an <include>: -nostdlibinc turns that off and keeps
   // clang's own builtin headers, which belong to the compiler the key names.
   if (r.target.vendor == Vendor::cuda) {
-    r.flags.push_back("-arch=" + r.target.full);
+    r.flags.push_back("-arch=" + r.target.arch);
+    if (r.target.output == PayloadKind::ltoir) {
+      // LTO-IR: NVRTC's -dlto with the virtual arch (NVRTC 13.0 refuses -arch=lto_XY; -arch=sm_XY and
+      // compute_XY give the same bytes). LTO-IR is relocatable by nature (an extern __device__ function
+      // compiles without -rdc=true, and the bytes with it are the same), so a request's
+      // --relocatable-device-code adds nothing here and is dropped: one key for one binary.
+      std::erase(r.flags, std::string("-rdc=true"));  // what Options gives for it
+      r.flags.emplace_back("-dlto");
+    }
     r.flags.emplace_back("-default-device");
     r.flags.emplace_back("--no-source-include");
   } else {
-    r.flags.push_back("--offload-arch=" + r.target.full);
+    r.flags.push_back("--offload-arch=" + r.target.arch);
     r.flags.emplace_back("-nostdlibinc");
     for (const Header& h : r.source.user_headers()) {
       if (h.name.starts_with('/')) {

@@ -21,6 +21,8 @@ struct Defined {
 
 Defined defined_kernels(const cache::Entry& entry) {
   Defined defined;
+  // LTO-IR's body is not a format kiln reads (no symbol table to look in): not judged.
+  if (entry.payload_kind == PayloadKind::ltoir) return defined;
   if (entry.payload_kind == PayloadKind::ptx) {
     defined.readable = true;
   } else {

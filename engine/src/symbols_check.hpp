@@ -17,7 +17,7 @@ namespace kiln::detail {
 /// up by its lowered symbol). `kernels`: plain names a later lookup will ask for by symbol. Kernels are
 /// read from the binary itself: CUBIN and AMDGPU code objects through their ELF symbols, PTX (and the
 /// PTX kept beside a CUBIN) through its `.entry` lines. A binary whose format cannot be read is not
-/// judged (nothing is thrown).
+/// judged (nothing is thrown); nor is LTO-IR, whose body kiln does not read.
 void check_kernels_defined(const cache::Entry& entry, std::string_view source_name,
                            const std::vector<std::string>& names, const std::vector<std::string>& kernels);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
@@ -22,24 +23,41 @@ KILN_HOT bool all_alnum_lower(std::string_view s) {
 
 [[noreturn]] void bad_target(std::string_view text) {
   throw ConfigError(fmt::format(
-      "unknown target '{}': expected sm_XY[a|f] or compute_XY[a|f] (NVIDIA) or gfxNNN[:feature+|-...] (AMD), "
-      "e.g. sm_90, sm_90a, gfx90a, gfx90a:sramecc+:xnack-",
+      "unknown target '{}': expected sm_XY[a|f] (CUBIN), compute_XY[a|f] (PTX) or lto_XY[a|f] (LTO-IR) "
+      "(NVIDIA) or gfxNNN[:feature+|-...] (AMD), e.g. sm_90, sm_90a, lto_90, gfx90a, gfx90a:sramecc+:xnack-",
       text));
 }
 
 }  // namespace
 
+std::string hip_relocatable_refusal(std::string_view what) {
+  return fmt::format(
+      "{}: kiln produces no relocatable or LTO output for AMD targets. The HIP equivalent is clang offload "
+      "bitcode (hipcc -fgpu-rdc, linked into a code object by the offload linker), which kiln does not produce "
+      "through HIPRTC; compile for the gfx target without it (an AMDGPU code object), or build with hipcc "
+      "-fgpu-rdc offline",
+      what);
+}
+
 KILN_HOT Target parse_target(std::string_view text) {
   Target t;
   t.full = std::string(text);
-  for (const std::string_view prefix : {std::string_view("sm_"), std::string_view("compute_")}) {
+  // NVIDIA: sm_ gives a CUBIN, compute_ PTX, lto_ LTO-IR (as nvcc spells its code= kinds). NVRTC takes no
+  // -arch=lto_XY: LTO-IR is asked for by -dlto with the virtual arch compute_XY (request.cpp).
+  constexpr std::pair<std::string_view, PayloadKind> kNvidia[] = {
+      {"sm_", PayloadKind::cubin}, {"compute_", PayloadKind::ptx}, {"lto_", PayloadKind::ltoir}};
+  for (const auto& [prefix, output] : kNvidia) {
     if (!text.starts_with(prefix)) continue;
     std::string_view number = text.substr(prefix.size());
+    if (output == PayloadKind::ltoir && number.starts_with("gfx")) {
+      throw ConfigError(hip_relocatable_refusal(fmt::format("target '{}'", text)));
+    }
     if (!number.empty() && (number.back() == 'a' || number.back() == 'f')) number.remove_suffix(1);
     if (!all_digits(number) || number.size() < 2 || number.size() > 3) bad_target(text);
     t.vendor = Vendor::cuda;
     t.base = "sm_" + std::string(number);
-    t.ptx_only = prefix == "compute_";
+    t.output = output;
+    t.arch = output == PayloadKind::ltoir ? "compute_" + std::string(text.substr(prefix.size())) : t.full;
     t.warp_size = 32;
     return t;
   }
@@ -70,6 +88,8 @@ KILN_HOT Target parse_target(std::string_view text) {
     }
     t.vendor = Vendor::hip;
     t.base = std::string(processor);
+    t.arch = t.full;
+    t.output = PayloadKind::amdgpu_code_object;
     // Wave64 on GCN/CDNA (gfx6-gfx9), wave32 by default on RDNA (gfx10+), as HIPRTC compiles them.
     const std::string_view digits = processor.substr(3);
     t.warp_size = (digits.size() >= 4) ? 32 : 64;

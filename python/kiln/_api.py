@@ -253,8 +253,9 @@ class Program(_Handle):
 class Binary:
     """A compiled binary, not loaded (Engine.compile): for runtimes that load modules themselves.
 
-    data           the bytes (bytes): a CUBIN, PTX text (not NUL-terminated) or an AMD code object
-    kind           "cubin", "ptx" or "amd_code_object"
+    data           the bytes (bytes): a CUBIN, PTX text (not NUL-terminated), an AMD code object or
+                   NVIDIA LTO-IR (for a link step, e.g. nvJitLink; kiln never loads it)
+    kind           "cubin", "ptx", "amd_code_object" or "ltoir" (an "lto_90" target; libkiln API 5)
     target         the resolved target, e.g. "sm_90"
     key            the cache key, 32 hex digits
     origin         "memory", "disk", "pack", "remote" or "compiled"
@@ -421,9 +422,9 @@ class Engine(_Handle):
 
     def compile(self, source, options=(), names=(), target="native"):
         """Compiles (or finds: engine memory, disk cache, packs, remote) a source's binary for `target`
-        ("sm_90", "compute_90" for PTX, "gfx90a", or "native" for the engine's device; None means
-        "native" too, an empty string is a ValueError) and returns it as a kiln.Binary without loading
-        it. Needs no GPU for a named target. `source`: a kiln.Source or the text (a str, compiled as a
+        ("sm_90", "compute_90" for PTX, "lto_90" for LTO-IR, "gfx90a", or "native" for the engine's
+        device; None means "native" too, an empty string is a ValueError) and returns it as a kiln.Binary
+        without loading it. Needs no GPU for a named target. `source`: a kiln.Source or the text (a str, compiled as a
         source named "source.cu"). `options`: a str (one option) or a sequence of str. `names`: name
         expressions (e.g. "scale<float>"), a str or a sequence of str, whose symbols come back in
         Binary.lowered_names."""

@@ -87,7 +87,7 @@ ENGINE_CACHE_READONLY = 0x2
 VENDORS = {None: 0, "auto": 0, "cuda": 1, "hip": 2}
 VENDOR_NAMES = {0: None, 1: "cuda", 2: "hip"}
 ORIGINS = {0: "memory", 1: "disk", 2: "compiled", 3: "pack", 4: "remote"}
-BINARY_KINDS = {1: "cubin", 2: "ptx", 3: "amd_code_object"}
+BINARY_KINDS = {1: "cubin", 2: "ptx", 3: "amd_code_object", 4: "ltoir"}  # 4: API 5 (lto_XY targets)
 
 _S = ctypes.c_int  # kiln_status
 H = ctypes.c_void_p  # any handle

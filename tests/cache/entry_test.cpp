@@ -1,4 +1,5 @@
 // The entry format: round trip, the grammar's layout, and every malformed input a file can hold.
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <random>
@@ -473,4 +474,73 @@ TEST_CASE("entry: parse_header reads the header with parse()'s checks, and only 
     CHECK(reason(parse(bytes)) == "checksum mismatch");
     CHECK(std::holds_alternative<EntryHeaderView>(header(bytes, HeaderParts::all, bytes.size())));
   }
+}
+
+TEST_CASE("entry: an LTO-IR payload must carry LTO-IR's signature, under CUDA, without aux", "[cache][ltoir]") {
+  // Payloads of 1 KB and 1 MB: the second is read by the large-entry reader (parse_file's readv path).
+  for (const std::size_t size : {std::size_t{1024}, std::size_t{1} << 20}) {
+    INFO("payload " << size);
+    Entry entry = make_entry("ltoir", 10);
+    entry.vendor = kiln::Vendor::cuda;
+    entry.payload_kind = kiln::PayloadKind::ltoir;
+    entry.target = "lto_90";
+    entry.aux.clear();
+    entry.payload.assign(size, std::byte{0x33});
+    std::memcpy(entry.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+    const auto both = [](const Entry& e) {
+      const std::vector<std::byte> bytes = serialize(e);
+      const std::string in_memory = reason(parse(bytes));
+      const auto via_file = parse_via_file(bytes);
+      const auto* error = std::get_if<ContentError>(&via_file);
+      CHECK((error != nullptr ? error->reason : std::string("(parsed)")) == in_memory);
+      return in_memory;
+    };
+    CHECK(both(entry) == "(parsed)");
+    const auto parsed = parse(serialize(entry));
+    REQUIRE(std::holds_alternative<Entry>(parsed));
+    CHECK(std::get<Entry>(parsed).payload_kind == kiln::PayloadKind::ltoir);
+
+    Entry unsigned_ir = entry;
+    unsigned_ir.payload[3] = std::byte{0x7e};
+    CHECK(both(unsigned_ir) == fmt::format("the LTO-IR payload ({} bytes) does not start with LTO-IR's signature", size));
+    Entry hip = entry;
+    hip.vendor = kiln::Vendor::hip;
+    CHECK(both(hip) == "an LTO-IR payload under vendor hip (LTO-IR is NVIDIA's)");
+    Entry with_aux = entry;
+    with_aux.aux.assign(3, std::byte{0});
+    CHECK(both(with_aux) == "an LTO-IR entry with 3 aux bytes (it has none)");
+    // The same bytes under another kind are not judged by the entry format.
+    Entry as_cubin = unsigned_ir;
+    as_cubin.payload_kind = kiln::PayloadKind::cubin;
+    CHECK(both(as_cubin) == "(parsed)");
+  }
+  // The magic alone is no LTO-IR: its header is at least kLtoIrMinBytes.
+  Entry stub = make_entry("ltoir-stub", 10);
+  stub.vendor = kiln::Vendor::cuda;
+  stub.payload_kind = kiln::PayloadKind::ltoir;
+  stub.aux.clear();
+  stub.payload.assign(kiln::cache::kLtoIrMinBytes - 1, std::byte{0});
+  std::memcpy(stub.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+  CHECK(reason(parse(serialize(stub))).find("LTO-IR's signature") != std::string::npos);
+  // Kind 4 is known; 5 is not.
+  std::vector<std::byte> bytes = serialize(make_entry("kinds", 100));
+  bytes[13] = std::byte{5};
+  CHECK(reason(parse(bytes)) == "unknown payload kind 5");
+}
+
+TEST_CASE("store: put refuses an LTO-IR entry its readers would refuse", "[cache][ltoir]") {
+  kiln::test::TempDir dir;
+  Store store(store_config(dir.path()));
+  Entry entry = make_entry("ltoir-put", 10);
+  entry.vendor = kiln::Vendor::cuda;
+  entry.payload_kind = kiln::PayloadKind::ltoir;
+  entry.aux.clear();
+  entry.payload.assign(256, std::byte{0});
+  CHECK_FALSE(store.put(entry));
+  CHECK_THAT(store.last_put_error(), Catch::Contains("LTO-IR's signature"));
+  std::memcpy(entry.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+  REQUIRE(store.put(entry));
+  const auto found = store.get(entry.key_hash, entry.canonical_key);
+  REQUIRE(found.outcome == LookupOutcome::hit);
+  CHECK(found.entry->payload == entry.payload);
 }

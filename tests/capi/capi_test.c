@@ -1,5 +1,5 @@
 /* The C API from C11, using only kiln.h: engine, sources, prewarm (the compile path, no GPU needed),
- * compile-only binaries (kiln_compile: CUBIN, PTX, AMD code object), kernel get, errors
+ * compile-only binaries (kiln_compile: CUBIN, PTX, LTO-IR, AMD code object), kernel get, errors
  * (null/foreign/destroyed handles, unknown built-in, bad option, empty source, compile errors with
  * their log), statistics, thread-local errors. The GPU part (launch, argument
  * checks, buffers, streams, use of a kernel of a destroyed engine) runs only when a device exists.
@@ -97,6 +97,8 @@ static void* thread_error_probe(void* arg) {
 static void test_basics(void) {
   printf("basics\n");
   CHECK(kiln_api_version() == KILN_API_VERSION);
+  CHECK(kiln_api_version() >= 5); /* 5: KILN_BINARY_LTOIR */
+  CHECK(KILN_BINARY_LTOIR == 4);
   CHECK(strcmp(kiln_status_name(KILN_OK), "KILN_OK") == 0);
   CHECK(strcmp(kiln_status_name(KILN_ERROR_COMPILE), "KILN_ERROR_COMPILE") == 0);
   CHECK(strcmp(kiln_status_name((kiln_status)999), "KILN_ERROR_UNKNOWN") == 0);
@@ -457,6 +459,36 @@ static void test_compile(kiln_engine engine, const char* cache_dir, int devices)
     printf("  PTX of %zu bytes for %s\n", info.data_size, info.target);
     EXPECT_STATUS(kiln_binary_destroy(ptx), KILN_OK, NULL);
   }
+
+  /* LTO-IR for an lto_XX target (API 5): its kind, its signature, a lowered name; --relocatable-device-code
+   * taken as an option, and refused for an AMD target without asking HIPRTC. */
+  kiln_binary lto = NULL;
+  const char* lto_names[] = {"capi_scale<float>"};
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, lto_names, 1, "lto_90", &lto), KILN_OK, NULL);
+  if (lto != NULL) {
+    info = binary_info(lto);
+    CHECK(info.kind == KILN_BINARY_LTOIR);
+    CHECK(strcmp(info.target, "lto_90") == 0);
+    CHECK(info.data != NULL && info.data_size > 32 && memcmp(info.data, "\xED\x43\x4E\x7F", 4) == 0);
+    CHECK(info.name_count == 1);
+    EXPECT_STATUS(kiln_binary_lowered_name(lto, "capi_scale<float>", &lowered), KILN_OK, NULL);
+    CHECK(lowered != NULL && strncmp(lowered, "_Z", 2) == 0);
+    printf("  LTO-IR of %zu bytes for %s\n", info.data_size, info.target);
+    EXPECT_STATUS(kiln_binary_destroy(lto), KILN_OK, NULL);
+  }
+  const char* rdc[] = {"--relocatable-device-code"};
+  kiln_binary none_yet = NULL;
+  kiln_binary relocatable = NULL;
+  EXPECT_STATUS(kiln_compile(engine, source, rdc, 1, NULL, 0, "sm_90", &relocatable), KILN_OK, NULL);
+  if (relocatable != NULL) {
+    info = binary_info(relocatable);
+    CHECK(info.kind == KILN_BINARY_CUBIN);
+    CHECK(info.data != NULL && info.data_size > 18 && ((const unsigned char*)info.data)[16] == 1); /* ET_REL */
+    EXPECT_STATUS(kiln_binary_destroy(relocatable), KILN_OK, NULL);
+  }
+  EXPECT_STATUS(kiln_compile(engine, source, rdc, 1, NULL, 0, "gfx90a", &none_yet), KILN_ERROR_CONFIG, "-fgpu-rdc");
+  EXPECT_STATUS(kiln_compile(engine, source, NULL, 0, NULL, 0, "lto_gfx90a", &none_yet), KILN_ERROR_CONFIG,
+                "offload bitcode");
 
   /* An AMD code object through HIPRTC (skipped without it). */
   kiln_binary amd = NULL;

@@ -18,6 +18,7 @@
 #include "elf_builder.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "stderr_capture.hpp"
 #include "test_support.hpp"
 #include "lanes/hip_symbols.hpp"
 #include "lanes/lane.hpp"
@@ -603,6 +604,57 @@ TEST_CASE("the engine refuses a wrong argument count or size before any HIP call
   CHECK_THROWS_WITH(saxpy.launch(config1, std::int64_t{1024}, 2.0f, static_cast<const float*>(x), y),
                     Catch::Contains("argument 0"));
   CHECK(fake.calls().size() == before);  // not one HIP call for the refused launches
+}
+
+TEST_CASE("an LTO-IR entry is never handed to a runtime: refused, removed and compiled again (synthetic runtime)",
+          "[hip][contract][engine][ltoir]") {
+  // The one way LTO-IR can meet a load: an entry planted under a loadable request's key (its checksum and
+  // key are honest; only its kind is wrong). The engine refuses it before any runtime call, saying it
+  // needs a link step, and the request is served by a fresh compile, as for any entry that cannot load.
+  FakeRocm rocm;
+  rocm.install(KILN_FAKE_HIP_NO_RTC, "libamdhip64.so.7");
+  Fake fake(rocm.lib() / "libamdhip64.so.7");
+  ScopedEnv env("ROCM_PATH", rocm.root().c_str());
+  try {
+    (void)kiln::vendor::load_hiprtc();
+  } catch (const kiln::Error& e) {
+    kiln::test::skip(std::string("no real HIPRTC on the loader's path: ") + e.what());
+  }
+  TempDir cache("kiln-hip-ltoir");
+  ScopedEnv vendor("KILN_VENDOR", "hip");
+  ScopedEnv cache_dir("KILN_CACHE_DIR", cache.path().c_str());
+  kiln::Engine engine;
+  REQUIRE(engine.vendor() == kiln::Vendor::hip);
+  const kiln::Source saxpy = kiln::Source::builtin("saxpy");
+  const auto [hash, canonical] = engine.describe_key(saxpy, {}, {}, "native");
+  kiln::cache::Entry planted;
+  planted.vendor = kiln::Vendor::cuda;
+  planted.payload_kind = kiln::PayloadKind::ltoir;
+  planted.target = "lto_90";
+  planted.compiler = "nvrtc 13.0";
+  planted.key_hash = hash;
+  planted.canonical_key = canonical;
+  planted.payload.assign(64, std::byte{0x5a});
+  std::memcpy(planted.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+  REQUIRE(engine.store().put(planted));
+  const std::size_t loads_before = fake.calls_to("hipModuleLoadData").size();
+
+  std::string warned;
+  {
+    kiln::test::StderrCapture capture;
+    const kiln::Kernel kernel = engine.kernel(saxpy, "saxpy");
+    CHECK(kernel);
+    warned = capture.text();
+  }
+  INFO(warned);
+  CHECK_THAT(warned, Catch::Contains("holds LTO-IR") && Catch::Contains("nvJitLink") &&
+                         Catch::Contains("recompiling"));
+  CHECK(engine.stats().compiles == 1);
+  // One load: the code object compiled in the planted entry's place; the LTO-IR never reached HIP.
+  CHECK(fake.calls_to("hipModuleLoadData").size() == loads_before + 1);
+  const kiln::cache::LookupResult now = engine.store().get(hash, canonical);
+  REQUIRE(now.outcome == kiln::cache::LookupOutcome::hit);
+  CHECK(now.entry->payload_kind == kiln::PayloadKind::amdgpu_code_object);
 }
 
 TEST_CASE("[child] no AMD library anywhere", "[.no_amd_child]") {

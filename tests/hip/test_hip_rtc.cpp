@@ -275,3 +275,26 @@ TEST_CASE("threads compiling at once get the same code objects as one thread", "
     CHECK(parallel_b == sequential_b);
   }
 }
+
+TEST_CASE("the HIPRTC lane refuses LTO-IR, naming clang offload bitcode and -fgpu-rdc", "[hip][rtc][ltoir]") {
+  const auto compiler = hiprtc_or_skip();
+  const kiln::Source saxpy = kiln::Source::builtin("saxpy");
+  const std::vector<std::string> flags = {"-std=c++17", "--offload-arch=gfx90a", "-DKILN_WARP_SIZE=64"};
+  const std::vector<std::string> names = {"saxpy"};
+  const auto headers = kiln::vendor::header_texts(saxpy.headers());
+  kiln::vendor::CompileInput input{saxpy.name(), saxpy.text(), headers, names, flags, "gfx90a"};
+  input.lto_ir = true;
+  try {
+    (void)compiler->compile(input);
+    FAIL("HIPRTC was asked for LTO-IR and answered");
+  } catch (const kiln::ConfigError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("gfx90a") != std::string::npos);
+    CHECK(what.find("-fgpu-rdc") != std::string::npos);
+    CHECK(what.find("clang offload bitcode") != std::string::npos);
+    CHECK(what.find("kiln does not produce") != std::string::npos);
+  }
+  // The same input without the request compiles: the refusal is the LTO-IR request's alone.
+  input.lto_ir = false;
+  CHECK(compiler->compile(input).kind == kiln::PayloadKind::amdgpu_code_object);
+}

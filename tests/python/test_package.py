@@ -169,6 +169,32 @@ def test_compile_ptx_and_options(engine, compile_api):
         engine.compile(KERNELS, target="sm_1")
 
 
+def test_compile_ltoir_and_relocatable_code(cache_dir, compile_api):
+    """An lto_XX target gives LTO-IR (kind "ltoir", its signature, lowered names); a second engine reads it
+    from disk byte for byte; --relocatable-device-code gives an ET_REL CUBIN under another key."""
+    if kiln.api_version() < 5:
+        pytest.skip(f"{kiln.library_path} has kiln API version {kiln.api_version()}: LTO-IR needs 5")
+    names = ["py_scale<float>"]
+    with kiln.Engine(cache_dir=cache_dir) as first:
+        lto = first.compile(KERNELS, names=names, target="lto_90")
+        cubin = first.compile(KERNELS, names=names, target="sm_90")
+        rdc = first.compile(KERNELS, options=["--relocatable-device-code"], names=names, target="sm_90")
+    assert lto.kind == "ltoir" and lto.target == "lto_90" and lto.origin == "compiled"
+    assert lto.data[:4] == b"\xed\x43\x4e\x7f" and len(lto.data) > 32
+    assert lto.lowered_names == cubin.lowered_names and lto.lowered_names["py_scale<float>"].startswith("_Z")
+    assert lto.key != cubin.key
+    assert cubin.data[16] == 2 and rdc.kind == "cubin" and rdc.data[16] == 1  # ELF e_type: ET_EXEC, ET_REL
+    assert rdc.key != cubin.key
+    with kiln.Engine(cache_dir=cache_dir) as second:
+        found = second.compile(KERNELS, names=names, target="lto_90")
+        assert second.stats()["compiles"] == 0
+    assert found.origin == "disk" and found.kind == "ltoir" and found.data == lto.data
+    with pytest.raises(kiln.ConfigError, match="-fgpu-rdc"):
+        kiln.Engine(cache_dir=cache_dir).compile(KERNELS, options=["--relocatable-device-code"], target="gfx90a")
+    with pytest.raises(kiln.ConfigError, match="lto_XY"):
+        kiln.Engine(cache_dir=cache_dir).compile(KERNELS, options=["-Xcuda=-dlto"], target="sm_90")
+
+
 def test_compile_options_are_read_at_each_call(engine, compile_api):
     # Option sets are encoded once and kept (_option_strings): a list the caller changes between two
     # calls must still give the request it holds at each call, and bad items are still refused.

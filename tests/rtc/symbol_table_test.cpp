@@ -14,6 +14,7 @@
 namespace {
 
 KILN_SYMBOL_TABLE(DriverTable, KILN_CUDA_DRIVER_SYMBOLS)
+KILN_SYMBOL_TABLE(NvrtcTable, KILN_NVRTC_SYMBOLS)
 
 /// Answers every name with a distinct non-null address, except those in `absent`; records each name.
 struct RecordingLookup {
@@ -65,4 +66,18 @@ TEST_CASE("a missing required symbol refuses the library, naming it; a missing o
         "CUDA driver at /x lacks required symbol cuModuleUnload (ABI)");
     CHECK(table.cuInit == nullptr);  // nothing of a refused library is kept
   }
+}
+
+TEST_CASE("NVRTC's LTO-IR calls are optional: an NVRTC without them still loads", "[lanes][symbols][ltoir]") {
+  std::vector<std::string> asked;
+  NvrtcTable table;
+  table.require(RecordingLookup{&asked, {"nvrtcGetLTOIRSize", "nvrtcGetLTOIR"}}, "NVRTC at /x/libnvrtc.so.11");
+  CHECK(std::find(asked.begin(), asked.end(), "nvrtcGetLTOIRSize") != asked.end());
+  CHECK(std::find(asked.begin(), asked.end(), "nvrtcGetLTOIR") != asked.end());
+  CHECK(table.nvrtcGetLTOIRSize == nullptr);
+  CHECK(table.nvrtcGetLTOIR == nullptr);
+  CHECK(table.nvrtcGetCUBIN != nullptr);
+  NvrtcTable full;
+  full.require(RecordingLookup{&asked, {}}, "NVRTC at /x/libnvrtc.so.13");
+  CHECK(full.nvrtcGetLTOIR != nullptr);
 }

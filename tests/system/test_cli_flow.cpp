@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "harness.hpp"
 #include "kiln/cache/pack.hpp"
@@ -308,6 +310,57 @@ TEST_CASE("why-miss names the key part that differs: an option, a target") {
   }
   CHECK(named);
   CHECK(why({"--target", other}).out.find("  target: " + target + " -> " + other) != std::string::npos);
+}
+
+TEST_CASE("prewarm --target lto_90 stores LTO-IR; ls, show, verify and prune name and keep the kind") {
+  if (std::find(g_targets.begin(), g_targets.end(), "sm_90") == g_targets.end()) {
+    WARN("no NVRTC here: lto_90 (NVIDIA LTO-IR) is not tried");
+    return;
+  }
+  TempDir dir;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", (dir / "cache").string()}, {"KILN_CACHE_PACKS", ""}};
+  const Result prewarm = run_kiln(
+      {"prewarm", "--builtin", "saxpy", "--target", "lto_90", "--target", "sm_90", "--json"}, env, dir.path());
+  INFO(prewarm.describe());
+  REQUIRE(prewarm.rc == 0);
+  CHECK(prewarm.parsed().at("summary").at("compiled") == 2);
+
+  const Result ls = run_kiln({"cache", "ls", "--json"}, env, dir.path());
+  REQUIRE(ls.rc == 0);
+  std::map<std::string, std::string> kind_of;  // target -> payload kind
+  std::string lto_key;
+  for (const json& item : ls.parsed()) {
+    CHECK(item.at("valid") == true);
+    kind_of[item.at("target").get<std::string>()] = item.at("payload_kind").get<std::string>();
+    if (item.at("target") == "lto_90") lto_key = item.at("key").get<std::string>();
+  }
+  CHECK(kind_of == std::map<std::string, std::string>{{"lto_90", "ltoir"}, {"sm_90", "cubin"}});
+  REQUIRE(lto_key.size() == 32);
+
+  // The table has a KIND column: the LTO-IR entry's line names it.
+  const Result human = run_kiln({"cache", "ls"}, env, dir.path());
+  REQUIRE(human.rc == 0);
+  CHECK(human.out.find("KIND") != std::string::npos);
+  bool lto_line = false;
+  std::istringstream lines(human.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("lto_90") != std::string::npos) lto_line = line.find(" ltoir ") != std::string::npos;
+  }
+  CHECK(lto_line);
+
+  const Result show = run_kiln({"cache", "show", lto_key.substr(0, 12)}, env, dir.path());
+  INFO(show.describe());
+  CHECK(show.rc == 0);
+  CHECK(show.out.find("payload   ltoir") != std::string::npos);
+  CHECK(run_kiln({"cache", "verify"}, env, dir.path()).rc == 0);
+
+  // prune --target takes the lto_ form and removes that entry only.
+  const Result pruned = run_kiln({"cache", "prune", "--target", "lto_90"}, env, dir.path());
+  INFO(pruned.describe());
+  CHECK(pruned.rc == 0);
+  const json left = run_kiln({"cache", "ls", "--json"}, env, dir.path()).parsed();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].at("target") == "sm_90");
 }
 
 TEST_CASE("a manifest recorded with KILN_RECORD replays into an empty cache with the same entries") {

@@ -150,3 +150,69 @@ TEST_CASE("--toolkit-includes is a flag in the key and adds no compiler flag", "
   CHECK(o.vendor_flags(Vendor::hip) == Options{}.vendor_flags(Vendor::hip));
   CHECK(Options(o.portable()).toolkit_includes());
 }
+
+TEST_CASE("--relocatable-device-code: four spellings, in the key, -rdc=true for NVRTC", "[options]") {
+  const Options rdc{"--relocatable-device-code"};
+  CHECK(rdc.relocatable());
+  for (const char* spelling : {"-rdc", "-rdc=true", "--relocatable-device-code=true"}) {
+    INFO(spelling);
+    CHECK(Options{spelling}.canonical() == rdc.canonical());
+  }
+  CHECK(rdc.canonical() != Options{}.canonical());
+  CHECK(contains(rdc.portable(), "--relocatable-device-code"));
+  CHECK(contains(rdc.vendor_flags(Vendor::cuda), "-rdc=true"));
+  CHECK_FALSE(contains(Options{}.vendor_flags(Vendor::cuda), "-rdc=true"));
+  // =false is the default, and a later spelling wins.
+  CHECK(Options{"-rdc=false"}.canonical() == Options{}.canonical());
+  CHECK(Options{"-rdc", "--relocatable-device-code=false"}.canonical() == Options{}.canonical());
+  CHECK_FALSE(Options{}.relocatable());
+}
+
+TEST_CASE("relocatable code for HIPRTC is refused, naming clang offload bitcode and -fgpu-rdc", "[options][hip]") {
+  const Options rdc{"--relocatable-device-code"};
+  try {
+    (void)rdc.vendor_flags(Vendor::hip);
+    FAIL("accepted");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("--relocatable-device-code") != std::string::npos);
+    CHECK(what.find("-fgpu-rdc") != std::string::npos);
+    CHECK(what.find("offload bitcode") != std::string::npos);
+    CHECK(what.find("does not produce") != std::string::npos);
+  }
+}
+
+TEST_CASE("raw flags that change the output kind are refused, naming kiln's own spelling", "[options]") {
+  // NVRTC: LTO-IR and relocatable code only through an lto_XY target and --relocatable-device-code, so
+  // that the kind kiln stores is the kind the compiler gave.
+  for (const char* nvrtc : {"-dlto", "-Xcuda=-dlto", "-Xcuda=--dlink-time-opt", "-Xcuda=-rdc=true",
+                            "-Xcuda=--relocatable-device-code=true", "-Xcuda=-dc", "-Xcuda=--device-c", "-dc",
+                            "--dlink-time-opt", "-Xcuda=-gen-opt-lto"}) {
+    INFO(nvrtc);
+    try {
+      (void)Options{nvrtc};
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(nvrtc) != std::string::npos);
+      CHECK(what.find("lto_XY") != std::string::npos);
+      CHECK(what.find("--relocatable-device-code") != std::string::npos);
+    }
+  }
+  for (const char* hip : {"-fgpu-rdc", "-Xhip=-fgpu-rdc", "-Xhip=-flto", "-Xhip=-flto=thin", "-Xhip=-foffload-lto",
+                          "-Xhip=-emit-llvm"}) {
+    INFO(hip);
+    try {
+      (void)Options{hip};
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(hip) != std::string::npos);
+      CHECK(what.find("offload bitcode") != std::string::npos);
+    }
+  }
+  // Neighbours that change no output kind still pass.
+  CHECK_NOTHROW(Options{"--device-debug"});
+  CHECK_NOTHROW(Options{"-Xhip=-fno-gpu-rdc"});
+  CHECK_NOTHROW(Options{"-Xcuda=--restrict"});
+}

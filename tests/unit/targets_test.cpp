@@ -13,12 +13,49 @@ TEST_CASE("NVIDIA targets", "[targets]") {
   CHECK(t.vendor == Vendor::cuda);
   CHECK(t.base == "sm_90");
   CHECK(t.full == "sm_90a");
-  CHECK_FALSE(t.ptx_only);
+  CHECK(t.arch == "sm_90a");
+  CHECK(t.output == kiln::PayloadKind::cubin);
   CHECK(t.warp_size == 32);
   CHECK(parse_target("sm_100f").base == "sm_100");
   auto c = parse_target("compute_90");
-  CHECK(c.ptx_only);
+  CHECK(c.output == kiln::PayloadKind::ptx);
   CHECK(c.base == "sm_90");
+  CHECK(c.arch == "compute_90");
+}
+
+TEST_CASE("lto_XY targets give LTO-IR, compiled with the virtual arch", "[targets]") {
+  const auto t = parse_target("lto_90");
+  CHECK(t.vendor == Vendor::cuda);
+  CHECK(t.output == kiln::PayloadKind::ltoir);
+  CHECK(t.full == "lto_90");
+  CHECK(t.base == "sm_90");        // validated against NVRTC's list like sm_90
+  CHECK(t.arch == "compute_90");   // NVRTC refuses -arch=lto_90; -dlto takes the virtual arch
+  CHECK(t.warp_size == 32);
+  const auto a = parse_target("lto_90a");
+  CHECK(a.arch == "compute_90a");
+  CHECK(a.base == "sm_90");
+  CHECK(parse_target("lto_100f").arch == "compute_100f");
+  for (const char* bad : {"lto_", "lto_9", "lto_90x", "lto_sm_90", "LTO_90"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_target(bad), ConfigError);
+  }
+  CHECK_THROWS_WITH(parse_target("banana"), Catch::Contains("lto_XY"));
+}
+
+TEST_CASE("an LTO request for an AMD target names the HIP equivalent kiln does not produce", "[targets][hip]") {
+  for (const char* amd : {"lto_gfx90a", "lto_gfx1030"}) {
+    INFO(amd);
+    try {
+      (void)parse_target(amd);
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(amd) != std::string::npos);
+      CHECK(what.find("-fgpu-rdc") != std::string::npos);
+      CHECK(what.find("offload bitcode") != std::string::npos);
+      CHECK(what.find("does not produce") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("AMD targets with features and wave sizes", "[targets]") {
@@ -27,6 +64,8 @@ TEST_CASE("AMD targets with features and wave sizes", "[targets]") {
   CHECK(t.base == "gfx90a");
   CHECK(t.full == "gfx90a:sramecc+:xnack-");
   CHECK(t.warp_size == 64);
+  CHECK(t.output == kiln::PayloadKind::amdgpu_code_object);
+  CHECK(t.arch == "gfx90a:sramecc+:xnack-");
   CHECK(parse_target("gfx1030").warp_size == 32);
   CHECK(parse_target("gfx1100").warp_size == 32);
   CHECK(parse_target("gfx908").warp_size == 64);

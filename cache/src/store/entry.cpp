@@ -141,7 +141,7 @@ KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std:
   if (vendor > static_cast<std::uint8_t>(Vendor::hip)) return ContentError{fmt::format("unknown vendor {}", vendor)};
   const auto kind = static_cast<std::uint8_t>(f[field::payload_kind]);
   if (kind < static_cast<std::uint8_t>(PayloadKind::cubin) ||
-      kind > static_cast<std::uint8_t>(PayloadKind::amdgpu_code_object)) {
+      kind > static_cast<std::uint8_t>(PayloadKind::ltoir)) {
     return ContentError{fmt::format("unknown payload kind {}", kind)};
   }
   if (load_le(f + field::reserved16, 2) != 0 || load_u32(f + field::reserved32) != 0 ||
@@ -243,6 +243,15 @@ KILN_HOT std::optional<ContentError> check_key(const Layout& layout, std::string
   return std::nullopt;
 }
 
+/// 7. The payload's signature, where the entry format is all that checks it (entry.hpp): LTO-IR.
+KILN_HOT std::optional<ContentError> check_payload(const Layout& layout, std::span<const std::byte> payload) {
+  if (layout.payload_kind != PayloadKind::ltoir) return std::nullopt;  // the common case, inline
+  if (auto problem = payload_problem(layout.vendor, layout.payload_kind, payload, layout.aux_len)) {
+    return ContentError{std::move(*problem)};
+  }
+  return std::nullopt;
+}
+
 /// Copies everything but the payload and aux into `entry` (after every check has passed).
 KILN_HOT void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Limits& limits) {
   entry.vendor = layout.vendor;
@@ -278,11 +287,12 @@ KILN_HOT Result parse_bytes(std::span<const std::byte> bytes, const Limits& limi
   const Texts texts = split_variable(layout, variable);
   if (auto error = check_names(texts.names, layout.names_count, limits)) return std::move(*error);
   if (auto error = check_key(layout, texts.canonical_key, expected)) return std::move(*error);
+  const std::byte* payload = variable + layout.variable_bytes();
+  const std::byte* aux = payload + layout.payload_len;
+  if (auto error = check_payload(layout, {payload, aux})) return std::move(*error);
   // Everything checked: only now copy out (the payload once, with no zero-fill before it).
   Entry entry;
   fill_entry(entry, layout, texts, limits);
-  const std::byte* payload = variable + layout.variable_bytes();
-  const std::byte* aux = payload + layout.payload_len;
   entry.payload.assign(payload, aux);
   entry.aux.assign(aux, aux + layout.aux_len);
   return entry;
@@ -419,11 +429,29 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
   const Texts texts = split_variable(layout, variable);
   if (auto content = check_names(texts.names, layout.names_count, limits)) return std::move(*content);
   if (auto content = check_key(layout, texts.canonical_key, expected)) return std::move(*content);
+  if (auto content = check_payload(layout, entry.payload)) return std::move(*content);
   fill_entry(entry, layout, texts, limits);
   return entry;
 }
 
 }  // namespace
+
+std::optional<std::string> payload_problem(Vendor vendor, PayloadKind kind, std::span<const std::byte> payload,
+                                          std::uint64_t aux_bytes) {
+  if (kind != PayloadKind::ltoir) return std::nullopt;
+  if (vendor != Vendor::cuda) {
+    return fmt::format("an LTO-IR payload under vendor {} (LTO-IR is NVIDIA's)", to_string(vendor));
+  }
+  if (aux_bytes != 0) return fmt::format("an LTO-IR entry with {} aux bytes (it has none)", aux_bytes);
+  if (!looks_like_ltoir(payload)) {
+    return fmt::format("the LTO-IR payload ({} bytes) does not start with LTO-IR's signature", payload.size());
+  }
+  return std::nullopt;
+}
+
+bool looks_like_ltoir(std::span<const std::byte> payload) noexcept {
+  return payload.size() >= kLtoIrMinBytes && std::memcmp(payload.data(), kLtoIrMagic, sizeof(kLtoIrMagic)) == 0;
+}
 
 void EntryHeaderView::for_each_name(
     const std::function<void(std::string_view expression, std::string_view lowered)>& fn) const {

@@ -410,6 +410,10 @@ bool Store::put(const Entry& entry) {
       s.fail_put(fmt::format("entry {} refused: {}", entry.key_hash.hex(), error->reason));
       return false;
     }
+    if (auto problem = payload_problem(entry.vendor, entry.payload_kind, entry.payload, entry.aux.size())) {
+      s.fail_put(fmt::format("entry {} refused: {}", entry.key_hash.hex(), *problem));
+      return false;
+    }
     const Hash128 file_hash = s.hooks.file_name ? s.hooks.file_name(entry.key_hash) : entry.key_hash;
     const std::string path = s.entry_path(file_hash);
     const std::string shard_dir = path.substr(0, path.rfind('/'));

@@ -146,6 +146,9 @@ enum class BinaryKind : std::uint8_t {
   cubin = 1,            ///< an NVIDIA ELF for one sm_XX target
   ptx = 2,              ///< NVIDIA PTX text (compute_XX targets), JIT-compiled by the driver at load
   amd_code_object = 3,  ///< an AMDGPU code object (ELF) for one gfx target
+  /// NVIDIA LTO-IR (lto_XY targets, NVRTC -dlto): input to a link step (nvJitLink with -lto), which gives
+  /// the CUBIN; kiln stores and returns it but never loads it (Engine::program refuses it).
+  ltoir = 4,
 };
 
 /// A binary compiled (or found in a cache) for one target, not loaded anywhere: for runtimes that load
@@ -155,11 +158,11 @@ class CompiledBinary {
  public:
   CompiledBinary() = default;
 
-  /// The binary: a CUBIN, PTX text (not NUL-terminated) or an AMDGPU code object, as kind() says.
+  /// The binary: a CUBIN, PTX text (not NUL-terminated), an AMDGPU code object or LTO-IR, as kind() says.
   /// Valid as long as any copy of this CompiledBinary lives.
   [[nodiscard]] std::span<const std::byte> bytes() const;
   [[nodiscard]] BinaryKind kind() const;
-  /// The resolved target: "sm_90", "compute_90", "gfx90a:sramecc+:xnack-" ("native" is resolved).
+  /// The resolved target: "sm_90", "compute_90", "lto_90", "gfx90a:sramecc+:xnack-" ("native" is resolved).
   [[nodiscard]] const std::string& target() const;
   /// The cache key (the same as prewarm() and program() give for the same request).
   [[nodiscard]] const cache::Hash128& key() const;
@@ -213,9 +216,10 @@ class Engine {
                         const std::vector<std::string>& name_expressions, std::string_view target,
                         const std::vector<std::string>& kernels);
 
-  /// Compiles (or finds) the binary for a target ("sm_90", "compute_90", "gfx90a", or "native" for the
-  /// default device) and returns it without loading it. Needs no GPU for a named target. Looks in this
-  /// engine's memory first (the same request answered earlier by this engine's compile(): origin
+  /// Compiles (or finds) the binary for a target ("sm_90", "compute_90" for PTX, "lto_90" for LTO-IR,
+  /// "gfx90a", or "native" for the default device) and returns it without loading it (LTO-IR is never
+  /// loaded: it is input to a link step). Needs no GPU for a named target. Looks in this engine's memory
+  /// first (the same request answered earlier by this engine's compile(): origin
   /// memory, no disk access; the last 256 such requests are remembered), then every cache tier, then
   /// compiles and stores like prewarm().
   /// Throws CompileError, ConfigError, DeviceUnavailable.

@@ -40,8 +40,11 @@ extern "C" {
  *  2: kiln_compile and kiln_binary (compile-only binaries); KILN_ORIGIN_PACK and KILN_ORIGIN_REMOTE.
  *  3: kiln_stats gains manifest_hits, include_resolves and remote_unauthenticated (a caller built
  *     against version 2, whose kiln_stats ends at remote_errors, is still served).
- *  4: kiln_stats gains pch_made and pch_used (NVRTC precompiled headers). */
-#define KILN_API_VERSION 4
+ *  4: kiln_stats gains pch_made and pch_used (NVRTC precompiled headers).
+ *  5: KILN_BINARY_LTOIR (lto_XY targets: NVIDIA LTO-IR from kiln_compile / kiln_prewarm) and the option
+ *     --relocatable-device-code; no function or struct changed (a caller built against version 4 is
+ *     served as before, and meets the new kind only when it asks for an lto_XY target). */
+#define KILN_API_VERSION 5
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -357,9 +360,9 @@ typedef struct kiln_prewarm_result {
 /** Sets `result->size`; does nothing when `result` is NULL. Never fails. */
 KILN_API void kiln_prewarm_result_init(kiln_prewarm_result* result);
 
-/** Compiles a source into the engine's disk cache for `target` ("sm_90", "sm_90a", "gfx90a", or
- *  "native" for the engine's device) without loading it. Needs no GPU for a named target; the vendor
- *  follows from the target (sm_/compute_: CUDA; gfx: HIP). `result` may be NULL.
+/** Compiles a source into the engine's disk cache for `target` ("sm_90", "sm_90a", "lto_90", "gfx90a",
+ *  or "native" for the engine's device) without loading it. Needs no GPU for a named target; the vendor
+ *  follows from the target (sm_/compute_/lto_: CUDA; gfx: HIP). `result` may be NULL.
  *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL pointers, result->size too small), CONFIG (unknown
  *  target, bad option, a name whose symbol is not a kernel of the binary: the message lists the kernels
  *  it has; the binary stays cached), COMPILE (log: kiln_last_compile_log), DEVICE_UNAVAILABLE (no
@@ -376,14 +379,17 @@ KILN_API kiln_status kiln_prewarm(kiln_engine engine, kiln_source source, const 
 typedef enum kiln_binary_kind {
   KILN_BINARY_CUBIN = 1,          /**< an NVIDIA ELF for one sm_XX target (cuModuleLoadData) */
   KILN_BINARY_PTX = 2,            /**< NVIDIA PTX text for a compute_XX target; not NUL-terminated */
-  KILN_BINARY_AMD_CODE_OBJECT = 3 /**< an AMDGPU code object for one gfx target (hipModuleLoadData) */
+  KILN_BINARY_AMD_CODE_OBJECT = 3, /**< an AMDGPU code object for one gfx target (hipModuleLoadData) */
+  KILN_BINARY_LTOIR = 4            /**< NVIDIA LTO-IR for an lto_XX target (API 5): input to a link step
+                                        (nvJitLinkAddData with NVJITLINK_INPUT_LTOIR, linked with -lto);
+                                        not a module: kiln never loads it */
 } kiln_binary_kind;
 
 /** Compiles (or finds) a source's binary for `target` and returns it without loading it: for
  *  runtimes (CuPy, Numba, Warp) that load modules and launch through their own machinery. `target`
- *  is "sm_90", "sm_90a", "compute_90" (PTX), "gfx90a", ..., or NULL / "native" for the engine's
- *  default device. Needs no GPU for a named target. Lookup order: the engine's memory (the same
- *  request answered earlier by this engine's kiln_compile: KILN_ORIGIN_MEMORY, no disk access; the
+ *  is "sm_90", "sm_90a", "compute_90" (PTX), "lto_90" (LTO-IR, API 5), "gfx90a", ..., or NULL /
+ *  "native" for the engine's default device. Needs no GPU for a named target. Lookup order: the
+ *  engine's memory (the same request answered earlier by this engine's kiln_compile: KILN_ORIGIN_MEMORY, no disk access; the
  *  engine remembers its last 256 such requests), the disk cache and its tiers, then the compiler. A
  *  compiled binary is stored in the disk cache like kiln_prewarm. `options`, `name_expressions` as
  *  kiln_program_create.
@@ -405,7 +411,7 @@ typedef struct kiln_binary_info {
   size_t size;           /**< sizeof(kiln_binary_info) */
   const void* data;      /**< the binary's bytes; owned by the binary handle, valid until kiln_binary_destroy */
   size_t data_size;      /**< bytes at `data` */
-  kiln_binary_kind kind; /**< CUBIN, PTX or AMD code object */
+  kiln_binary_kind kind; /**< CUBIN, PTX, AMD code object or (API 5) LTO-IR */
   char target[64];       /**< the resolved target: "sm_90", "gfx90a:sramecc+:xnack-" */
   char key[33];          /**< the cache key: 32 lower-case hex digits (as kiln_prewarm gives) */
   kiln_origin origin;    /**< MEMORY, DISK, PACK, REMOTE or COMPILED */

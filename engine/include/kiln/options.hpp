@@ -8,6 +8,8 @@
 //   --device-debug            NVRTC -G              ; HIPRTC -g
 //   --no-fma                  NVRTC -fmad=false     ; HIPRTC -ffp-contract=off
 //   --max-registers=N         NVRTC -maxrregcount=N ; HIPRTC (rejected: no equivalent)
+//   --relocatable-device-code NVRTC -rdc=true (a relocatable CUBIN: ELF type ET_REL, for a link step);
+//   (or -rdc, -rdc=true)      HIPRTC (rejected: clang offload bitcode, -fgpu-rdc, is not produced)
 //   -Xcuda=FLAG / -Xhip=FLAG  a raw flag for one compiler only; ignored by the other
 //   -I DIR / -IDIR / --include-path=DIR
 //                             an include folder, searched in the order given (both)
@@ -19,7 +21,10 @@
 // different search order can find different headers).
 // A known flag of one compiler written without -X (e.g. --use_fast_math, -O3) is accepted for that
 // compiler, and is a ConfigError for the other one that names the portable spelling. Unknown options
-// and target options (-arch, --offload-arch: the target is its own argument) are rejected.
+// and target options (-arch, --offload-arch: the target is its own argument) are rejected, and so are
+// raw flags that change what kind of output a compile gives (-dlto, -rdc, -dc, -fgpu-rdc, -flto, ...):
+// the output kind is kiln's to know (it is stored with the binary), so LTO-IR is asked for by an lto_XY
+// target and relocatable code by --relocatable-device-code.
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -50,6 +55,9 @@ class Options {
   Options& define(std::string_view name, std::string_view value = {});
   Options& fast_math(bool on = true) { m_fast_math = on; refresh(); return *this; }
   Options& line_info(bool on = true) { m_line_info = on; refresh(); return *this; }
+  Options& relocatable(bool on) { m_relocatable = on; refresh(); return *this; }
+  /// --relocatable-device-code was given.
+  [[nodiscard]] bool relocatable() const noexcept { return m_relocatable; }
 
   /// Canonical text: one option per line, sorted where order has no meaning (defines by name, flags),
   /// raw -X flags in the order given. Equal option sets give equal text.
@@ -76,6 +84,7 @@ class Options {
   bool m_line_info = false;
   bool m_device_debug = false;
   bool m_no_fma = false;
+  bool m_relocatable = false;
   std::optional<int> m_max_registers;
   std::string m_std = "c++17";
   std::map<std::string, std::optional<std::string>, std::less<>> m_defines;  // nullopt value = -U

@@ -87,15 +87,18 @@ class CudaDriver final : public LaneRuntime {
   }
 
   KILN_HOT void* load_module(int device, const cache::Entry& entry) override {
+    if (entry.payload_kind != PayloadKind::cubin && entry.payload_kind != PayloadKind::ptx) {
+      // Never handed to the driver (the engine refuses LTO-IR before asking a runtime; this is the lane's
+      // own word for anything else that is not a CUBIN or PTX).
+      throw LoadError(fmt::format("entry {} holds {} ({}), not a CUBIN or PTX: it cannot load on CUDA device {}",
+                                  entry.key_hash.hex(), to_string(entry.payload_kind), entry.target, device));
+    }
     make_current(device);
     CUmodule module = nullptr;
-    CUresult result = CUDA_ERROR_INVALID_IMAGE;
     std::string attempts;
-    if (entry.payload_kind == PayloadKind::cubin || entry.payload_kind == PayloadKind::ptx) {
-      result = m_api.cuModuleLoadData(&module, entry.payload.data());
-      if (result == CUDA_SUCCESS) return module;
-      attempts = fmt::format("{} {}: {}", entry.target, to_string(entry.payload_kind), describe(result));
-    }
+    CUresult result = m_api.cuModuleLoadData(&module, entry.payload.data());
+    if (result == CUDA_SUCCESS) return module;
+    attempts = fmt::format("{} {}: {}", entry.target, to_string(entry.payload_kind), describe(result));
     // The PTX kept beside the CUBIN serves GPUs the CUBIN does not (newer arch, or a foreign CUBIN).
     if (entry.payload_kind == PayloadKind::cubin && !entry.aux.empty() && entry.aux.back() == std::byte{0}) {
       const CUresult ptx_result = m_api.cuModuleLoadData(&module, entry.aux.data());

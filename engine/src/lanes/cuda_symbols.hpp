@@ -5,8 +5,8 @@
 // Pointer types come from the toolkit's headers. cuda.h #defines some names to their versioned
 // symbols (cuMemAlloc -> cuMemAlloc_v2): the members and types follow the header, while the name the
 // driver is asked for is the list's un-suffixed one, whose ABI cuGetProcAddress picks by version.
-// The PCH calls (NVRTC 12.8+) are optional and typed here, not from nvrtc.h: an older NVRTC lacks them
-// and an older toolkit's header does not declare them.
+// The PCH calls (NVRTC 12.8+) and the LTO-IR calls (12.0+) are optional and typed here, not from
+// nvrtc.h: an older NVRTC lacks them and an older toolkit's header does not declare them.
 #include <cuda.h>
 #include <nvrtc.h>
 
@@ -17,6 +17,9 @@ using NvrtcGetPchHeapSize = nvrtcResult (*)(std::size_t*);
 using NvrtcSetPchHeapSize = nvrtcResult (*)(std::size_t);
 using NvrtcGetPchCreateStatus = nvrtcResult (*)(nvrtcProgram);
 using NvrtcGetPchHeapSizeRequired = nvrtcResult (*)(nvrtcProgram, std::size_t*);
+// LTO-IR (NVRTC 12.0+), optional: an NVRTC without them compiles everything but lto_XY targets.
+using NvrtcGetLtoIrSize = nvrtcResult (*)(nvrtcProgram, std::size_t*);
+using NvrtcGetLtoIr = nvrtcResult (*)(nvrtcProgram, char*);
 }  // namespace kiln::vendor
 
 #define KILN_NVRTC_SYMBOLS(X)                                                    \
@@ -38,7 +41,9 @@ using NvrtcGetPchHeapSizeRequired = nvrtcResult (*)(nvrtcProgram, std::size_t*);
   X(optional, nvrtcGetPCHHeapSize, ::kiln::vendor::NvrtcGetPchHeapSize)         \
   X(optional, nvrtcSetPCHHeapSize, ::kiln::vendor::NvrtcSetPchHeapSize)         \
   X(optional, nvrtcGetPCHCreateStatus, ::kiln::vendor::NvrtcGetPchCreateStatus) \
-  X(optional, nvrtcGetPCHHeapSizeRequired, ::kiln::vendor::NvrtcGetPchHeapSizeRequired)
+  X(optional, nvrtcGetPCHHeapSizeRequired, ::kiln::vendor::NvrtcGetPchHeapSizeRequired) \
+  X(optional, nvrtcGetLTOIRSize, ::kiln::vendor::NvrtcGetLtoIrSize)                     \
+  X(optional, nvrtcGetLTOIR, ::kiln::vendor::NvrtcGetLtoIr)
 
 #define KILN_CUDA_DRIVER_SYMBOLS(X)                                            \
   X(required, cuInit, decltype(&::cuInit))                                     \

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kiln/error.hpp"
+#include "kiln/tooling/targets.hpp"
 #include "lanes/dynlib.hpp"
 #include "lanes/hip_symbols.hpp"
 #include "lanes/lane.hpp"
@@ -124,6 +125,11 @@ class Hiprtc final : public Compiler {
     if (input.source.empty()) {
       throw CompileError(fmt::format("cannot compile '{}': the source is empty", name), "", name,
                          rtc::flag_list(input));
+    }
+    if (input.lto_ir) {
+      // The engine never asks (an lto_ target is NVIDIA's); a lane asked directly says what HIP has instead.
+      throw ConfigError(
+          ::kiln::detail::hip_relocatable_refusal(fmt::format("LTO-IR for '{}' from HIPRTC", input.target)));
     }
     const std::string_view base = input.target.substr(0, input.target.find(':'));
     if (std::find(m_targets.begin(), m_targets.end(), base) == m_targets.end()) {

@@ -44,12 +44,15 @@ struct CompileInput {
   std::span<const std::string> name_expressions;
   std::span<const std::string> flags;  ///< complete: target and engine-added flags included
   std::string_view target;
+  /// An lto_XY target: the output is LTO-IR (NVRTC: -dlto is among the flags; nvrtcGetLTOIR). HIPRTC
+  /// refuses it (kiln makes no clang offload bitcode).
+  bool lto_ir = false;
 };
 
 struct CompileOutput {
   PayloadKind kind = PayloadKind::cubin;
   std::vector<std::byte> binary;
-  std::vector<std::byte> ptx;  ///< CUDA: kept beside the CUBIN; empty for HIP
+  std::vector<std::byte> ptx;  ///< CUDA: kept beside the CUBIN; empty for LTO-IR and HIP
   std::vector<cache::LoweredName> lowered;
   std::string log;
   bool pch_made = false;  ///< the compile made a precompiled header (NVRTC, nvrtc_pch.hpp)

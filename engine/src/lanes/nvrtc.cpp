@@ -1,6 +1,7 @@
 // The NVRTC lane: compiles CUDA C++ to a CUBIN for sm_XX targets, and keeps the PTX of the same compile
 // beside it (the CUDA driver lane JIT-compiles it for GPUs the CUBIN does not serve); compute_XX
-// targets give PTX only. libnvrtc is dlopen'ed; its types come from the toolkit's nvrtc.h.
+// targets give PTX only; lto_XX targets (-dlto) give LTO-IR only, through the optional
+// nvrtcGetLTOIRSize / nvrtcGetLTOIR. libnvrtc is dlopen'ed; its types come from the toolkit's nvrtc.h.
 #include <cuda.h>
 #include <fmt/format.h>
 #include <nvrtc.h>
@@ -64,6 +65,12 @@ class Nvrtc final : public Compiler {
   std::vector<std::string> supported_targets() const override { return m_targets; }
 
   CompileOutput compile(const CompileInput& input) const override {
+    if (input.lto_ir && (m_api.nvrtcGetLTOIRSize == nullptr || m_api.nvrtcGetLTOIR == nullptr)) {
+      throw ConfigError(fmt::format(
+          "target '{}' asks for LTO-IR, and NVRTC {} at {} has no nvrtcGetLTOIRSize / nvrtcGetLTOIR (NVRTC 12.0 or "
+          "later has them); compile for sm_XY or compute_XY, or use a newer toolkit (KILN_CUDA_PATH)",
+          input.target, m_version, m_library.path()));
+    }
     std::optional<pch::Plan> plan = m_pch->plan(input);
     if (!plan) return compile_once(input, nullptr);
     // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
@@ -115,6 +122,19 @@ class Nvrtc final : public Compiler {
       out.pch_made = notes.created;
       out.pch_used = notes.used;
     }
+    out.lowered = program.lowered_names();
+    if (input.lto_ir) {
+      // -dlto: LTO-IR only (NVRTC 13.0 gives no CUBIN and a PTX of one NUL byte). Checked as a cache read
+      // checks it, so that a compile never stores what every later read would refuse.
+      out.kind = PayloadKind::ltoir;
+      out.binary = program.fetch(m_api.nvrtcGetLTOIRSize, m_api.nvrtcGetLTOIR, "GetLTOIRSize", "GetLTOIR");
+      if (!cache::looks_like_ltoir(out.binary)) {
+        rtc::call_failed("nvrtc", "GetLTOIR", "no LTO-IR",
+                         fmt::format("{} bytes without LTO-IR's signature (NVRTC {})", out.binary.size(), m_version),
+                         input, out.log);
+      }
+      return out;
+    }
     // An sm_XX target gives a CUBIN; a compute_XX target none (its size is 0), only the PTX.
     out.binary = program.fetch(m_api.nvrtcGetCUBINSize, m_api.nvrtcGetCUBIN, "GetCUBINSize", "GetCUBIN");
     // The PTX keeps its terminating NUL: the driver needs it.
@@ -126,7 +146,6 @@ class Nvrtc final : public Compiler {
       out.kind = PayloadKind::cubin;
       out.ptx = std::move(ptx);
     }
-    out.lowered = program.lowered_names();
     return out;
   }
 

@@ -10,7 +10,8 @@ namespace kiln {
 enum class Vendor : std::uint8_t { none = 0, cuda = 1, hip = 2 };
 
 /// What an entry's payload is. Stored in entries: never renumber.
-enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object = 3 };
+/// ltoir: NVIDIA LTO-IR (NVRTC -dlto), input to a link step (nvJitLink), never a loadable module.
+enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object = 3, ltoir = 4 };
 
 [[nodiscard]] constexpr std::string_view to_string(Vendor v) noexcept {
   switch (v) {
@@ -26,6 +27,7 @@ enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object =
     case PayloadKind::cubin: return "cubin";
     case PayloadKind::ptx: return "ptx";
     case PayloadKind::amdgpu_code_object: return "amdgpu-code-object";
+    case PayloadKind::ltoir: return "ltoir";
   }
   return "unknown";
 }
