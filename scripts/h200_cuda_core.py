@@ -142,11 +142,13 @@ try:
           kiln.cuda_core.stats()["fallbacks"])
 except ImportError as error:
     print("skip  cache=:", error)
-kiln.cuda_core.reset_stats()
-lto = core.Program(TEMPLATE, "c++", core.ProgramOptions(arch=arch, link_time_optimization=True)).compile(
-    "ltoir", name_expressions=NAMES)
-stats = kiln.cuda_core.stats()
-print("info  ltoir:", "served by kiln" if stats["routed"] else f"fallback {stats['fallbacks']}", len(lto.code), "bytes")
+k, c, stats = both(lambda: core.ProgramOptions(arch=arch, link_time_optimization=True), "ltoir")
+if stats["routed"]:
+    check(bytes(k.code) == bytes(c.code) and k.symbol_mapping == c.symbol_mapping,
+          "ltoir served by kiln, byte-identical to cuda.core's", f"{len(k.code)} vs {len(c.code)}")
+else:
+    print(f"info  ltoir left to cuda.core: {stats['fallbacks']}")
+kiln.cuda_core.enable()
 
 # 6. A matrix of options, both ways.
 matrix = [dict(name="abc"), dict(debug=True), dict(lineinfo=True), dict(ftz=True, prec_sqrt=False, prec_div=False),

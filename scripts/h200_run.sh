@@ -37,6 +37,23 @@ if [[ "${KILN_H200_ONLY:-}" == cudacore ]]; then
   fi
   exit 0
 fi
+# KILN_H200_ONLY=numba: kiln.cuda_core against the real cuda.core, then numba-cuda's tests that compile or link
+# CUDA C++ (KILN_NUMBA_TESTS) as shipped and with cuda.core's Program routed through kiln.
+if [[ "${KILN_H200_ONLY:-}" == numba ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  echo "== kiln.cuda_core against cuda.core"; timeout 120 python3 "$root/scripts/h200_cuda_core.py" 2>&1 | tee "$out/cuda_core.txt" | grep -vE "^(PASS|info)"
+  tree=$(python3 -c 'import numba_cuda, os; print(os.path.dirname(numba_cuda.__file__))')/numba/cuda/tests
+  # As module names (numba-cuda's tests import as numba.cuda.tests.*, not from their files' folders).
+  tests=${KILN_NUMBA_TESTS:-$(cd "$tree" && find . -name 'test_*.py' \( -name '*nvrtc*' -o -name '*link*' \) | sort \
+    | sed 's|^\./||; s|\.py$||; s|/|.|g; s|^|numba.cuda.tests.|' | tr '\n' ' ')}
+  for mode in plain kiln; do
+    echo "== numba-cuda ($mode): $tests"
+    timeout 150 python3 "$root/scripts/h200_numba.py" "$mode" $tests >"$out/numba_$mode.txt" 2>&1
+    tail -3 "$out/numba_$mode.txt"
+  done
+  exit 0
+fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
 include_benches() {
   echo "== include_bench (CUB + libcu++ with --toolkit-includes)"

@@ -86,8 +86,9 @@ def test_translate_flags():
                    "-UC", "--include-path=/x/y", "-std=c++20", "--disable-warnings", "--restrict",
                    "-device-int128", "--split-compile=4", "--minimal"]
     assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--fmad=true"], "ptx")[1] == ["--fmad=true"]
-    for refused, said in (("--relocatable-device-code=true", "relocatable device code"),
-                          ("--extensible-whole-program", "whole-program"), ("--std=c++14", "C++17 or C++20"),
+    assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--relocatable-device-code=true"], "cubin")[1] == [
+        "--relocatable-device-code"]
+    for refused, said in (                          ("--extensible-whole-program", "whole-program"), ("--std=c++14", "C++17 or C++20"),
                           ("--ptxas-options=-v", "ptxas_options"), ("--pre-include=a.h", "pre_include"),
                           ("--dopt=on", "device_code_optimize"), ("--pch", "precompiled headers"),
                           ("--use-pch=x.pch", "precompiled headers"), ("--time=t.csv", "writes a file"),
@@ -232,8 +233,6 @@ class _Cache:
 @pytest.mark.parametrize("code_type, fields, target_type, reason", [
     ("ptx", {}, "cubin", "code_type ptx"),
     ("nvvm", {}, "ptx", "code_type nvvm"),
-    ("c++", {"relocatable_device_code": True}, "cubin",
-     "--relocatable-device-code=true: relocatable device code stays with cuda.core"),
     ("c++", {"pre_include": "a.h"}, "cubin", "--pre-include: pre_include stays with cuda.core"),
     ("c++", {"std": "c++14"}, "cubin", "--std=c++14: kiln compiles C++17 or C++20 only"),
     ("c++", {"ptxas_options": ["-v"]}, "cubin", "--ptxas-options: ptxas_options stays with cuda.core"),
@@ -475,3 +474,14 @@ def test_runner_runs_a_program_with_kiln(compile_api, tmp_path):
     refused = subprocess.run([sys.executable, "-m", "kiln.cuda_core", str(program)], capture_output=True,
                              text=True, timeout=120, env=dict(env, CUDA_CORE_STAND_IN_VERSION="9.0.0"))
     assert refused.returncode == 2 and refused.stderr.startswith("kiln.cuda_core supports cuda.core 1.2.x")
+
+
+def test_relocatable_device_code_is_served_as_a_relocatable_cubin(routed):
+    # numba-cuda compiles the .cu files it links with relocatable_device_code=True.
+    core, _engine = routed
+    if kiln.api_version() < 5:
+        pytest.skip("libkiln without --relocatable-device-code")
+    source = 'extern "C" __device__ int twice(int x) { return 2 * x; }\n'
+    result = core.Program(source, "c++", options(core, relocatable_device_code=True)).compile("cubin")
+    assert calls(core) == [] and kiln.cuda_core.stats()["routed"] == {"compiled": 1}
+    assert result.code[:4] == b"\x7fELF" and int.from_bytes(result.code[16:18], "little") == 1  # ET_REL

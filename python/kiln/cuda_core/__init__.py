@@ -22,11 +22,12 @@ looked up at call time is routed whenever it is called.
 What kiln compiles: code_type "c++" for target_type "cubin" (sm_XY), "ptx" (compute_XY) and, once the
 loaded libkiln has the lto_XY target, "ltoir"; the options ProgramOptions.as_bytes("nvrtc") spells that
 kiln can pass (include_path, define_macro/undefine_macro, std c++17/c++20, arch, use_fast_math, ftz,
-prec_div, prec_sqrt, fma, lineinfo, debug, max_register_count, restrict, disable_warnings, ...). Include
+prec_div, prec_sqrt, fma, max_register_count, restrict, disable_warnings, relocatable_device_code, ...;
+cubin, PTX and LTO-IR). Include
 folders are keyed by the headers' content (kiln's dependency manifests), the case cuda.core's own
 cache= refuses. What stays with cuda.core: code_type "ptx" and "nvvm", a cache= argument (the caller chose
-cuda.core's own program cache), LTO-IR while libkiln has no lto_XY target, relocatable or whole-program
-code, PCH, pre_include, ptxas_options, options this module does not know, any request kiln refuses as
+cuda.core's own program cache), LTO-IR and relocatable code with a libkiln older than API 5, debug and
+line information (kiln's bytes differ from cuda.core's there), whole-program code, PCH, pre_include, ptxas_options, options this module does not know, any request kiln refuses as
 configured (its message counts in stats()["fallbacks"]), a header only found next to the source, and a
 HIP kiln engine. A compile error is raised as cuda.core's NVRTCError with the compiler log.
 

@@ -7,8 +7,10 @@ instead of being compiled without it."""
 
 import re
 
+RELOCATABLE = "--relocatable-device-code"  # kiln's option (libkiln API 5 and later)
 # Flags of cuda.core's NVRTC spelling that kiln takes as they are or in its portable spelling.
-_PORTABLE = {"--use_fast_math": "--fast-math", "--fmad=false": "--no-fma", "--device-int128": "-device-int128"}
+_PORTABLE = {"--use_fast_math": "--fast-math", "--fmad=false": "--no-fma", "--device-int128": "-device-int128",
+             "--relocatable-device-code=true": RELOCATABLE}
 _RAW_EXACT = frozenset({"--fmad=true", "--extra-device-vectorization", "--restrict", "--disable-warnings",
                         "--minimal"})
 _RAW_PREFIXES = ("--ftz=", "--prec-sqrt=", "--prec-div=", "--split-compile=")
@@ -25,8 +27,7 @@ _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)$")
 _MAX_REGISTERS = re.compile(r"--maxrregcount=\d+$")
 
 # Why a flag cuda.core may pass stays with cuda.core (anything else unknown is said as such).
-_KEPT = {"--relocatable-device-code=true": "relocatable device code",
-         "--extensible-whole-program": "extensible whole-program compilation",
+_KEPT = {"--extensible-whole-program": "extensible whole-program compilation",
          "--gen-opt-lto": "gen_opt_lto", "--fdevice-syntax-only": "syntax-only compile (no output)",
          "--no-cache": "no_cache", "--pch": "precompiled headers", "--device-float128": "device_float128",
          "--numba-debug": "numba_debug", "--no-display-error-number": "no_display_error_number",

@@ -17,6 +17,7 @@ from . import _options, _state, _stats
 _MISSING_HEADER = "is not among the in-memory headers"
 _NVRTC_ERROR_COMPILATION = 6  # nvrtcResult of a failed nvrtcCompileProgram, as cuda.core's message states it
 _TARGET_TYPES = ("cubin", "ptx", "ltoir")
+_RELOCATABLE_API_VERSION = 5  # libkiln's --relocatable-device-code and lto_XY targets
 
 _warned = set()
 
@@ -117,6 +118,8 @@ def _compile(program, original_compile, target_type, name_expressions, logs, cac
     target, reason = _options.target_for(arch, target_type)
     if reason:
         return fallback(reason)
+    if _options.RELOCATABLE in kiln_options and _native.load()[2] < _RELOCATABLE_API_VERSION:
+        return fallback("relocatable device code: the loaded libkiln has no --relocatable-device-code (API 5)")
     names = _decode_names(name_expressions)
     if names is None:
         return fallback("a name expression that is not str or UTF-8 bytes")
