@@ -266,15 +266,15 @@ def child_main(args):
     outer = compiler._compile_with_cache_cuda
 
     def per_call(*a, **k):
-        split = kiln.cupy._counts["seconds"] if args.mode == "kiln" else None
-        before = dict(split) if split is not None else None
+        split = kiln.cupy._seconds() if args.mode == "kiln" else None
+        before = split
         start = time.perf_counter()
         try:
             return outer(*a, **k)
         finally:
             row = [(time.perf_counter() - start) * 1e3]
             if split is not None:
-                after = kiln.cupy._counts["seconds"]
+                after = kiln.cupy._seconds()
                 row += [(after[part] - before[part]) * 1e3 for part in ("python", "kiln", "load")]
             calls.append([round(value, 3) for value in row])
     compiler._compile_with_cache_cuda = per_call

@@ -432,7 +432,7 @@ def test_env_switch_enables_when_cuda_core_is_imported(compile_api):
             "import cuda.core\n"
             "assert cuda.core.Program.__module__ == 'kiln.cuda_core._program'\n"
             "assert type(cuda.core.__spec__.loader).__name__ != '_Loader'\n"
-            "assert not any(type(f).__name__ == '_Finder' for f in sys.meta_path)\n"
+            "assert not any(type(f).__name__ == 'ImportFinder' for f in sys.meta_path)\n"
             "print('enabled', kiln.cuda_core.enabled())\n")
     result = _child(code, KILN_CUDA_CORE="1")
     assert result.returncode == 0 and result.stdout.strip() == "enabled True", result.stderr

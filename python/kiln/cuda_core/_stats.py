@@ -1,27 +1,13 @@
 """What kiln.cuda_core did: the counters the routed compile keeps, stats() and reset_stats()."""
 
 from .. import _api
+from .._routing import Counters
 from . import _state
 
-counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"python": 0.0, "kiln": 0.0}}
-
-
-def count(kind, key):
-    """One more `key` in the table counts[kind] ("routed" by origin, "fallbacks" by reason)."""
-    with _state.lock:
-        table = counts[kind]
-        table[key] = table.get(key, 0) + 1
-
-
-def count_compile_error():
-    with _state.lock:
-        counts["compile_errors"] += 1
-
-
-def add_seconds(python, kiln):
-    with _state.lock:
-        counts["seconds"]["python"] += python
-        counts["seconds"]["kiln"] += kiln
+_counters = Counters(_state.lock, ("python", "kiln"))
+count = _counters.count
+count_compile_error = _counters.count_compile_error
+add_seconds = _counters.add_seconds  # (python, kiln) of one routed compile
 
 
 def stats():
@@ -32,18 +18,12 @@ def stats():
     in kiln's compile call}, `ltoir_in_kiln` (None until an ltoir request found out whether the loaded
     libkiln compiles LTO-IR, then True or False) and `engine`, the kiln engine's own counters (None before
     the first routed compile)."""
-    with _state.lock:
-        result = {"routed": dict(counts["routed"]), "fallbacks": dict(counts["fallbacks"]),
-                  "compile_errors": counts["compile_errors"], "seconds": dict(counts["seconds"]),
-                  "ltoir_in_kiln": _state.ltoir}
+    result = _counters.snapshot()
+    result["ltoir_in_kiln"] = _state.ltoir
     engine = _state.engine or _api._default
     result["engine"] = engine.stats() if engine is not None else None
     return result
 
 
 def reset_stats():
-    with _state.lock:
-        counts["routed"].clear()
-        counts["fallbacks"].clear()
-        counts["compile_errors"] = 0
-        counts["seconds"] = {"python": 0.0, "kiln": 0.0}
+    _counters.reset()

@@ -4,41 +4,14 @@ Runs a Python program with CuPy's kernel compiles routed through kiln (kiln.cupy
 programs you cannot edit. The program sees the argv it would see when run directly. Exit status: the
 program's; 2 for a usage error or when kiln.cupy cannot be enabled (the message says why)."""
 
-import os
-import runpy
 import sys
 
+from .._routing import run_main
 from . import enable
-from ..errors import Error
-
-_USAGE = "usage: python -m kiln.cupy PROGRAM.py [ARGS...] | -m MODULE [ARGS...]"
-
-
-def _prefixed(text):
-    """`text` said as kiln.cupy's: most of enable()'s messages start with "kiln.cupy" already."""
-    return text if text.startswith("kiln.cupy") else f"kiln.cupy: {text}"
 
 
 def main(argv):
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_USAGE, file=sys.stderr if not argv else sys.stdout)
-        return 2 if not argv else 0
-    if argv[0] == "-m" and len(argv) < 2:
-        print(_USAGE, file=sys.stderr)
-        return 2
-    try:
-        enable()
-    except Error as error:
-        print(_prefixed(str(error)), file=sys.stderr)
-        return 2
-    if argv[0] == "-m":
-        sys.argv = argv[1:]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python PROGRAM.py` sets it
-        runpy.run_path(argv[0], run_name="__main__")
-    return 0
+    return run_main(argv, "kiln.cupy", enable)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,13 @@
 """What kiln.cupy did: the counters the compile function keeps, stats() and reset_stats()."""
 
 from .. import _api
+from .._routing import Counters
 from . import _state
 
-counts = {"routed": {}, "fallbacks": {}, "compile_errors": 0, "seconds": {"python": 0.0, "kiln": 0.0, "load": 0.0}}
-
-
-def count(kind, key):
-    """One more `key` in the table counts[kind] ("routed" by origin, "fallbacks" by reason)."""
-    with _state.lock:
-        table = counts[kind]
-        table[key] = table.get(key, 0) + 1
-
-
-def count_compile_error():
-    with _state.lock:
-        counts["compile_errors"] += 1
-
-
-def add_seconds(python, kiln, load):
-    """The time one routed compile spent in each part (see stats())."""
-    with _state.lock:
-        counts["seconds"]["python"] += python
-        counts["seconds"]["kiln"] += kiln
-        counts["seconds"]["load"] += load
+_counters = Counters(_state.lock, ("python", "kiln", "load"))
+count = _counters.count
+count_compile_error = _counters.count_compile_error
+add_seconds = _counters.add_seconds  # (python, kiln, load) of one routed compile
 
 
 def stats():
@@ -31,19 +15,18 @@ def stats():
     the compiles kiln served (origin "compiled", "memory", "disk", "pack" or "remote"), `fallbacks`
     {reason: count} for those handed to CuPy, `compile_errors`; `seconds` {"python": this module's own
     work before calling kiln (options, target), "kiln": time in kiln's compile call (cache lookups and
-    compiles), "load": time loading the binaries into CuPy modules} over the routed compiles; and `engine`, the kiln engine's own counters (None before the first routed
-    compile)."""
-    with _state.lock:
-        result = {"routed": dict(counts["routed"]), "fallbacks": dict(counts["fallbacks"]),
-                  "compile_errors": counts["compile_errors"], "seconds": dict(counts["seconds"])}
+    compiles), "load": time loading the binaries into CuPy modules} over the routed compiles; and
+    `engine`, the kiln engine's own counters (None before the first routed compile)."""
+    result = _counters.snapshot()
     engine = _state.engine or _api._default
     result["engine"] = engine.stats() if engine is not None else None
     return result
 
 
+def seconds():
+    """stats()["seconds"] alone (cheap: no engine call), for timing each compile call."""
+    return _counters.snapshot()["seconds"]
+
+
 def reset_stats():
-    with _state.lock:
-        counts["routed"].clear()
-        counts["fallbacks"].clear()
-        counts["compile_errors"] = 0
-        counts["seconds"] = {"python": 0.0, "kiln": 0.0, "load": 0.0}
+    _counters.reset()
