@@ -145,7 +145,6 @@ def test_log_stream_and_debug_env(routed, monkeypatch):
     ({"backend": "nvcc"}, CUPY_LIKE_OPTIONS, "backend nvcc"),
     ({"jitify": True}, CUPY_LIKE_OPTIONS, "jitify"),
     ({}, CUPY_LIKE_OPTIONS + ("-DCUPY_USE_JITIFY",), "jitify"),
-    ({"to_ltoir": True}, CUPY_LIKE_OPTIONS, "LTO IR (to_ltoir)"),
     ({}, CUPY_LIKE_OPTIONS + ("-rdc=true",), "-rdc=true: relocatable device code / LTO stays with CuPy"),
     ({}, CUPY_LIKE_OPTIONS + ("--std=c++14",), "--std=c++14: kiln compiles C++17 or C++20 only"),
     ({}, CUPY_LIKE_OPTIONS + ("--unknown-flag",), "--unknown-flag: not an option kiln.cupy passes on"),
@@ -341,3 +340,17 @@ def test_nul_byte_in_cupy_source_falls_back(routed):
     assert module.image == b"stand-in: compiled by the original"
     (reason,) = kiln.cupy.stats()["fallbacks"]
     assert reason.startswith("kiln: ValueError: source holds a NUL byte")
+
+
+def test_lto_ir_requests_are_served_as_bytes(routed):
+    # cupyx.jit's device functions ask for LTO-IR (to_ltoir=True): CuPy returns its bytes for a link step.
+    cupy, _engine = routed
+    if kiln.api_version() < 5:
+        pytest.skip("libkiln without lto_XY targets")
+    stream = io.StringIO()
+    result = call(cupy, log_stream=stream, to_ltoir=True)
+    assert isinstance(result, bytes) and result[:4] == b"\xed\x43\x4e\x7f"  # NVRTC's LTO-IR
+    assert cupy.cuda.compiler.calls == []
+    assert kiln.cupy.stats()["routed"] == {"compiled": 1}
+    assert call(cupy, to_ltoir=True) == result  # the same request again: kiln's memory tier
+    assert kiln.cupy.stats()["routed"] == {"compiled": 1, "memory": 1}

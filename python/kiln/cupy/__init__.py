@@ -15,9 +15,11 @@ Three ways to switch it on:
                                               moment CuPy is imported (warns instead of raising)
 
 What kiln compiles: the NVRTC backend without jitify, for a cubin (sm_XX) or, with
-CUPY_COMPILE_WITH_PTX=1, PTX (compute_XX); options kiln knows how to pass (include folders, -std=c++17/
+CUPY_COMPILE_WITH_PTX=1, PTX (compute_XX), and LTO-IR where CuPy asks for it (to_ltoir, cupyx.jit's
+device functions: kiln's lto_XX, returned as bytes as CuPy does); options kiln knows how to pass (include folders, -std=c++17/
 c++20, -D/-U, the fast-math, line-info, debug, FMA, register, ftz/prec flags). What stays with CuPy:
-the nvcc backend, jitify, relocatable device code and LTO IR (-dc, -rdc=true, -dlto, to_ltoir),
+the nvcc backend, jitify, relocatable device code (-dc, -rdc=true: CuPy links it with cudadevrt), LTO-IR
+with a libkiln older than API 5,
 CUPY_CACHE_IN_MEMORY=1, any option this module does not know, any request kiln refuses as configured
 (its message counts in stats()["fallbacks"]), and HIP builds of CuPy. A compile error is raised as
 CuPy's own cupy.cuda.compiler.CompileException with the compiler log.

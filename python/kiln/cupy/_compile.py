@@ -31,11 +31,14 @@ def _env_flag(name):
         return False
 
 
+_LTOIR_API_VERSION = 5  # libkiln's lto_XY targets
+
+
 def _fallback_reason(options, backend, cache_in_memory, jitify, to_ltoir):
     if backend != "nvrtc":
         return f"backend {backend}"
-    if to_ltoir:
-        return "LTO IR (to_ltoir)"
+    if to_ltoir and _native.load()[2] < _LTOIR_API_VERSION:
+        return "LTO IR (to_ltoir): the loaded libkiln has no lto_XY target"
     if jitify or "-DCUPY_USE_JITIFY" in options:
         return "jitify"
     if cache_in_memory:
@@ -78,6 +81,10 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         full += ("--device-debug", "--generate-line-info")
     arch_flag = _options.arch_flag(compiler, arch)
     target = arch_flag.split("=", 1)[1]  # sm_XX (CUBIN) or compute_XX (PTX)
+    if to_ltoir:
+        # CuPy adds -dlto to its options; kiln asks for LTO-IR by target (NVRTC gives the same bytes for
+        # -dlto with sm_XX or compute_XX, which is what lto_XX compiles).
+        target = "lto_" + target.split("_", 1)[1]
     kiln_options, reason = _options.translate_cached(full)
     if reason:
         return fallback(reason)
@@ -99,8 +106,8 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
             _warn_once(f"{reason}: {said.strip()[:300]}")
             return fallback(reason)
         _stats.count_compile_error()
-        exception = compiler.CompileException(error.log or error.message, source, SOURCE_NAME, full + (arch_flag,),
-                                              "nvrtc")
+        said_options = full + (("-dlto",) if to_ltoir else ()) + (arch_flag,)  # the options CuPy would name
+        exception = compiler.CompileException(error.log or error.message, source, SOURCE_NAME, said_options, "nvrtc")
         if _env_flag("CUPY_DUMP_CUDA_SOURCE_ON_ERROR"):
             exception.dump(sys.stderr)
         raise exception from None
@@ -114,6 +121,13 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
         return fallback(reason.split("\n", 1)[0][:200])
 
     data = binary.data
+    if to_ltoir:
+        # CuPy hands LTO-IR around as bytes (for its link step with nvJitLink), never as a module.
+        if log_stream is not None:
+            log_stream.write(binary.log)
+        _stats.add_seconds(started - entered, time.perf_counter() - started, 0.0)
+        _stats.count("routed", binary.origin)
+        return data
     if binary.kind == "ptx" and not data.endswith(b"\0"):
         data += b"\0"  # cuModuleLoadData reads PTX as a C string
     compiled = time.perf_counter()
