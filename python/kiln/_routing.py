@@ -108,6 +108,26 @@ def enable_or_warn(enable, switch, runtime):
         warnings.warn(f"{switch}=1: {runtime} keeps its own compiler: {error}", RuntimeWarning, stacklevel=3)
 
 
+# ---- warnings ---------------------------------------------------------------------------------------------
+
+class OnceWarner:
+    """Warns about each fallback reason once per process: `prefix` + the reason, as a RuntimeWarning pointing
+    at the code that called the routed compile (`stacklevel` frames above warn's caller)."""
+
+    def __init__(self, lock, prefix, stacklevel):
+        self._lock = lock
+        self._prefix = prefix
+        self._stacklevel = stacklevel
+        self._warned = set()
+
+    def warn(self, reason):
+        with self._lock:
+            if reason in self._warned:
+                return
+            self._warned.add(reason)
+        warnings.warn(f"{self._prefix}{reason}", RuntimeWarning, stacklevel=self._stacklevel + 1)
+
+
 # ---- stats ------------------------------------------------------------------------------------------------
 
 class Counters:

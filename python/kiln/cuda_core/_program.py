@@ -7,9 +7,8 @@ request kiln can serve is compiled by kiln and returned as the ObjectCode cuda.c
 everything else goes to cuda.core's own compile() unchanged."""
 
 import time
-import warnings
 
-from .. import _api, _native
+from .. import _api, _native, _routing
 from ..errors import CompileError, Error
 from . import _options, _state, _stats
 
@@ -19,15 +18,10 @@ _NVRTC_ERROR_COMPILATION = 6  # nvrtcResult of a failed nvrtcCompileProgram, as 
 _TARGET_TYPES = ("cubin", "ptx", "ltoir")
 _RELOCATABLE_API_VERSION = 5  # libkiln's --relocatable-device-code and lto_XY targets
 
-_warned = set()
+# Each fallback reason is warned about once per process.
+_warn_once = _routing.OnceWarner(_state.lock, "kiln.cuda_core: cuda.core compiles this program itself: ", stacklevel=4).warn
 
 
-def _warn_once(reason):
-    with _state.lock:
-        if reason in _warned:
-            return
-        _warned.add(reason)
-    warnings.warn(f"kiln.cuda_core: cuda.core compiles this program itself: {reason}", RuntimeWarning, stacklevel=4)
 
 
 def _decode_names(name_expressions):

@@ -5,9 +5,8 @@ request kiln refuses) to CuPy's own function."""
 import os
 import sys
 import time
-import warnings
 
-from .. import _api, _native
+from .. import _api, _native, _routing
 from ..errors import CompileError, Error
 from . import _options, _state, _stats
 
@@ -17,7 +16,8 @@ SOURCE_NAME = "cupy_kernel.cu"
 # kiln's CompileError for a header it did not find (cache/src/includes/resolve.cpp: describe_missing_include).
 _MISSING_HEADER = "is not among the in-memory headers"
 
-_warned = set()  # the fallback reasons warned about already
+# Each fallback reason is warned about once per process.
+_warn_once = _routing.OnceWarner(_state.lock, "kiln.cupy: CuPy compiles this kernel itself: ", stacklevel=4).warn
 
 
 def _env_flag(name):
@@ -46,12 +46,6 @@ def _fallback_reason(options, backend, cache_in_memory, jitify, to_ltoir):
     return None
 
 
-def _warn_once(reason):
-    with _state.lock:
-        if reason in _warned:
-            return
-        _warned.add(reason)
-    warnings.warn(f"kiln.cupy: CuPy compiles this kernel itself: {reason}", RuntimeWarning, stacklevel=4)
 
 
 def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="nvrtc",
