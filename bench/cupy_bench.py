@@ -211,6 +211,89 @@ __global__ void bench_scale(const T* in, T* out, int n) {
     cupy.cuda.Device().synchronize()
 
 
+def program_workload(cupy, numpy, save):
+    """A CuPy program's worth of kernels, shaped like the first run issue 31 measured (about 1 in 5 of its
+    distinct compiles CUB-based, the rest small): the bench workload, then element-wise routines over
+    several dtypes, CuPy's reductions that take CUB block reductions (user ReductionKernels, mean, all,
+    any, count_nonzero over contiguous arrays, several dtypes: each dtype and operation is its own kernel
+    over the same CUB prelude), RawModule templates, cupyx.jit kernels and cupyx.scipy.ndimage filters.
+    Every output is exact or deterministic: no atomics, no device-wide scans."""
+    import cupyx.jit
+    import cupyx.scipy.ndimage as ndimage
+
+    workload(cupy, numpy, save)
+    rng = numpy.random.default_rng(31)
+    n = 1 << 15
+    floats = {name: cupy.asarray(rng.standard_normal(n).astype(name)) for name in ("float16", "float32", "float64")}
+    ints = {name: cupy.asarray(rng.integers(-50, 50, n).astype(name)) for name in ("int32", "int64", "uint8")}
+    c128 = cupy.asarray((rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(numpy.complex128))
+    for name, a in floats.items():
+        save(f"prog_exp_{name}", cupy.exp(a))
+        save(f"prog_tanh_{name}", cupy.tanh(a))
+        save(f"prog_log1p_abs_{name}", cupy.log1p(cupy.abs(a)))
+        save(f"prog_clip_{name}", cupy.clip(a, -0.5, 0.5))
+    for name, a in ints.items():
+        save(f"prog_mul_add_{name}", a * a + a)
+        save(f"prog_maximum_{name}", cupy.maximum(a, a[::-1]))
+        save(f"prog_bitand_{name}", a & 7)
+    save("prog_complex_abs", cupy.abs(c128))
+    save("prog_complex_conj_mul", c128 * cupy.conj(c128))
+    save("prog_compare_where", cupy.where(floats["float64"] > 0, floats["float64"], -1.0))
+    save("prog_isfinite", cupy.isfinite(floats["float32"] / floats["float32"]))
+
+    # CUB block reductions: each (operation, dtype) its own kernel, all after the same two CUB includes.
+    l1 = cupy.ReductionKernel("T x", "T y", "abs(x)", "a + b", "y = a", "0", "prog_l1norm")
+    sumsq = cupy.ReductionKernel("T x", "T y", "x * x", "a + b", "y = a", "0", "prog_sumsq")
+    maxabs = cupy.ReductionKernel("T x", "T y", "abs(x)", "max(a, b)", "y = a", "0", "prog_maxabs")
+    for name in ("float32", "float64"):
+        save(f"prog_l1_{name}", l1(floats[name]))
+        save(f"prog_sumsq_{name}", sumsq(floats[name]))
+        save(f"prog_maxabs_{name}", maxabs(floats[name]))
+        save(f"prog_mean_{name}", cupy.mean(floats[name]))
+    save("prog_mean_int32", cupy.mean(ints["int32"]))
+    save("prog_all", cupy.all(ints["int64"] != 1000))
+    save("prog_any", cupy.any(ints["int32"] > 45))
+    save("prog_count_nonzero", cupy.count_nonzero(ints["uint8"]))
+
+    module = cupy.RawModule(code=r'''
+template <typename T, int R>
+__global__ void prog_stencil(const T* in, T* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  T acc = T(0);
+  for (int k = -R; k <= R; ++k) { int j = min(max(i + k, 0), n - 1); acc += in[j]; }
+  out[i] = acc;
+}''', options=("-std=c++17",), name_expressions=("prog_stencil<float, 2>", "prog_stencil<double, 3>"))
+    for expression, name in (("prog_stencil<float, 2>", "float32"), ("prog_stencil<double, 3>", "float64")):
+        out = cupy.empty_like(floats[name])
+        module.get_function(expression)(((n + 255) // 256,), (256,), (floats[name], out, numpy.int32(n)))
+        save(f"prog_rawmodule_{name}", out)
+
+    @cupyx.jit.rawkernel()
+    def jit_axpby(a, x, b, y, z, size):
+        tid = cupyx.jit.blockIdx.x * cupyx.jit.blockDim.x + cupyx.jit.threadIdx.x
+        if tid < size:
+            z[tid] = a * x[tid] + b * y[tid]
+    for name in ("float32", "float64"):
+        x = floats[name]
+        out = cupy.empty_like(x)
+        scalar = numpy.dtype(name).type
+        jit_axpby(((n + 255) // 256,), (256,), (scalar(2.0), x, scalar(-1.0), x[::-1].copy(), out, numpy.uint32(n)))
+        save(f"prog_jit_axpby_{name}", out)
+
+    image = cupy.asarray(rng.standard_normal((128, 128)).astype(numpy.float32))
+    save("prog_ndimage_uniform", ndimage.uniform_filter(image, size=5))
+    save("prog_ndimage_gaussian", ndimage.gaussian_filter(image, sigma=1.5))
+    save("prog_ndimage_median", ndimage.median_filter(image, size=3))
+    save("prog_ndimage_sobel", ndimage.sobel(image, axis=0))
+    save("prog_ndimage_maximum", ndimage.maximum_filter(image, size=(3, 5)))
+    save("prog_ndimage_correlate", ndimage.correlate(image, cupy.ones((3, 3), dtype=numpy.float32) / 9))
+    cupy.cuda.Device().synchronize()
+
+
+WORKLOADS = {"bench": workload, "program": program_workload}
+
+
 def child_main(args):
     import numpy
     import cupy
@@ -313,7 +396,7 @@ def child_main(args):
         mark["at"], mark["prepare"] = now, report["compile_seconds"]
 
     start = mark["at"] = time.perf_counter()
-    workload(cupy, numpy, save)
+    WORKLOADS[args.workload](cupy, numpy, save)
     report["workload_seconds"] = time.perf_counter() - start
     report["outputs"] = saved
     report["steps"] = steps
@@ -346,7 +429,7 @@ class Runner:
         out = self.fresh(f"{mode}-out")
         report_path = os.path.join(out, "report.json")
         command = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, "--out", out,
-                   "--report", report_path]
+                   "--report", report_path, "--workload", self.args.workload]
         env = child_env(os.environ, mode, cupy_cache, kiln_cache, record, self.pythonpath)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
         if result.returncode != 0 or not os.path.exists(report_path):
@@ -563,6 +646,9 @@ def main(argv=None):
     parser.add_argument("--work", help="folder for caches and outputs (default: a new temporary folder)")
     parser.add_argument("--kiln", help="the kiln CLI (part 3)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="bench",
+                        help="bench: about 20 kernels of every kind (the default); program: those and about 60 more, "
+                        "about 1 in 5 of them CUB-based, as a real program's first run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("cupy", "kiln"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

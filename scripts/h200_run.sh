@@ -38,7 +38,7 @@ if [[ "${KILN_H200_ONLY:-}" == cudacore ]]; then
   exit 0
 fi
 # KILN_H200_ONLY=numba: kiln.cuda_core against the real cuda.core, then numba-cuda's tests that compile or link
-# CUDA C++ (KILN_NUMBA_TESTS) as shipped and with cuda.core's Program routed through kiln.
+# CUDA C++ (KILN_NUMBA_TESTS) as shipped and with cuda.core's Program routed through kiln, then bench/cuda_core_bench.py.
 if [[ "${KILN_H200_ONLY:-}" == numba ]]; then
   cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
@@ -52,6 +52,40 @@ if [[ "${KILN_H200_ONLY:-}" == numba ]]; then
     timeout 150 python3 "$root/scripts/h200_numba.py" "$mode" $tests >"$out/numba_$mode.txt" 2>&1
     tail -3 "$out/numba_$mode.txt"
   done
+  echo "== bench/cuda_core_bench.py (warm starts: cuda.core with include_path, numba-cuda linking a .cu)"
+  timeout 240 python3 "$root/bench/cuda_core_bench.py" --runs "${KILN_RUNTIMES_RUNS:-3}" 2>&1 | tee "$out/cuda_core_bench.txt"
+  exit 0
+fi
+# KILN_H200_ONLY=cupytests: CuPy's own kernel tests (from CuPy's repository at the installed version's tag, in
+# .carry/cupy_tests/tests; KILN_CUPY_TESTS overrides the list) as shipped and through kiln.cupy, on 8 pytest workers;
+# the counts of both and kiln.cupy's summed stats (scripts/h200_cupy_tests.py).
+if [[ "${KILN_H200_ONLY:-}" == cupytests ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  tests_root="$root/.carry/cupy_tests/tests"
+  tests=${KILN_CUPY_TESTS:-$(cd "$tests_root" && find . -name 'test_*.py' | sort | tr '\n' ' ')}
+  for mode in plain kiln; do
+    echo "== CuPy's tests ($mode)"
+    (cd "$tests_root" && timeout "${KILN_CUPY_TESTS_TIMEOUT:-240}" python3 "$root/scripts/h200_cupy_tests.py" "$mode" \
+      "$out/cupy_tests_stats_$mode" $tests -- -n 8 >"$out/cupy_tests_$mode.txt" 2>&1)
+    grep -E "passed|failed|kiln.cupy stats" "$out/cupy_tests_$mode.txt" | tail -3
+  done
+  exit 0
+fi
+# KILN_H200_ONLY=program: cupy_bench's program workload (about 80 kernels, 1 in 5 CUB-based: a program's first run)
+# with KILN_CUPY_BENCH_RUNS processes per cell (2 here), then cold_bench replaying its KILN_RECORD log.
+if [[ "${KILN_H200_ONLY:-}" == program ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli cold_bench >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== cupy_bench --workload program"; rm -rf /tmp/kiln-cupy-program
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-420}" python3 "$root/bench/cupy_bench.py" \
+    --workload program --kiln "$build/tools/kiln" --runs "${KILN_CUPY_BENCH_RUNS:-2}" --parts "${KILN_CUPY_BENCH_PARTS:-1,2,3}" \
+    --work /tmp/kiln-cupy-program --keep 2>&1 | tee "$out/cupy_program.txt"
+  record=$(ls /tmp/kiln-cupy-program/*-manifest/cupy.jsonl 2>/dev/null | head -1)
+  if [[ -n "$record" && "${KILN_COLD_BENCH:-1}" == 1 ]]; then
+    cp "$record" "$out/cupy_program_requests.jsonl"
+    echo "== cold_bench (the program's requests)"
+    timeout 150 "$build/bench/cold_bench/cold_bench" --log "$record" --json "$out/cold_program.json" 2>&1 | tee "$out/cold_program.txt"
+  fi
   exit 0
 fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
@@ -98,16 +132,17 @@ fi
 # the include folders after a restructuring), then the cold path: cold_bench over the toolkit's CCCL, cupy_bench
 # (KILN_CUPY_BENCH_RUNS, 3 here; its part 3 records CuPy's requests with KILN_RECORD) and cold_bench replaying
 # that record (CuPy's own requests, per request: bare NVRTC, bare NVRTC + PCH, kiln, kiln + PCH).
-# KILN_H200_STEP=check | cold runs one half (each fits one 10-minute command).
+# KILN_H200_STEP=check | cold runs one half (each fits one 10-minute command); tests: the check half's tests alone.
 if [[ "${KILN_H200_ONLY:-}" == round ]]; then
   gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
   cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch launch_bench include_bench cold_bench $gpu_tests \
     >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
-  if [[ "${KILN_H200_STEP:-check}" == check ]]; then
+  if [[ "${KILN_H200_STEP:-check}" == check || "${KILN_H200_STEP:-}" == tests ]]; then
     echo "== ctest -L gpu, rtc_pch"
     (cd "$build" && ctest -L gpu -R '^(gpu_|rtc_pch)' --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | grep -E 'Test +#|tests passed|FAILED')
     (cd "$build" && ctest -R '^rtc_pch$' --output-on-failure 2>&1 | grep -E 'Test +#|tests passed|FAILED')
     "$build/tools/kiln" devices | tee "$out/devices.txt"
+    [[ "${KILN_H200_STEP:-}" == tests ]] && exit 0
     for run in 1 2; do echo "== launch_bench (run $run)"; "$build/bench/launch_bench/launch_bench" | tee "$out/launch_bench_$run.txt"; done
     echo "== include_bench"; "$build/bench/include_bench/include_bench" --runs 5 --children 30 | tee "$out/include_bench.txt"
     exit 0
