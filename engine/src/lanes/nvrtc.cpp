@@ -6,10 +6,17 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <unistd.h>
+
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <system_error>
+#include <thread>
 
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
@@ -41,6 +48,99 @@ std::vector<std::string> nvrtc_candidates(const std::string& soname) {
   return candidates;
 }
 
+/// Compiles beside others (nvrtc_pch.hpp) run on threads of their own. The process waits for them before
+/// it exits (atexit) and a lane before it goes, so that no NVRTC call runs while the library or the lane is
+/// torn down. A forked child has none of its parent's threads: it waits for none of them.
+class BesideJobs {
+ public:
+  /// Never destroyed: the atexit handler and the lanes use it to the end.
+  static BesideJobs& process() {
+    static BesideJobs* const jobs = new BesideJobs;
+    return *jobs;
+  }
+
+  void start(std::function<void()> work) {
+    {
+      const std::lock_guard lock(m_mutex);
+      if (m_pid != ::getpid()) {  // the first start in this process (a forked child inherits no threads)
+        m_pid = ::getpid();
+        m_running = 0;
+      }
+      ++m_running;
+    }
+    static std::once_flag at_exit;
+    std::call_once(at_exit, [] { std::atexit([] { process().wait(); }); });
+    try {
+      std::thread([this, work = std::move(work)]() mutable {
+        try {
+          work();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): a PCH not made is made by the set's next compile
+        }
+        work = nullptr;  // what the work held goes before the process may go on to exit
+        finished();
+      }).detach();
+    } catch (const std::system_error& e) {  // no thread to be had: the set's next compile makes the PCH
+      KILN_LOG(debug, "no thread for a compile beside another: {}", e.what());
+      finished();
+      throw;
+    }
+  }
+
+  void wait() {
+    std::unique_lock lock(m_mutex);
+    if (m_pid != ::getpid()) return;
+    m_over.wait(lock, [&] { return m_running == 0; });
+  }
+
+ private:
+  void finished() {
+    {
+      const std::lock_guard lock(m_mutex);
+      --m_running;
+    }
+    m_over.notify_all();
+  }
+
+  std::mutex m_mutex;
+  std::condition_variable m_over;
+  long m_pid = 0;
+  int m_running = 0;
+};
+
+/// A compile's input with everything it points to owned, for a compile on another thread.
+struct OwnedInput {
+  explicit OwnedInput(const CompileInput& in)
+      : source_name(in.source_name), source(in.source), target(in.target),
+        names(in.name_expressions.begin(), in.name_expressions.end()), flags(in.flags.begin(), in.flags.end()),
+        lto_ir(in.lto_ir) {
+    texts.reserve(in.headers.size() * 2);
+    for (const HeaderText& h : in.headers) {
+      texts.emplace_back(h.name);
+      texts.emplace_back(h.text);
+    }
+    for (std::size_t i = 0; i < texts.size(); i += 2) headers.push_back({texts[i].c_str(), texts[i + 1].c_str()});
+  }
+  OwnedInput(const OwnedInput&) = delete;
+  OwnedInput& operator=(const OwnedInput&) = delete;
+
+  [[nodiscard]] CompileInput view() const {
+    CompileInput in;
+    in.source_name = source_name;
+    in.source = source;
+    in.headers = headers;
+    in.name_expressions = names;
+    in.flags = flags;
+    in.target = target;
+    in.lto_ir = lto_ir;
+    return in;
+  }
+
+  std::string source_name, source, target;
+  std::vector<std::string> names, flags, texts;
+  std::vector<HeaderText> headers;  // into texts (whose strings do not move once made)
+  bool lto_ir = false;
+};
+
 class Nvrtc final : public Compiler {
  public:
   Nvrtc(DynamicLibrary library, NvrtcApi api)
@@ -56,8 +156,11 @@ class Nvrtc final : public Compiler {
         for (int arch : archs) m_targets.push_back(fmt::format("sm_{}", arch));
       }
     }
-    m_pch = std::make_unique<pch::Folders>(pch_off_reason());
+    m_pch = std::make_unique<pch::Folders>(pch_off_reason(), beside_limit());
   }
+  ~Nvrtc() override { BesideJobs::process().wait(); }
+  Nvrtc(const Nvrtc&) = delete;
+  Nvrtc& operator=(const Nvrtc&) = delete;
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
   const std::string& identity() const noexcept override { return m_identity; }
@@ -73,6 +176,10 @@ class Nvrtc final : public Compiler {
     }
     std::optional<pch::Plan> plan = m_pch->plan(input);
     if (!plan) return compile_once(input, nullptr);
+    if (plan->beside) {
+      make_beside(input, *plan);
+      return compile_once(input, nullptr);
+    }
     // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
     std::shared_lock heap(heap_mutex());
     std::optional<std::size_t> needed;
@@ -147,6 +254,39 @@ class Nvrtc final : public Compiler {
       out.ptx = std::move(ptx);
     }
     return out;
+  }
+
+  /// Compiles `input` with `plan`'s flags on a thread of its own, for the PCH alone (the binary is dropped).
+  /// A PCH that does not fit the heap is not made here: the set's next compile grows the heap and makes it.
+  void make_beside(const CompileInput& input, const pch::Plan& plan) const {
+    auto owned = std::make_shared<const OwnedInput>(input);
+    try {
+      BesideJobs::process().start([this, owned, plan] {
+        try {
+          std::shared_lock heap(heap_mutex());
+          std::optional<std::size_t> needed;
+          (void)compile_once(owned->view(), &plan, &needed);
+        } catch (const std::exception& e) {  // the compile beside reports nothing: the request's own compile does
+          KILN_LOG(debug, "the compile beside '{}' that was to make a PCH failed: {}", owned->source_name, e.what());
+        }
+        m_pch->made_beside(plan);
+      });
+    } catch (const std::system_error&) {
+      m_pch->made_beside(plan);
+    }
+  }
+
+  /// How many compiles beside others may make PCHs at once: KILN_PCH_BESIDE=0 none, =N that many; by default
+  /// one for every 4 hardware threads (none on a machine with fewer: there the set's second compile makes
+  /// it, and a compile beside would take a core from the request's own).
+  static unsigned beside_limit() {
+    if (const char* setting = std::getenv("KILN_PCH_BESIDE"); setting != nullptr && setting[0] != '\0') {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(setting, &end, 10);
+      if (*end == '\0' && setting[0] != '-' && n <= 64) return static_cast<unsigned>(n);
+      KILN_LOG(warn, "KILN_PCH_BESIDE='{}' is not a count from 0 to 64: by the machine's cores", setting);
+    }
+    return std::thread::hardware_concurrency() / 4;
   }
 
   void grow_heap(std::size_t needed) const {
