@@ -550,14 +550,16 @@ def part_timing(runner, runs):
     for pair in order:
         for mode in pair:
             by_mode[(mode, "cold")].append(runner.run(mode, runner.fresh("cupy-cache"), runner.fresh("kiln-cache")))
-    caches = {mode: (runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for mode in ("cupy", "kiln")}
+    labels = ("cold", "warm") if runner.args.warm else ("cold",)
+    if runner.args.warm:
+        caches = {mode: (runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for mode in ("cupy", "kiln")}
+        for mode in ("cupy", "kiln"):
+            runner.run(mode, *caches[mode])  # fills the caches
+        for pair in order:
+            for mode in pair:
+                by_mode[(mode, "warm")].append(runner.run(mode, *caches[mode]))
     for mode in ("cupy", "kiln"):
-        runner.run(mode, *caches[mode])  # fills the caches
-    for pair in order:
-        for mode in pair:
-            by_mode[(mode, "warm")].append(runner.run(mode, *caches[mode]))
-    for mode in ("cupy", "kiln"):
-        for label in ("cold", "warm"):
+        for label in labels:
             group = by_mode[(mode, label)]
             reports[(mode, label)] = group
             for report in group:  # every run's outputs against the first CuPy run's: a control as well
@@ -573,13 +575,13 @@ def part_timing(runner, runs):
             parts.append([mode, label] + [f"{name} {median([s[name] for s in split]) * 1e3:.1f}" for name in split[0]])
     print(format_table(rows, ["mode", "caches", "compiles", "prepare ms", "per kernel ms", "workload ms",
                               "outside prepare ms"]))
-    for label in ("cold", "warm"):
+    for label in labels:
         ratios = pair_ratios(reports[("cupy", label)], reports[("kiln", label)])
         print(f"  {label}: kiln / CuPy preparation, run by run (each pair moments apart): "
               f"{', '.join(f'{r:.3f}' for r in ratios)}; median {median(ratios):.3f}, worst {max(ratios):.3f}")
     # The module loads (cuModuleLoadData of the same binaries) cost both sides the same; without them,
     # what is left is what each cache does.
-    for label in ("cold", "warm"):
+    for label in labels:
         sides = [[r["compile_seconds"] - r["module_load_seconds"] for r in reports[(mode, label)]
                   if r.get("module_load_seconds") is not None] for mode in ("cupy", "kiln")]
         loads = [[r["module_load_seconds"] for r in reports[(mode, label)] if r.get("module_load_seconds") is not None]
@@ -593,7 +595,7 @@ def part_timing(runner, runs):
           "module loads, kiln.cupy's own work before the call, the rest)")
     for row in parts:
         print("  " + "  ".join(str(cell) for cell in row))
-    for label in ("cold", "warm"):
+    for label in labels:
         print(f"\n  {label}: workload steps whose time outside preparation grows most with kiln (cupy ms -> kiln ms)")
         for name, plain, routed in step_differences(reports[("cupy", label)], reports[("kiln", label)]):
             print(f"    {name}: {plain:.2f} -> {routed:.2f}")
@@ -649,6 +651,8 @@ def main(argv=None):
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="bench",
                         help="bench: about 20 kernels of every kind (the default); program: those and about 60 more, "
                         "about 1 in 5 of them CUB-based, as a real program's first run")
+    parser.add_argument("--cold-only", dest="warm", action="store_false",
+                        help="part 2 times cold runs alone (no warm cell)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("cupy", "kiln"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
