@@ -62,6 +62,7 @@ std::string_view state_label(EntryState state, bool upper = true) {
 }
 
 std::string names_text(const cache::EntryHeaderView& header) {
+  if (header.payload_kind == PayloadKind::blob) return "";  // a caller's bytes: no kernels to name
   if (header.names_count == 0) return "(extern C names)";
   std::string out;
   header.for_each_name([&out](std::string_view expression, std::string_view) {

@@ -18,6 +18,7 @@
 #include "formatting.hpp"
 #include "json_output.hpp"
 #include "kiln/base/hash.hpp"
+#include "kiln/cache/blob.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/engine.hpp"
 #include "source_naming.hpp"
@@ -159,6 +160,13 @@ json key_parts_json(const std::optional<std::vector<cache::KeyPart>>& parts) {
   return key_parts;
 }
 
+/// The namespace of an entry under a caller's key; null for a compiled binary.
+json blob_namespace_json(const ShowReport& report) {
+  if (report.entry->payload_kind != PayloadKind::blob || !report.parts) return nullptr;
+  const auto name_space = cache::blob_namespace(*report.parts);
+  return name_space ? json(*name_space) : json(nullptr);
+}
+
 json show_json(const ShowReport& report) {
   const cache::Entry& entry = *report.entry;
   const auto& summary = report.summary;
@@ -175,6 +183,7 @@ json show_json(const ShowReport& report) {
           {"compiler", entry.compiler},
           {"created_unix", entry.created_unix},
           {"source", report.parts ? describe_source(*report.parts) : "?"},
+          {"namespace", blob_namespace_json(report)},
           {"names", names_json(entry.names)},
           {"canonical_key_bytes", entry.canonical_key.size()},
           {"key_parts", key_parts_json(report.parts)},
@@ -216,6 +225,12 @@ std::string metadata_text(const ShowReport& report) {
   text += fmt::format("target    {}\n", entry.target);
   text += fmt::format("compiler  {}\n", entry.compiler);
   text += fmt::format("created   {}\n", format_time(entry.created_unix));
+  if (entry.payload_kind == PayloadKind::blob) {
+    // Bytes a caller stored under its own key: what names them is the namespace (and the key, below).
+    const auto name_space = report.parts ? cache::blob_namespace(*report.parts) : std::nullopt;
+    text += fmt::format("namespace {}\n", name_space ? *name_space : "?");
+    return text;
+  }
   text += fmt::format("source    {}\n", report.parts ? describe_source(*report.parts) : "?");
   if (entry.names.empty()) text += "kernels   (no name expressions: extern \"C\" kernels by their own names)\n";
   for (std::size_t i = 0; i < entry.names.size(); ++i) {

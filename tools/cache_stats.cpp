@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 
 struct Group {
   Vendor vendor = Vendor::none;
+  bool blob = false;  ///< entries under a caller's key (blob.hpp): one group, whatever their namespace
   std::string target;
   std::size_t entries = 0;
   std::uint64_t bytes = 0;
@@ -46,7 +47,7 @@ struct Tally {
 /// What `stats` found.
 struct StatsReport {
   Tally tally;                                                  // its groups are empty: see `groups`
-  std::map<std::pair<std::string, std::string>, Group> groups;  // (lane, target) -> entries and bytes
+  std::map<std::pair<std::string, std::string>, Group> groups;  // (lane or "blob", target) -> entries and bytes
   std::size_t manifest_count = 0;
   std::size_t manifest_damaged = 0;
   std::uint64_t manifest_bytes = 0;
@@ -64,11 +65,12 @@ void count_entry(Tally& tally, const cache::ScannedEntry& e) {
     return;
   }
   if (state == EntryState::refused) ++tally.refused;
+  const bool blob = e.header->payload_kind == PayloadKind::blob;
   auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
-    return g.vendor == e.header->vendor && g.target == e.header->target;
+    return g.vendor == e.header->vendor && g.blob == blob && g.target == e.header->target;
   });
   if (group == tally.groups.end()) {
-    tally.groups.push_back({e.header->vendor, std::string(e.header->target), 0, 0});
+    tally.groups.push_back({e.header->vendor, blob, std::string(e.header->target), 0, 0});
     group = std::prev(tally.groups.end());
   }
   ++group->entries;
@@ -92,7 +94,9 @@ void gather_entries(const cache::Store& store, StatsReport& report) {
     sum.not_entries += tally.not_entries;
     sum.bytes += tally.bytes;
     for (const Group& g : tally.groups) {
-      Group& group = report.groups[{std::string(to_string(g.vendor)), g.target}];
+      Group& group = report.groups[{g.blob ? "blob" : std::string(to_string(g.vendor)), g.target}];
+      group.vendor = g.vendor;
+      group.blob = g.blob;
       group.entries += g.entries;
       group.bytes += g.bytes;
     }
@@ -128,8 +132,12 @@ json lifetime_json(const cache::Counters& total) {
 json stats_json(const cache::Store& store, const StatsReport& report) {
   json by_target = json::array();
   for (const auto& [key, group] : report.groups) {
-    by_target.push_back(
-        {{"vendor", key.first}, {"target", key.second}, {"entries", group.entries}, {"bytes", group.bytes}});
+    json item = {{"vendor", std::string(to_string(group.vendor))},
+                 {"target", key.second},
+                 {"entries", group.entries},
+                 {"bytes", group.bytes}};
+    if (group.blob) item["kind"] = "blob";  // entries under a caller's key: no lane, no target
+    by_target.push_back(std::move(item));
   }
   const Tally& t = report.tally;
   return {{"root", store.config().root.string()},

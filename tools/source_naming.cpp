@@ -6,6 +6,7 @@
 
 #include "formatting.hpp"
 #include "kiln/base/hash.hpp"
+#include "kiln/cache/blob.hpp"
 #include "kiln/embedded.hpp"
 
 namespace kiln::cli {
@@ -23,6 +24,7 @@ std::string describe_source(const std::vector<cache::KeyPart>& parts) {
     for (const EmbeddedFile& file : embedded_files()) out.emplace(cache::hash128(file.text), std::string(file.name));
     return out;
   }();
+  if (auto name_space = cache::blob_namespace(parts)) return "namespace " + *name_space;
   for (const char* name : {"source-name", "source_name"}) {
     if (const std::string* value = find_part(parts, name)) return *value;
   }

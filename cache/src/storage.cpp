@@ -80,11 +80,10 @@ Reservation& Reservation::operator=(Reservation&& other) noexcept {
 bool Reservation::put(const Entry& entry) noexcept {
   if (m_storage == nullptr) return false;
   Storage& storage = *std::exchange(m_storage, nullptr);
-  const bool stored = storage.m_local.put(entry);
-  if (stored) storage.m_counters.add({.bytes_written = entry.payload.size() + entry.aux.size()});
+  const bool stored = storage.put_local(entry);
   // The lease goes before the tiers hear of it: local waiters can read the entry now.
   m_lease.release();
-  for (const auto& slot : storage.m_tiers) slot.tier->publish(entry);
+  storage.publish_to_tiers(entry);
   return stored;
 }
 
@@ -158,15 +157,7 @@ std::variant<Found, Reservation> Storage::get_or_reserve(const Hash128& key, std
   if (!refresh) {
     // Read again: another thread may have published it since the caller's get_local().
     if (auto entry = get_local(key, canonical_key)) return Found{std::move(entry), HitOrigin::local, false};
-    for (const auto& slot : m_tiers) {
-      LookupResult found = slot.tier->get(key, canonical_key);
-      if (found.outcome != LookupOutcome::hit || !found.entry) continue;
-      auto entry = std::make_shared<const Entry>(std::move(*found.entry));
-      if (slot.kind != TierKind::remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
-      const bool stored = m_local.put(*entry);
-      KILN_LOG(debug, "{} served {} (copied to the local cache: {})", slot.tier->describe(), key.hex(), stored);
-      return Found{std::move(entry), slot.kind == TierKind::remote ? HitOrigin::remote : HitOrigin::pack, stored};
-    }
+    if (auto found = find_in_tiers(key, canonical_key)) return std::move(*found);
   }
   // One compile per key across processes: wait for another process's compile, then re-read.
   Reservation reservation(*this, key, m_local.acquire_lease(key, m_config.lease_wait));
@@ -178,6 +169,49 @@ std::variant<Found, Reservation> Storage::get_or_reserve(const Hash128& key, std
   }
   m_counters.add({.misses = 1});  // only what this process goes on to compile
   return reservation;
+}
+
+std::optional<Found> Storage::find_in_tiers(const Hash128& key, std::string_view canonical_key) {
+  for (const auto& slot : m_tiers) {
+    LookupResult found = slot.tier->get(key, canonical_key);
+    if (found.outcome != LookupOutcome::hit || !found.entry) continue;
+    auto entry = std::make_shared<const Entry>(std::move(*found.entry));
+    if (slot.kind != TierKind::remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
+    const bool stored = m_local.put(*entry);
+    KILN_LOG(debug, "{} served {} (copied to the local cache: {})", slot.tier->describe(), key.hex(), stored);
+    return Found{std::move(entry), slot.kind == TierKind::remote ? HitOrigin::remote : HitOrigin::pack, stored};
+  }
+  return std::nullopt;
+}
+
+std::optional<Found> Storage::find(const Hash128& key, std::string_view canonical_key) {
+  if (auto entry = get_local(key, canonical_key)) return Found{std::move(entry), HitOrigin::local, false};
+  if (auto found = find_in_tiers(key, canonical_key)) return found;
+  // No compile follows this miss: a tier that took a lease for one (the remote) lets it go now.
+  for (const auto& slot : m_tiers) slot.tier->abandon(key);
+  return std::nullopt;
+}
+
+bool Storage::put_local(const Entry& entry) noexcept {
+  const bool stored = m_local.put(entry);
+  if (stored) m_counters.add({.bytes_written = entry.payload.size() + entry.aux.size()});
+  return stored;
+}
+
+void Storage::publish_to_tiers(const Entry& entry) noexcept {
+  for (const auto& slot : m_tiers) slot.tier->publish(entry);
+}
+
+bool Storage::store(const Entry& entry) noexcept {
+  const bool stored = put_local(entry);
+  publish_to_tiers(entry);
+  return stored;
+}
+
+bool Storage::remove(const Hash128& key) noexcept {
+  const bool removed = m_local.remove(key);
+  if (m_remote != nullptr) (void)m_remote->remove(key);
+  return removed;
 }
 
 void Storage::discard(const Hash128& key) noexcept {

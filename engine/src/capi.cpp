@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/cache/blob.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "kiln/launch.hpp"
@@ -172,7 +173,13 @@ struct BinaryObject {
   std::string key_hex;
 };
 
-enum class Kind : std::uint64_t { engine = 1, source = 2, program = 3, kernel = 4, binary = 5 };
+/// A blob found by kiln_blob_get. Belongs to no engine: the entry it holds owns its bytes.
+struct BlobObject {
+  std::shared_ptr<const kiln::cache::Entry> entry;
+  kiln_origin origin = KILN_ORIGIN_DISK;
+};
+
+enum class Kind : std::uint64_t { engine = 1, source = 2, program = 3, kernel = 4, binary = 5, blob = 6 };
 constexpr unsigned kKindBits = 3;
 constexpr std::uint64_t kKindMask = (1u << kKindBits) - 1;
 
@@ -188,6 +195,8 @@ constexpr const char* kind_name(std::uint64_t kind) noexcept {
       return "kernel";
     case 5:
       return "binary";
+    case 6:
+      return "blob";
     default:
       return "unknown";
   }
@@ -214,6 +223,10 @@ struct KindOf<KernelObject> {
 template <>
 struct KindOf<BinaryObject> {
   static constexpr Kind value = Kind::binary;
+};
+template <>
+struct KindOf<BlobObject> {
+  static constexpr Kind value = Kind::blob;
 };
 
 /// Every live object, by id. One lock for all tables: lookups take it shared.
@@ -295,7 +308,7 @@ class Registry {
     const std::uint64_t kind = handle & kKindMask;
     const std::uint64_t id = handle >> kKindBits;
     if (kind != static_cast<std::uint64_t>(KindOf<T>::value)) {
-      const bool known = kind >= 1 && kind <= 5;
+      const bool known = kind >= 1 && kind <= static_cast<std::uint64_t>(Kind::blob);
       char text[160];
       std::snprintf(text, sizeof text, "handle 0x%llx is %s%s, not a handle of kind %s",
                     static_cast<unsigned long long>(handle), known ? "a handle of kind " : "not a kiln handle",
@@ -331,8 +344,10 @@ class Registry {
       return m_programs;
     else if constexpr (std::is_same_v<T, KernelObject>)
       return m_kernels;
-    else
+    else if constexpr (std::is_same_v<T, BinaryObject>)
       return m_binaries;
+    else
+      return m_blobs;
   }
   template <typename T>
   const auto& table() const {
@@ -346,6 +361,7 @@ class Registry {
   std::unordered_map<std::uint64_t, std::shared_ptr<ProgramObject>> m_programs;
   std::unordered_map<std::uint64_t, std::shared_ptr<KernelObject>> m_kernels;
   std::unordered_map<std::uint64_t, std::shared_ptr<BinaryObject>> m_binaries;
+  std::unordered_map<std::uint64_t, std::shared_ptr<BlobObject>> m_blobs;
 };
 
 /// Never destroyed: handles may be used (and report errors) during static destruction.
@@ -450,6 +466,18 @@ kiln::EngineConfig engine_config(const kiln_engine_config* config) {
   if ((config->flags & KILN_ENGINE_CACHE_READONLY) != 0) result.cache.read_only = true;
   if (config->cache_max_size != 0) result.cache.max_size = config->cache_max_size;
   return result;
+}
+
+/// A blob call's (namespace, key) as the cache takes them, after the C layer's checks: a NULL where bytes
+/// are needed, and what cache::blob_key_problem refuses (empty, too long), are INVALID_ARGUMENT.
+std::pair<std::string_view, std::span<const std::byte>> blob_arguments(const char* name_space, const void* key,
+                                                                       std::size_t key_size) {
+  require(name_space, "name_space");
+  if (key == nullptr && key_size != 0) invalid_argument("key is NULL but key_size is " + std::to_string(key_size));
+  const std::string_view space(name_space);
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(key), key == nullptr ? 0 : key_size);
+  if (auto problem = kiln::cache::blob_key_problem(space, bytes)) invalid_argument(*problem);
+  return {space, bytes};
 }
 
 /// Places arguments as the binary declares them when it does, else at natural alignment.
@@ -969,6 +997,96 @@ kiln_status kiln_binary_log(kiln_binary binary, const char** log) {
     auto object = registry().get<BinaryObject>(handle_value(binary));
     require(log, "log");
     *log = object->binary.log().c_str();
+  });
+}
+
+// --- entries under a caller's key (blobs) ---
+
+kiln_status kiln_blob_put(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                          const void* data, size_t size, int* stored) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    if (data == nullptr && size != 0) invalid_argument("data is NULL but size is " + std::to_string(size));
+    const std::span<const std::byte> value(static_cast<const std::byte*>(data), data == nullptr ? 0 : size);
+    const std::uint64_t limit = object->engine.store().config().limits.max_payload_bytes;
+    if (value.size() > limit) {
+      invalid_argument("size " + std::to_string(value.size()) + " is over the cache's payload limit of " +
+                       std::to_string(limit) + " bytes");
+    }
+    const bool took = kiln::cache::blob_put(object->engine.storage(), space, bytes, value);
+    if (stored != nullptr) *stored = took ? 1 : 0;
+  });
+}
+
+kiln_status kiln_blob_get(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                          kiln_blob* blob) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    require(blob, "blob");
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    auto found = kiln::cache::blob_get(object->engine.storage(), space, bytes);
+    if (!found) {
+      *blob = nullptr;
+      return;
+    }
+    auto result = std::make_shared<BlobObject>();
+    result->entry = std::move(found->entry);
+    switch (found->origin) {
+      case kiln::cache::HitOrigin::local:
+        result->origin = KILN_ORIGIN_DISK;
+        break;
+      case kiln::cache::HitOrigin::pack:
+        result->origin = KILN_ORIGIN_PACK;
+        break;
+      case kiln::cache::HitOrigin::remote:
+        result->origin = KILN_ORIGIN_REMOTE;
+        break;
+    }
+    *blob = make_handle<kiln_blob>(registry().add(std::move(result)));
+  });
+}
+
+kiln_status kiln_blob_data(kiln_blob blob, const void** data, size_t* size, kiln_origin* origin) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BlobObject>(handle_value(blob));
+    require(data, "data");
+    require(size, "size");
+    *data = object->entry->payload.data();  // owned by the entry, which the handle keeps
+    *size = object->entry->payload.size();
+    if (origin != nullptr) *origin = object->origin;
+  });
+}
+
+kiln_status kiln_blob_destroy(kiln_blob blob) {
+  return guarded(__func__, [&] { registry().remove<BlobObject>(handle_value(blob)); });
+}
+
+kiln_status kiln_blob_remove(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                             int* removed) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    const bool gone = kiln::cache::blob_remove(object->engine.storage(), space, bytes);
+    if (removed != nullptr) *removed = gone ? 1 : 0;
+  });
+}
+
+kiln_status kiln_blob_count(kiln_engine engine, const char* name_space, uint64_t* count) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    require(count, "count");
+    const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
+    *count = kiln::cache::blob_count(object->engine.store(), space);
+  });
+}
+
+kiln_status kiln_blob_clear(kiln_engine engine, const char* name_space, uint64_t* removed) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
+    const std::uint64_t gone = kiln::cache::blob_clear(object->engine.store(), space);
+    if (removed != nullptr) *removed = gone;
   });
 }
 

@@ -62,6 +62,7 @@ std::vector<LaneInfo> Engine::lanes() const { return m_core->lanes(); }
 std::vector<std::string> Engine::default_targets() const { return m_core->default_targets(); }
 cache::Counters Engine::stats() const { return m_core->stats(); }
 cache::Store& Engine::store() { return m_core->store(); }
+cache::Storage& Engine::storage() { return m_core->storage(); }
 void Engine::unload_all() { m_core->unload_all(); }
 
 void* Engine::allocate(std::size_t bytes, int device) {

@@ -163,6 +163,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   [[nodiscard]] cache::Counters stats() const noexcept;
   [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_storage.remote(); }
   [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
+  [[nodiscard]] cache::Storage& storage() noexcept { return m_storage; }
   void unload_all() noexcept;
   /// The runtime, or DeviceUnavailable explaining why there is none.
   vendor::Runtime& runtime();

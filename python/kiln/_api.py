@@ -113,6 +113,48 @@ def _cache_dir(cache_dir):
     return path
 
 
+def _cache_max_size(value):
+    """Engine's `cache_max_size` as kiln_engine_config.cache_max_size (0: the environment's)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError("cache_max_size must be a size in bytes (an int), not a bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"cache_max_size must be a size in bytes (an int) or None, got {type(value).__name__}") from None
+    if value <= 0 or value >= 1 << 64:
+        raise ValueError(f"cache_max_size must be a positive number of bytes, not {value}")
+    return value
+
+
+def _bytes_like(value, what):
+    """bytes of a bytes-like `value` (bytes, bytearray, memoryview or another buffer); TypeError otherwise."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        raise TypeError(f"{what} must be bytes-like, not str")
+    try:
+        return memoryview(value).tobytes()
+    except TypeError:
+        raise TypeError(f"{what} must be bytes-like (bytes, bytearray, memoryview), got {type(value).__name__}") from None
+
+
+def _blob_namespace(namespace):
+    """The C string of a blob namespace: a non-empty str (kiln's limits are checked by kiln)."""
+    return c_string(namespace, "namespace")
+
+
+def _blob_key(key):
+    """A blob key's bytes: bytes-like, or a str as UTF-8 (so "k" and b"k" name one entry)."""
+    if isinstance(key, str):
+        try:
+            return key.encode()
+        except UnicodeEncodeError as error:
+            raise ValueError(f"key cannot be encoded as UTF-8: {error}") from None
+    return _bytes_like(key, "key")
+
+
 class _Handle:
     """Owns one C handle; destroyed by close(), `with`, or garbage collection."""
     _destroy = None
@@ -331,12 +373,15 @@ class Engine(_Handle):
     device     the default device ordinal; -1: KILN_DEVICE, else 0
     cache_dir  the disk cache's folder (a path: str, bytes or os.PathLike); None: KILN_CACHE_DIR, else
                the default cache. An empty path is refused (ValueError), never taken for the default.
+    cache_max_size  the disk cache's size cap in bytes (an int > 0; least recently used entries go first);
+               None: KILN_CACHE_MAXSIZE, else 1 GiB
 
     Text arguments of the engine's methods (options, names, targets, source text) are str only, bytes
     refused (TypeError); a str holding a NUL byte is refused (ValueError), as kiln reads C strings."""
     _destroy = "kiln_engine_destroy"
 
-    def __init__(self, vendor=None, device=-1, cache_dir=None, cache_disable=False, cache_readonly=False):
+    def __init__(self, vendor=None, device=-1, cache_dir=None, cache_disable=False, cache_readonly=False,
+                 cache_max_size=None):
         if vendor is not None and not isinstance(vendor, str):
             raise TypeError(f"vendor must be None or a str ('auto', 'cuda' or 'hip'), got {type(vendor).__name__}")
         if vendor not in _native.VENDORS:
@@ -346,6 +391,7 @@ class Engine(_Handle):
         except TypeError:
             raise TypeError(f"device must be an int (-1: KILN_DEVICE, else 0), got {type(device).__name__}") from None
         cache_path = _cache_dir(cache_dir)
+        max_size = _cache_max_size(cache_max_size)
         library = _native.lib()
         config = sized(_native.EngineConfig)
         config.vendor = _native.VENDORS[vendor]
@@ -353,6 +399,7 @@ class Engine(_Handle):
         config.cache_dir = cache_path
         config.flags = ((_native.ENGINE_CACHE_DISABLE if cache_disable else 0)
                         | (_native.ENGINE_CACHE_READONLY if cache_readonly else 0))
+        config.cache_max_size = max_size
         handle = H()
         check(library.kiln_engine_create(ctypes.byref(config), ctypes.byref(handle)))
         super().__init__(handle.value)
@@ -457,6 +504,62 @@ class Engine(_Handle):
 
     def synchronize(self, stream=None, device=-1):
         check(_native.lib().kiln_synchronize(self._handle, _stream_handle(stream), device))
+
+    # Entries under a caller's key (libkiln API 6): bytes stored in this engine's disk cache under a
+    # (namespace, key) of the caller's, with every check a cache entry gets (checksum on each read, the
+    # size cap, packs and the remote tier). `namespace`: a non-empty str; `key`: bytes-like or a str
+    # (UTF-8: "k" and b"k" are one key).
+
+    def blob_put(self, namespace, key, data):
+        """Stores `data` (bytes-like) under (`namespace`, `key`), replacing what was there, and offers it
+        to the remote cache. True when the local disk cache took it (False: read-only, disabled, or the
+        write failed; never an error)."""
+        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_put (kiln_blob_put)")
+        space, raw = _blob_namespace(namespace), _blob_key(key)
+        value = _bytes_like(data, "data")
+        stored = ctypes.c_int()
+        check(library.kiln_blob_put(self._handle, space, raw or None, len(raw), value or None, len(value),
+                                    ctypes.byref(stored)))
+        return bool(stored.value)
+
+    def blob_get(self, namespace, key):
+        """The bytes under (`namespace`, `key`): the local disk cache, then packs and the remote; None on
+        a miss (also when what was stored was damaged: kiln removed it)."""
+        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_get (kiln_blob_get)")
+        space, raw = _blob_namespace(namespace), _blob_key(key)
+        handle = H()
+        check(library.kiln_blob_get(self._handle, space, raw or None, len(raw), ctypes.byref(handle)))
+        if not handle.value:
+            return None
+        try:
+            data, size = ctypes.c_void_p(), ctypes.c_size_t()
+            check(library.kiln_blob_data(handle, ctypes.byref(data), ctypes.byref(size), None))
+            return ctypes.string_at(data.value, size.value) if size.value else b""
+        finally:
+            library.kiln_blob_destroy(handle)
+
+    def blob_remove(self, namespace, key):
+        """Removes the entry under (`namespace`, `key`) (and the remote cache's copy); True when a local
+        entry was removed."""
+        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_remove (kiln_blob_remove)")
+        space, raw = _blob_namespace(namespace), _blob_key(key)
+        removed = ctypes.c_int()
+        check(library.kiln_blob_remove(self._handle, space, raw or None, len(raw), ctypes.byref(removed)))
+        return bool(removed.value)
+
+    def blob_count(self, namespace):
+        """The number of entries of `namespace` in the local disk cache."""
+        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_count (kiln_blob_count)")
+        count = ctypes.c_uint64()
+        check(library.kiln_blob_count(self._handle, _blob_namespace(namespace), ctypes.byref(count)))
+        return count.value
+
+    def blob_clear(self, namespace):
+        """Removes every entry of `namespace` from the local disk cache; returns how many."""
+        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_clear (kiln_blob_clear)")
+        removed = ctypes.c_uint64()
+        check(library.kiln_blob_clear(self._handle, _blob_namespace(namespace), ctypes.byref(removed)))
+        return removed.value
 
 
 _default_lock = threading.Lock()

@@ -22,6 +22,7 @@ from .errors import LibraryError, error_type
 
 API_VERSION = 1  # the oldest kiln_api_version() this package works with
 COMPILE_API_VERSION = 2  # kiln_compile and kiln_binary_*
+BLOB_API_VERSION = 6  # kiln_blob_*: entries under a caller's key
 
 _LIBRARY_NAMES = ("libkiln.so", "libkiln.so.0")
 
@@ -129,9 +130,25 @@ _PROTOTYPES = {
     "kiln_binary_name": (_S, [H, ctypes.c_size_t, _STR_OUT, _STR_OUT]),
     "kiln_binary_lowered_name": (_S, [H, ctypes.c_char_p, _STR_OUT]),
     "kiln_binary_log": (_S, [H, _STR_OUT]),
+    # API version 6: entries under a caller's key (a namespace and key bytes)
+    "kiln_blob_put": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                           _P(ctypes.c_int)]),
+    "kiln_blob_get": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, _P(H)]),
+    "kiln_blob_data": (_S, [H, _P(ctypes.c_void_p), _P(ctypes.c_size_t), _P(ctypes.c_int)]),
+    "kiln_blob_destroy": (_S, [H]),
+    "kiln_blob_remove": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_int)]),
+    "kiln_blob_count": (_S, [H, ctypes.c_char_p, _P(ctypes.c_uint64)]),
+    "kiln_blob_clear": (_S, [H, ctypes.c_char_p, _P(ctypes.c_uint64)]),
 }
 _VERSION_2 = ("kiln_compile", "kiln_binary_destroy", "kiln_binary_get_info", "kiln_binary_name",
               "kiln_binary_lowered_name", "kiln_binary_log")
+_VERSION_6 = ("kiln_blob_put", "kiln_blob_get", "kiln_blob_data", "kiln_blob_destroy", "kiln_blob_remove",
+              "kiln_blob_count", "kiln_blob_clear")
+# The API version that added a function (1 for the rest): an older library lacks it, and require() says so
+# when one of them is needed.
+_INTRODUCED = {**{name: COMPILE_API_VERSION for name in _VERSION_2}, **{name: BLOB_API_VERSION for name in _VERSION_6}}
+BLOB_MAX_NAMESPACE = 256  # KILN_BLOB_MAX_NAMESPACE
+BLOB_MAX_KEY = 65536  # KILN_BLOB_MAX_KEY
 
 _lock = threading.Lock()
 _loaded = None  # (ctypes.CDLL, path, api version) once loaded
@@ -207,7 +224,7 @@ def load():
             for name, (restype, argtypes) in _PROTOTYPES.items():
                 function = getattr(lib, name, None)
                 if function is None:
-                    if name in _VERSION_2 and version < COMPILE_API_VERSION:
+                    if version < _INTRODUCED.get(name, API_VERSION):
                         continue  # an older library: require() explains when one of these is needed
                     raise LibraryError(f"{path} (kiln API version {version}) lacks {name}")
                 function.restype = restype

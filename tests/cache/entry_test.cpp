@@ -522,10 +522,10 @@ TEST_CASE("entry: an LTO-IR payload must carry LTO-IR's signature, under CUDA, w
   stub.payload.assign(kiln::cache::kLtoIrMinBytes - 1, std::byte{0});
   std::memcpy(stub.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
   CHECK(reason(parse(serialize(stub))).find("LTO-IR's signature") != std::string::npos);
-  // Kind 4 is known; 5 is not.
+  // Kinds up to 5 (blob) are known; 6 is not.
   std::vector<std::byte> bytes = serialize(make_entry("kinds", 100));
-  bytes[13] = std::byte{5};
-  CHECK(reason(parse(bytes)) == "unknown payload kind 5");
+  bytes[13] = std::byte{6};
+  CHECK(reason(parse(bytes)) == "unknown payload kind 6");
 }
 
 TEST_CASE("store: put refuses an LTO-IR entry its readers would refuse", "[cache][ltoir]") {

@@ -3,8 +3,8 @@ libkiln and PYTHONPATH to python/; run by hand from the repository root with
 
     KILN_LIBRARY=build/engine/libkiln.so PYTHONPATH=python python3 -m pytest tests/python -q
 
-No GPU and no CuPy are needed: compiles are for named targets (sm_90), and kiln.cupy is tested
-against tests/python/stand_in/cupy.
+No GPU, CuPy or cuda.core are needed: compiles are for named targets (sm_90), and kiln.cupy and
+kiln.cuda_core are tested against tests/python/stand_in/cupy and tests/python/stand_in/cuda.
 """
 
 import os
@@ -99,6 +99,41 @@ def stand_in_cupy():
         kiln.cupy.reset_stats()
         sys.path.remove(STAND_IN)
         _forget_cupy()
+
+
+def _forget_cuda():
+    for name in [name for name in sys.modules if name == "cuda" or name.startswith("cuda.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def core():
+    """The stand-in cuda.core, freshly imported (ahead of any real one), and kiln.cuda_core disabled after."""
+    import kiln.cuda_core
+    from kiln.cuda_core._import_hook import _remove_finder
+    _remove_finder()  # a KILN_CUDA_CORE=1 in the environment would enable at import: the tests decide
+    saved = {name: module for name, module in sys.modules.items() if name == "cuda" or name.startswith("cuda.")}
+    _forget_cuda()
+    sys.path.insert(0, STAND_IN)
+    try:
+        import cuda.core
+        assert cuda.core.__file__.startswith(STAND_IN), cuda.core.__file__
+        yield cuda.core
+    finally:
+        kiln.cuda_core.disable()
+        kiln.cuda_core.reset_stats()
+        sys.path.remove(STAND_IN)
+        _forget_cuda()
+        sys.modules.update(saved)
+
+
+@pytest.fixture
+def routed(core, compile_api, cache_dir):
+    """The stand-in cuda.core with kiln.cuda_core enabled on an engine of a fresh cache."""
+    import kiln.cuda_core
+    engine = kiln.Engine(cache_dir=cache_dir)
+    kiln.cuda_core.enable(engine)
+    return core, engine
 
 
 def subprocess_env(**changes):

@@ -19,39 +19,6 @@ from conftest import KERNELS, REPO, STAND_IN, subprocess_env
 PLAIN = 'extern "C" __global__ void plain(int* out) { *out = 1; }\n'
 
 
-def _forget_cuda():
-    for name in [name for name in sys.modules if name == "cuda" or name.startswith("cuda.")]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-def core():
-    """The stand-in cuda.core, freshly imported (ahead of any real one), and kiln.cuda_core disabled after."""
-    from kiln.cuda_core._import_hook import _remove_finder
-    _remove_finder()  # a KILN_CUDA_CORE=1 in the environment would enable at import: the tests decide
-    saved = {name: module for name, module in sys.modules.items() if name == "cuda" or name.startswith("cuda.")}
-    _forget_cuda()
-    sys.path.insert(0, STAND_IN)
-    try:
-        import cuda.core
-        assert cuda.core.__file__.startswith(STAND_IN), cuda.core.__file__
-        yield cuda.core
-    finally:
-        kiln.cuda_core.disable()
-        kiln.cuda_core.reset_stats()
-        sys.path.remove(STAND_IN)
-        _forget_cuda()
-        sys.modules.update(saved)
-
-
-@pytest.fixture
-def routed(core, compile_api, cache_dir):
-    """The stand-in cuda.core with kiln.cuda_core enabled on an engine of a fresh cache."""
-    engine = kiln.Engine(cache_dir=cache_dir)
-    kiln.cuda_core.enable(engine)
-    return core, engine
-
-
 def calls(core):
     return sys.modules["cuda.core._program"].calls
 

@@ -376,3 +376,19 @@ def test_stat_names_follow_the_one_counter_list():
     struct = capi[capi.index("typedef struct kiln_stats {"):capi.index("} kiln_stats;")]
     fields = tuple(re.findall(r"uint64_t (\w+);", struct))
     assert counters == fields == _native.STAT_NAMES
+
+
+def test_blob_functions_mirror_kiln_h():
+    # _native's prototypes of kiln.h's blob calls (API 6) are written out by hand: each takes as many
+    # arguments as kiln.h declares, and the limits agree.
+    import os
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(repo, "engine", "include", "kiln", "kiln.h")) as f:
+        capi = f.read()
+    declared = {name: len(params.split(","))
+                for name, params in re.findall(r"KILN_API kiln_status (kiln_blob_\w+)\(([^)]*)\);", capi)}
+    assert set(declared) == set(_native._VERSION_6)
+    assert declared == {name: len(_native._PROTOTYPES[name][1]) for name in declared}
+    assert f"#define KILN_BLOB_MAX_NAMESPACE {_native.BLOB_MAX_NAMESPACE}u" in capi
+    assert f"#define KILN_BLOB_MAX_KEY {_native.BLOB_MAX_KEY}u" in capi
+    assert int(re.search(r"#define KILN_API_VERSION (\d+)", capi).group(1)) >= _native.BLOB_API_VERSION

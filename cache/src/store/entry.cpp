@@ -141,7 +141,7 @@ KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std:
   if (vendor > static_cast<std::uint8_t>(Vendor::hip)) return ContentError{fmt::format("unknown vendor {}", vendor)};
   const auto kind = static_cast<std::uint8_t>(f[field::payload_kind]);
   if (kind < static_cast<std::uint8_t>(PayloadKind::cubin) ||
-      kind > static_cast<std::uint8_t>(PayloadKind::ltoir)) {
+      kind > static_cast<std::uint8_t>(PayloadKind::blob)) {
     return ContentError{fmt::format("unknown payload kind {}", kind)};
   }
   if (load_le(f + field::reserved16, 2) != 0 || load_u32(f + field::reserved32) != 0 ||
@@ -243,9 +243,10 @@ KILN_HOT std::optional<ContentError> check_key(const Layout& layout, std::string
   return std::nullopt;
 }
 
-/// 7. The payload's signature, where the entry format is all that checks it (entry.hpp): LTO-IR.
+/// 7. The payload's signature and shape, where the entry format is all that checks it (entry.hpp): LTO-IR,
+/// and a blob's vendor and aux.
 KILN_HOT std::optional<ContentError> check_payload(const Layout& layout, std::span<const std::byte> payload) {
-  if (layout.payload_kind != PayloadKind::ltoir) return std::nullopt;  // the common case, inline
+  if (layout.payload_kind < PayloadKind::ltoir) return std::nullopt;  // the common case, inline
   if (auto problem = payload_problem(layout.vendor, layout.payload_kind, payload, layout.aux_len)) {
     return ContentError{std::move(*problem)};
   }
@@ -438,6 +439,12 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
 
 std::optional<std::string> payload_problem(Vendor vendor, PayloadKind kind, std::span<const std::byte> payload,
                                           std::uint64_t aux_bytes) {
+  if (kind == PayloadKind::blob) {
+    // A caller's bytes under its own key: no lane made them and none runs them, so nothing beside them.
+    if (vendor != Vendor::none) return fmt::format("a blob entry under vendor {} (a blob has none)", to_string(vendor));
+    if (aux_bytes != 0) return fmt::format("a blob entry with {} aux bytes (it has none)", aux_bytes);
+    return std::nullopt;
+  }
   if (kind != PayloadKind::ltoir) return std::nullopt;
   if (vendor != Vendor::cuda) {
     return fmt::format("an LTO-IR payload under vendor {} (LTO-IR is NVIDIA's)", to_string(vendor));

@@ -22,6 +22,7 @@ namespace kiln {
 
 namespace cache {
 struct StorageConfig;  // kiln/cache/storage.hpp
+class Storage;         // kiln/cache/storage.hpp
 }  // namespace cache
 
 namespace detail {
@@ -248,6 +249,9 @@ class Engine {
   /// This engine's counters.
   [[nodiscard]] cache::Counters stats() const;
   [[nodiscard]] cache::Store& store();
+  /// The storage front end under the engine's memory: the local store and its tiers (packs, the remote).
+  /// Entries under a caller's own key (kiln/cache/blob.hpp) are stored and looked up through it.
+  [[nodiscard]] cache::Storage& storage();
 
   /// Unloads every module. Kernels obtained before keep their handles but refuse to launch.
   void unload_all();

@@ -43,8 +43,11 @@ extern "C" {
  *  4: kiln_stats gains pch_made and pch_used (NVRTC precompiled headers).
  *  5: KILN_BINARY_LTOIR (lto_XY targets: NVIDIA LTO-IR from kiln_compile / kiln_prewarm) and the option
  *     --relocatable-device-code; no function or struct changed (a caller built against version 4 is
- *     served as before, and meets the new kind only when it asks for an lto_XY target). */
-#define KILN_API_VERSION 5
+ *     served as before, and meets the new kind only when it asks for an lto_XY target).
+ *  6: entries under a caller's key ("blobs"): kiln_blob_put, kiln_blob_get, kiln_blob_data,
+ *     kiln_blob_destroy, kiln_blob_remove, kiln_blob_count, kiln_blob_clear and the kiln_blob handle
+ *     (e.g. a cuda.core ProgramCacheResource over kiln's cache); no function or struct changed. */
+#define KILN_API_VERSION 6
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -89,6 +92,7 @@ typedef struct kiln_source_s* kiln_source;   /**< a kernel source; independent o
 typedef struct kiln_program_s* kiln_program; /**< a compiled module loaded on one device of one engine */
 typedef struct kiln_kernel_s* kiln_kernel;   /**< a launchable kernel of one engine */
 typedef struct kiln_binary_s* kiln_binary;   /**< a compiled binary, not loaded; outlives its engine */
+typedef struct kiln_blob_s* kiln_blob;       /**< bytes stored under a caller's key (API 6); outlives its engine */
 
 typedef enum kiln_vendor {
   KILN_VENDOR_AUTO = 0, /**< in a config: KILN_VENDOR, else the first lane with a device. As a result: none */
@@ -442,6 +446,66 @@ KILN_API kiln_status kiln_binary_lowered_name(kiln_binary binary, const char* ex
  *  by the binary handle, valid until it is destroyed. Errors: INVALID_HANDLE, INVALID_ARGUMENT (log
  *  NULL). */
 KILN_API kiln_status kiln_binary_log(kiln_binary binary, const char** log);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Entries under a caller's key ("blobs", API 6)                                                    */
+/* ------------------------------------------------------------------------------------------------ */
+/* Bytes a caller stores in the engine's disk cache under a key of its own: a namespace (a NUL-terminated
+ * string of 1 to KILN_BLOB_MAX_NAMESPACE bytes naming the caller's entries, e.g. "cuda.core") and a key
+ * (0 to KILN_BLOB_MAX_KEY bytes, any bytes; NULL when key_size is 0). They are cache entries as compiled
+ * binaries are (KIND `blob` in `kiln cache ls`; `kiln cache show` names the namespace): checksummed and
+ * verified on every read (a damaged one is removed, counted in corrupt_removed and answered as a miss),
+ * held to the cache's size cap (least recently used first), found in mounted packs and the remote cache
+ * (KILN_CACHE_PACKS, KILN_REMOTE_CACHE) after a local miss, and published to the remote when put (with a
+ * MAC where a fleet secret is set, as every entry). Their kiln key is made from a domain tag, the
+ * namespace and the key: it never equals the key of a compiled binary. A hit counts in kiln_stats as
+ * disk_hits (local or pack) or remote_hits, a put in bytes_written; a miss counts in no field (it
+ * reaches no compiler). */
+
+#define KILN_BLOB_MAX_NAMESPACE 256u /**< bytes of a blob namespace, at most */
+#define KILN_BLOB_MAX_KEY 65536u     /**< bytes of a blob key, at most */
+
+/** Stores the `size` bytes at `data` (NULL when size is 0) under (`name_space`, `key`), replacing what was
+ *  there, and offers them to the remote cache. `stored` (may be NULL) gets 1 when the local disk cache
+ *  took them and 0 when it did not (a read-only or disabled cache, a full disk: a cache that cannot write
+ *  fails no caller; a failed write is warned about once per engine).
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (name_space NULL, empty, holding more than
+ *  KILN_BLOB_MAX_NAMESPACE bytes; key NULL with key_size > 0; key_size over KILN_BLOB_MAX_KEY; data NULL
+ *  with size > 0; size over the cache's payload limit of 512 MiB). */
+KILN_API kiln_status kiln_blob_put(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                                   const void* data, size_t size, int* stored);
+
+/** Looks (`name_space`, `key`) up: the local disk cache, then each mounted pack, then the remote cache (a
+ *  hit there is copied into the local cache). On a hit `*blob` is a new handle that the caller destroys
+ *  with kiln_blob_destroy; on a miss `*blob` is NULL (also when what was stored was damaged: it was
+ *  removed). Errors: INVALID_HANDLE, INVALID_ARGUMENT (blob NULL; name_space and key as kiln_blob_put). */
+KILN_API kiln_status kiln_blob_get(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                                   kiln_blob* blob);
+
+/** The bytes of a blob: `*data` stays valid until kiln_blob_destroy. `origin` (may be NULL) gets where
+ *  kiln_blob_get found it: KILN_ORIGIN_DISK, KILN_ORIGIN_PACK or KILN_ORIGIN_REMOTE.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (data or size NULL). */
+KILN_API kiln_status kiln_blob_data(kiln_blob blob, const void** data, size_t* size, kiln_origin* origin);
+
+/** Destroys a blob handle and releases its bytes. Errors: INVALID_HANDLE. */
+KILN_API kiln_status kiln_blob_destroy(kiln_blob blob);
+
+/** Removes the entry under (`name_space`, `key`) from the local disk cache and asks the remote cache to
+ *  delete its copy (a mounted pack is read-only: an entry it holds is still found). `removed` (may be
+ *  NULL) gets 1 when a local entry was removed, else 0. A read-only or disabled cache removes nothing.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (name_space and key as kiln_blob_put). */
+KILN_API kiln_status kiln_blob_remove(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                                      int* removed);
+
+/** The number of entries of `name_space` in the local disk cache, counted from their headers (packs and
+ *  the remote cache cannot be listed by namespace and are not counted). Errors: INVALID_HANDLE,
+ *  INVALID_ARGUMENT (count NULL; name_space as kiln_blob_put). */
+KILN_API kiln_status kiln_blob_count(kiln_engine engine, const char* name_space, uint64_t* count);
+
+/** Removes every entry of `name_space` from the local disk cache; entries of other namespaces, compiled
+ *  binaries and the remote cache's copies stay. `removed` (may be NULL) gets how many were removed.
+ *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (name_space as kiln_blob_put). */
+KILN_API kiln_status kiln_blob_clear(kiln_engine engine, const char* name_space, uint64_t* removed);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Device memory and streams (for callers without their own)                                        */

@@ -10,7 +10,7 @@ import time
 
 from .. import _api, _native, _routing
 from ..errors import CompileError, Error
-from . import _options, _state, _stats
+from . import _options, _program_cache, _state, _stats
 
 # kiln's CompileError for a header it did not find (cache/src/includes/resolve.cpp: describe_missing_include).
 _MISSING_HEADER = "is not among the in-memory headers"
@@ -76,7 +76,9 @@ def routed_class_for(original):
 def _fallback_reason(program, target_type, name_expressions, cache):
     if program._kiln_code_type != "c++":
         return f"code_type {program._kiln_code_type}"
-    if cache is not None:
+    # A kiln ProgramCache is served by kiln through that cache's folder (_compile); any other cache is the
+    # caller's choice of cuda.core's own caching.
+    if cache is not None and not isinstance(cache, _program_cache.ProgramCacheMethods):
         return "cache= given: cuda.core's own program cache"
     if getattr(program, "_kiln_closed", False):
         return "program closed"
@@ -122,7 +124,9 @@ def _compile(program, original_compile, target_type, name_expressions, logs, cac
     started = time.perf_counter()
     refusal = None
     try:
-        engine = _state.engine or _api.default_engine()
+        # With a kiln ProgramCache, its engine (its folder and size cap) is the cache the compile goes
+        # through: kiln's own key, which covers header content and name expressions, stands for cuda.core's.
+        engine = cache.engine if cache is not None else (_state.engine or _api.default_engine())
         if engine.vendor == "hip":
             refusal = "kiln engine is HIP"
         else:
@@ -180,4 +184,6 @@ def _compile(program, original_compile, target_type, name_expressions, logs, cac
         logs.write(binary.log)
     _stats.add_seconds(started - entered, compiled - started)
     _stats.count("routed", binary.origin)
+    if cache is not None:
+        cache._note_routed(binary.origin)
     return result

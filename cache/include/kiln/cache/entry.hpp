@@ -7,7 +7,7 @@
 //     off  0  magic          8   "KILNENT\x01"
 //     off  8  format_version u32 kEntryFormatVersion (another version is a content error)
 //     off 12  vendor         u8  Vendor (0 none, 1 cuda, 2 hip)
-//     off 13  payload_kind   u8  PayloadKind (1 cubin, 2 ptx, 3 amdgpu code object, 4 ltoir)
+//     off 13  payload_kind   u8  PayloadKind (1 cubin, 2 ptx, 3 amdgpu code object, 4 ltoir, 5 blob)
 //     off 14  reserved       u16 0
 //     off 16  created_unix   i64 seconds since the epoch
 //     off 24  key_hash       16  XXH3-128 (seed kKeySeed) of canonical_key: high u64, then low u64
@@ -24,7 +24,7 @@
 //   variable  := target(target_len) compiler(compiler_len) canonical_key(canonical_len) names(names_len)
 //   names     := names_count * ( expression_len:u32 expression lowered_len:u32 lowered )
 //                (each string <= Limits::max_name_bytes; the list fills names_len exactly)
-//   payload   := payload_len bytes     (CUBIN, PTX, AMDGPU code object or LTO-IR)
+//   payload   := payload_len bytes     (CUBIN, PTX, AMDGPU code object, LTO-IR, or a caller's blob)
 //   aux       := aux_len bytes         (the PTX kept beside a CUBIN; empty otherwise)
 //   epilogue  := checksum:16 (XXH3-128, seed kChecksumSeed, over fixed..aux; high u64, then low u64)
 //                end_magic "KILNEND\x01"(8)
@@ -33,7 +33,8 @@
 // bounded by the real size of the input), then the end magic and the checksum, then the names list and
 // key_hash == hash(canonical_key), then the payload's signature where kiln has nothing else to check it
 // by: an LTO-IR payload (kind 4) must be a CUDA entry without aux, at least kLtoIrMinBytes long and
-// start with kLtoIrMagic. (A CUBIN, PTX or code object is checked by its driver when it is loaded, and
+// start with kLtoIrMagic; a blob (kind 5: bytes stored under a caller's key, blob.hpp) must be an entry of
+// vendor none without aux. (A CUBIN, PTX or code object is checked by its driver when it is loaded, and
 // an entry the driver refuses is replaced; LTO-IR is never loaded by kiln, so this read is its check.)
 // Reading only a header (EntryHeaderView: listings) makes the same checks up to the payload: the size and
 // fixed-part checks, then (when the whole header is read) the names list and key_hash; it reads neither
@@ -72,7 +73,7 @@ inline constexpr std::size_t kLtoIrMinBytes = 32;
 [[nodiscard]] bool looks_like_ltoir(std::span<const std::byte> payload) noexcept;
 
 /// Why a payload of `kind` is not what its kind says, by the checks the grammar above names (an LTO-IR
-/// payload: a CUDA entry, no aux, LTO-IR's signature), or nullopt. Every reader runs it (a ContentError),
+/// payload: a CUDA entry, no aux, LTO-IR's signature; a blob: vendor none, no aux), or nullopt. Every reader runs it (a ContentError),
 /// and Store::put refuses what it names.
 [[nodiscard]] std::optional<std::string> payload_problem(Vendor vendor, PayloadKind kind,
                                                          std::span<const std::byte> payload, std::uint64_t aux_bytes);

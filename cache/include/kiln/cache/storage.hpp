@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -149,6 +150,21 @@ class Storage {
   [[nodiscard]] std::variant<Found, Reservation> get_or_reserve(const Hash128& key, std::string_view canonical_key,
                                                                 bool refresh = false);
 
+  /// A lookup that no compile follows (entries under a caller's key: blob.hpp): the local store as
+  /// get_local() reads it, then every tier in order, a tier hit copied into the local store as
+  /// get_or_reserve() copies it. A miss takes no compile lease and tells every tier at once that nothing
+  /// follows (Tier::abandon: a remote releases the fleet-wide lease its get() may have taken); it is not
+  /// counted in `misses` (no compile). Thread-safe; never throws except std::bad_alloc.
+  [[nodiscard]] std::optional<Found> find(const Hash128& key, std::string_view canonical_key);
+  /// Stores an entry that no reservation preceded (blob.hpp): the local store (bytes_written counted),
+  /// then every tier is offered it, as Reservation::put() does. Returns whether the local store took it.
+  /// Never throws.
+  bool store(const Entry& entry) noexcept;
+  /// Removes the local entry of `key` and asks the remote tier, when there is one, to delete its copy
+  /// (packs are read-only: an entry a mounted pack holds is still found). Returns whether a local file
+  /// was removed. Never throws.
+  bool remove(const Hash128& key) noexcept;
+
   /// The dependency manifests of this cache root (two-level keys: dep_manifest.hpp).
   [[nodiscard]] DependencyManifests& manifests() noexcept { return *m_manifests; }
   [[nodiscard]] const DependencyManifests& manifests() const noexcept { return *m_manifests; }
@@ -162,6 +178,12 @@ class Storage {
 
  private:
   friend class Reservation;
+  /// Every tier in order; the first hit, copied into the local store (nullopt: no tier has it).
+  [[nodiscard]] std::optional<Found> find_in_tiers(const Hash128& key, std::string_view canonical_key);
+  /// The local half of a put: writes the entry and counts bytes_written. Never throws.
+  bool put_local(const Entry& entry) noexcept;
+  /// Offers the entry to every tier. Never throws.
+  void publish_to_tiers(const Entry& entry) noexcept;
   struct TierSlot {
     TierKind kind;
     std::unique_ptr<Tier> tier;

@@ -11,7 +11,9 @@ enum class Vendor : std::uint8_t { none = 0, cuda = 1, hip = 2 };
 
 /// What an entry's payload is. Stored in entries: never renumber.
 /// ltoir: NVIDIA LTO-IR (NVRTC -dlto), input to a link step (nvJitLink), never a loadable module.
-enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object = 3, ltoir = 4 };
+/// blob: bytes a caller stored under a key of its own (blob.hpp: kiln_blob_put), not a compile's output;
+/// kiln never loads or links one.
+enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object = 3, ltoir = 4, blob = 5 };
 
 [[nodiscard]] constexpr std::string_view to_string(Vendor v) noexcept {
   switch (v) {
@@ -28,6 +30,7 @@ enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object =
     case PayloadKind::ptx: return "ptx";
     case PayloadKind::amdgpu_code_object: return "amdgpu-code-object";
     case PayloadKind::ltoir: return "ltoir";
+    case PayloadKind::blob: return "blob";
   }
   return "unknown";
 }

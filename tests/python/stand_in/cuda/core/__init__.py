@@ -16,6 +16,9 @@ a change in how kiln.cuda_core calls cuda.core shows up here), and records what 
                                           (looks the mapped symbol up in the binary's bytes)
   cuda.core.Device().arch                 cuda.core._device.STAND_IN_ARCH ("90")
   cuda.core._utils.cuda_utils.NVRTCError  (and CUDAError, its base)
+  cuda.core.utils                         ProgramCacheResource and make_program_cache_key (utils/_program_cache.py);
+                                          compile(cache=...) keys with it, refuses name_expressions, reads
+                                          cache.get(key) (bytes) and stores cache[key] = ObjectCode on a miss
 """
 
 import os as _os

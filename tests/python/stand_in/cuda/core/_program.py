@@ -1,7 +1,6 @@
 """cuda.core._program of the stand-in: Program and ProgramOptions (cuda.core 1.2.0's names and signatures)."""
 
 import dataclasses
-import hashlib
 
 from cuda.core._device import Device
 from cuda.core._module import ObjectCode
@@ -185,8 +184,6 @@ class ProgramOptions:
 
 
 _SUPPORTED_TARGETS = {"c++": ("ptx", "cubin", "ltoir"), "ptx": ("cubin", "ptx"), "nvvm": ("ptx", "ltoir")}
-# What cuda.core 1.2's cache= refuses (make_program_cache_key would need an extra_digest for them).
-_NEEDS_EXTRA_DIGEST = ("include_path", "pre_include", "pch", "use_pch", "pch_dir")
 
 
 class Program(metaclass=_ExtensionType):
@@ -226,12 +223,13 @@ class Program(metaclass=_ExtensionType):
         if target_type not in _SUPPORTED_TARGETS[code_type]:
             raise ValueError(f'Unsupported target_type="{target_type}" for {self.backend}')
         if cache is not None:
+            # cuda.core's own cache path: the cache stores the binary's bytes only, so name expressions
+            # (whose symbol_mapping would be lost on a hit) are refused, and the key is
+            # make_program_cache_key's (imported here, as cuda.core defers that import).
             if name_expressions:
                 raise ValueError("name_expressions cannot be used with cache=")
-            for field in _NEEDS_EXTRA_DIGEST:
-                if getattr(options, field):
-                    raise ValueError(f"{field} needs an extra_digest: use make_program_cache_key")
-            key = hashlib.sha256(repr((code, code_type, options, target_type)).encode()).digest()
+            from cuda.core.utils import make_program_cache_key
+            key = make_program_cache_key(code=code, code_type=code_type, options=options, target_type=target_type)
             found = cache.get(key)
             if found is not None:
                 return ObjectCode._init(found, target_type, name=options.name)
@@ -242,7 +240,7 @@ class Program(metaclass=_ExtensionType):
         if logs is not None:
             logs.write("stand-in: cuda.core's log\n")
         if cache is not None:
-            cache[key] = bytes(result.code)
+            cache[key] = result  # the ObjectCode: the cache takes what it keeps of it
         return result
 
     def __repr__(self):
