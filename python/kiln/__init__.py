@@ -29,7 +29,17 @@ from ._api import (Binary, Engine, Kernel, Program, Source, compile, default_eng
 from .errors import (CompileError, ConfigError, DeviceUnavailableError, Error, InternalError, InvalidArgumentError,
                      InvalidHandleError, LaunchError, LibraryError, LoadError, OutOfMemoryError)
 
-__version__ = "0.1.0"
+
+def _read_version():
+    # kiln/VERSION is the project's one statement of its version (CMake and setuptools read it too).
+    try:
+        with open(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "VERSION")) as file:
+            return file.read().strip()
+    except OSError:  # a copy of the package without its data files: a version that says so
+        return "0+unknown"
+
+
+__version__ = _read_version()
 
 KilnError = Error  # the name the single-file example used
 

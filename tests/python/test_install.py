@@ -2,6 +2,7 @@
 
 import ctypes.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from conftest import REPO, subprocess_env
 
 PACKAGE_DIR = os.path.join(REPO, "python")
 PROBE = "import kiln, kiln.cupy; print(kiln.__file__); print(kiln.library_path); print(kiln.api_version())"
+with open(os.path.join(PACKAGE_DIR, "kiln", "VERSION")) as _file:
+    VERSION = _file.read().strip()
 
 
 def _copy_package(destination):
@@ -38,8 +41,9 @@ def test_pip_install_offline(tmp_path):
                    "--disable-pip-version-check", "--no-cache-dir", "--target", target, source],
                   PIP_NO_INDEX="1", PYTHONPATH=None)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert os.path.isfile(os.path.join(target, "kiln", "cupy", "__init__.py"))
-    assert any(name.startswith("kiln-0.1.0") and name.endswith(".dist-info") for name in os.listdir(target))
+    for subpackage in ("cupy", "cuda_core"):
+        assert os.path.isfile(os.path.join(target, "kiln", subpackage, "__init__.py")), subpackage
+    assert any(name == f"kiln-{VERSION}.dist-info" for name in os.listdir(target)), os.listdir(target)
 
     probe = _run([sys.executable, "-c", PROBE], PYTHONPATH=target, KILN_LIBRARY=kiln.library_path)
     assert probe.returncode == 0, probe.stderr
@@ -47,6 +51,10 @@ def test_pip_install_offline(tmp_path):
     assert package_file.startswith(target)
     assert os.path.samefile(library, kiln.library_path)
     assert int(version) >= 1
+
+
+def test_version_is_the_version_file():
+    assert kiln.__version__ == VERSION and re.fullmatch(r"\d+\.\d+\.\d+", VERSION)
 
 
 def _library_file():
