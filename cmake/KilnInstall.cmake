@@ -91,7 +91,7 @@ set(KILN_CONFIG_DEPENDENCIES "${_kiln_config_dependencies}")
 list(REMOVE_DUPLICATES _kiln_pc_libs_private)
 list(JOIN _kiln_pc_libs_private " " KILN_PC_LIBS_PRIVATE)
 
-# Components: kiln_library (library, headers, package files) and kiln_cli.
+# Components: kiln_library (library, headers, package files) and kiln_cli (tools/: the CLI).
 install(TARGETS ${_kiln_export_targets} EXPORT kilnTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT kiln_library
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT kiln_library
@@ -102,6 +102,19 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/engine/include/kiln/" "${PROJECT_SOURCE
   "${PROJECT_SOURCE_DIR}/base/include/kiln/"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/kiln" COMPONENT kiln_library
   FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+
+# A shared libkiln looks for its private shared dependencies (hiredis, when the Redis tier is built)
+# next to itself first, then where the system keeps them: a relocated tree that carries copies of them
+# (the wheel, scripts/build_wheel.sh) needs none installed. Built with that RUNPATH, so nothing is
+# rewritten at install (a padded build RUNPATH would hold empty entries: the working directory); a
+# dependency linked from outside the system folders keeps its folder in the RUNPATH, as in the build.
+if(_kiln_library_type STREQUAL "SHARED_LIBRARY" AND CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  get_target_property(_kiln_library_rpath kiln INSTALL_RPATH)
+  if(NOT _kiln_library_rpath)
+    set_target_properties(kiln PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON
+      BUILD_WITH_INSTALL_RPATH ON)
+  endif()
+endif()
 
 # The CLI (tools/ installs it): an installed kiln must find the installed libkiln through its RUNPATH.
 if(TARGET kiln_cli AND NOT IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")

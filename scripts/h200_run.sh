@@ -13,6 +13,26 @@ export KILN_CACHE_DIR=/tmp/kiln-h200-cache
 rm -rf "$KILN_CACHE_DIR"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
 cat /etc/os-release | head -2
+# KILN_H200_ONLY=wheel: no build here. The wheel scripts/build_wheel.sh made elsewhere (.carry/wheel/kiln-*.whl)
+# goes into a fresh venv that sees the machine's CuPy (--system-site-packages); from there, with no KILN_LIBRARY,
+# PYTHONPATH or build tree: import kiln, `kiln devices`, then cupy_bench (KILN_CUPY_BENCH_RUNS, 1 here; part 3's
+# `kiln prewarm` is the wheel's CLI, on PATH from the venv).
+if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
+  wheel=$(ls "$root"/.carry/wheel/kiln-*.whl 2>/dev/null | head -1)
+  [[ -n "$wheel" ]] || { echo "no .carry/wheel/kiln-*.whl (scripts/build_wheel.sh makes it)"; exit 1; }
+  venv=/tmp/kiln-wheel-venv; rm -rf "$venv" /tmp/kiln-cupy-bench-wheel
+  python3 -m venv --system-site-packages --without-pip "$venv" || exit 1
+  pip_args=(install --no-index --no-deps --disable-pip-version-check "$wheel")
+  "$venv/bin/python" -m pip "${pip_args[@]}" || python3 -m pip --python "$venv/bin/python" "${pip_args[@]}" || exit 1
+  cd /tmp && unset KILN_LIBRARY PYTHONPATH && export PATH="$venv/bin:$PATH"
+  python -c 'import kiln; print("kiln", kiln.__version__, "from", kiln.__file__, "library", kiln.library_path)' \
+    | tee "$out/wheel.txt"
+  echo "== kiln devices ($(command -v kiln))"; kiln --version; kiln devices | tee -a "$out/wheel.txt"
+  echo "== cupy_bench"
+  timeout "${KILN_CUPY_BENCH_TIMEOUT:-540}" python "$root/bench/cupy_bench.py" --runs "${KILN_CUPY_BENCH_RUNS:-1}" \
+    --work /tmp/kiln-cupy-bench-wheel --keep 2>&1 | tee "$out/cupy_bench_wheel.txt"
+  exit "${PIPESTATUS[0]}"
+fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 # KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure);
 # KILN_H200_ONLY=floor: hash_dispatch, read_floor twice, then cache_bench (hashing, the disk-hit floor

@@ -15,8 +15,9 @@ Kernel arguments: CuPy arrays and PyTorch tensors pass as device pointers; ctype
 Errors: kiln.Error and one subclass per kiln status (kiln.CompileError carries the compiler log).
 CuPy: see kiln.cupy (routes CuPy's own kernel compiles through kiln).
 
-libkiln is found through KILN_LIBRARY, next to the package or in its install tree, a kiln source tree
-the package belongs to, then the system loader (details: kiln._native). It is loaded on first use.
+libkiln is found through KILN_LIBRARY, the wheel's own (kiln/lib/), next to the package or in its
+install tree, a kiln source tree the package belongs to, then the system loader (details: kiln._native).
+It is loaded on first use; kiln.library_path names the one loaded.
 `KILN_CUPY=1` in the environment makes `import kiln` route CuPy through kiln as soon as CuPy is
 imported (see kiln.cupy); `KILN_CUDA_CORE=1` does the same for cuda.core (see kiln.cuda_core).
 """
@@ -29,7 +30,17 @@ from ._api import (Binary, Engine, Kernel, Program, Source, compile, default_eng
 from .errors import (CompileError, ConfigError, DeviceUnavailableError, Error, InternalError, InvalidArgumentError,
                      InvalidHandleError, LaunchError, LibraryError, LoadError, OutOfMemoryError)
 
-__version__ = "0.1.0"
+
+def _read_version():
+    # kiln/VERSION is the project's one statement of its version (CMake and setuptools read it too).
+    try:
+        with open(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "VERSION")) as file:
+            return file.read().strip()
+    except OSError:  # a copy of the package without its data files: a version that says so
+        return "0+unknown"
+
+
+__version__ = _read_version()
 
 KilnError = Error  # the name the single-file example used
 

@@ -3,13 +3,17 @@
 The library is loaded on first use, not at `import kiln`: importing the package never fails for want
 of the library, and the error, when it comes, says where kiln looked. Where it looks, in order:
 
- 1. KILN_LIBRARY (a file path): only that file; a bad path is an error, never a silent fallback.
- 2. Next to the package: kiln/libkiln.so (a copy shipped with the package), then the install tree the
-    package sits in: <prefix>/lib/pythonX.Y/site-packages/kiln finds <prefix>/lib/libkiln.so (also
-    lib64/ and lib/<multiarch>/).
- 3. A kiln source tree the package is part of (<repo>/python/kiln): <repo>/build*/engine/libkiln.so,
+ 1. KILN_LIBRARY (a file path): only that file; a bad path is an error, never a silent fallback. It
+    comes first so that a library of one's own can always be tried, wheel or not.
+ 2. The wheel's own: kiln/lib/libkiln.so.0, which scripts/build_wheel.sh puts there with the private
+    shared libraries it needs beside it (and the CLI in kiln/bin/). Built together with this package,
+    so it is the one that matches it.
+ 3. Next to the package: kiln/libkiln.so (a copy put there by hand), then the install tree the package
+    sits in: <prefix>/lib/pythonX.Y/site-packages/kiln finds <prefix>/lib/libkiln.so (also lib64/ and
+    lib/<multiarch>/).
+ 4. A kiln source tree the package is part of (<repo>/python/kiln): <repo>/build*/engine/libkiln.so,
     newest first, so the package works straight from a checkout after a build.
- 4. The system loader: libkiln.so / libkiln.so.0 through LD_LIBRARY_PATH and the loader cache.
+ 5. The system loader: libkiln.so / libkiln.so.0 through LD_LIBRARY_PATH and the loader cache.
 """
 
 import ctypes
@@ -25,6 +29,10 @@ COMPILE_API_VERSION = 2  # kiln_compile and kiln_binary_*
 BLOB_API_VERSION = 6  # kiln_blob_*: entries under a caller's key
 
 _LIBRARY_NAMES = ("libkiln.so", "libkiln.so.0")
+# Where a wheel carries libkiln, under its soname (a zip holds no links): the name the CLI beside it
+# asks the loader for. scripts/build_wheel.sh and the wheel test use these paths too.
+WHEEL_LIBRARY = os.path.join("lib", "libkiln.so.0")
+WHEEL_CLI = os.path.join("bin", "kiln")
 
 
 # --- the C structs (mirrors of kiln.h; each starts with its size) --------------------------------
@@ -164,7 +172,8 @@ def candidates():
     if explicit:
         return [("KILN_LIBRARY", explicit)]
     package = _package_dir()
-    found = [("package", os.path.join(package, name)) for name in _LIBRARY_NAMES]
+    found = [("wheel", os.path.join(package, WHEEL_LIBRARY))]
+    found += [("package", os.path.join(package, name)) for name in _LIBRARY_NAMES]
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
     folder = package
     for _ in range(4):  # kiln -> site-packages -> pythonX.Y -> lib (-> prefix, for a lib64 sibling)
@@ -196,16 +205,23 @@ def _open():
         except OSError as error:
             if what == "KILN_LIBRARY":
                 raise LibraryError(f"KILN_LIBRARY={path} could not be loaded: {error}") from None
+            if what == "wheel":  # never a quiet fallback to some other libkiln of another version
+                raise LibraryError(f"the libkiln this wheel carries, {path}, could not be loaded: {error} "
+                                   "(set KILN_LIBRARY to use another libkiln)") from None
             tried.append(f"{path} ({what}: {error})")
             continue
         if not hasattr(lib, "kiln_api_version"):
             tried.append(f"{path} ({what}: not libkiln: no kiln_api_version)")
             if what == "KILN_LIBRARY":
                 raise LibraryError(f"KILN_LIBRARY={path} is not libkiln (it has no kiln_api_version)")
+            if what == "wheel":
+                raise LibraryError(f"{path}, in this wheel's place for libkiln, is not libkiln (it has no "
+                                   "kiln_api_version)")
             continue
         return lib, path
     raise LibraryError("libkiln.so not found: set KILN_LIBRARY to its path, install kiln (cmake --install) next to "
-                       "this package, or build the repository. Tried: " + "; ".join(tried))
+                       "this package, install the kiln wheel (scripts/build_wheel.sh), or build the repository. "
+                       "Tried: " + "; ".join(tried))
 
 
 def load():
