@@ -115,6 +115,10 @@ NUMBA_CHILD = textwrap.dedent('''
         import kiln.cuda_core
         kiln.cuda_core.enable()
     import numpy
+    if not hasattr(numpy, "row_stack"):
+        # numba-cuda 0.30 registers an overload of numpy.row_stack when its CUDA target loads; a recent NumPy has
+        # no row_stack any more (vstack is what it was), so without this numba-cuda cannot compile a kernel.
+        numpy.row_stack = numpy.vstack
     from numba import cuda
     start = time.perf_counter()
     warp_norm = cuda.declare_device("warp_norm", "float32(float32)", link=[cu_path])

@@ -16,12 +16,16 @@ cat /etc/os-release | head -2
 # KILN_H200_ONLY=wheel: no build here. The wheel scripts/build_wheel.sh made elsewhere (.carry/wheel/kiln-*.whl)
 # goes into a fresh venv that sees the machine's CuPy (--system-site-packages); from there, with no KILN_LIBRARY,
 # PYTHONPATH or build tree: import kiln, `kiln devices`, then cupy_bench (KILN_CUPY_BENCH_RUNS, 1 here; part 3's
-# `kiln prewarm` is the wheel's CLI, on PATH from the venv).
+# `kiln prewarm` is the wheel's CLI, on PATH from the venv); KILN_WHEEL_PROGRAM=1 adds the program workload's cold cells.
 if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
   wheel=$(ls "$root"/.carry/wheel/kiln-*.whl 2>/dev/null | head -1)
   [[ -n "$wheel" ]] || { echo "no .carry/wheel/kiln-*.whl (scripts/build_wheel.sh makes it)"; exit 1; }
   venv=/tmp/kiln-wheel-venv; rm -rf "$venv" /tmp/kiln-cupy-bench-wheel
   python3 -m venv --system-site-packages --without-pip "$venv" || exit 1
+  # The machine's CuPy and cuda.core sit in a virtual environment of their own (python3 is its interpreter), which
+  # --system-site-packages does not reach: a .pth file adds its site-packages after the new venv's own.
+  python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+    >"$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine_env.pth"
   pip_args=(install --no-index --no-deps --disable-pip-version-check "$wheel")
   "$venv/bin/python" -m pip "${pip_args[@]}" || python3 -m pip --python "$venv/bin/python" "${pip_args[@]}" || exit 1
   cd /tmp && unset KILN_LIBRARY PYTHONPATH && export PATH="$venv/bin:$PATH"
@@ -31,7 +35,14 @@ if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
   echo "== cupy_bench"
   timeout "${KILN_CUPY_BENCH_TIMEOUT:-540}" python "$root/bench/cupy_bench.py" --runs "${KILN_CUPY_BENCH_RUNS:-1}" \
     --work /tmp/kiln-cupy-bench-wheel --keep 2>&1 | tee "$out/cupy_bench_wheel.txt"
-  exit "${PIPESTATUS[0]}"
+  status=${PIPESTATUS[0]}
+  # KILN_WHEEL_PROGRAM=1: then the program workload's cold cells (CuPy vs kiln, empty caches), with the wheel's kiln.
+  if [[ "${KILN_WHEEL_PROGRAM:-0}" == 1 ]]; then
+    echo "== cupy_bench --workload program --cold-only (the wheel's libkiln)"; rm -rf /tmp/kiln-cupy-program
+    timeout "${KILN_CUPY_PROGRAM_TIMEOUT:-300}" python "$root/bench/cupy_bench.py" --workload program --cold-only --parts 1,2 \
+      --runs "${KILN_CUPY_PROGRAM_RUNS:-2}" --work /tmp/kiln-cupy-program 2>&1 | tee "$out/cupy_program_wheel.txt"
+  fi
+  exit "$status"
 fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 # KILN_H200_ONLY=launch | prewarm: build and run that benchmark alone (a quick re-measure);
@@ -72,8 +83,28 @@ if [[ "${KILN_H200_ONLY:-}" == numba ]]; then
     timeout 150 python3 "$root/scripts/h200_numba.py" "$mode" $tests >"$out/numba_$mode.txt" 2>&1
     tail -3 "$out/numba_$mode.txt"
   done
+  [[ "${KILN_NUMBA_BENCH:-1}" == 1 ]] || exit 0
   echo "== bench/cuda_core_bench.py (warm starts: cuda.core with include_path, numba-cuda linking a .cu)"
   timeout 240 python3 "$root/bench/cuda_core_bench.py" --runs "${KILN_RUNTIMES_RUNS:-3}" 2>&1 | tee "$out/cuda_core_bench.txt"
+  exit 0
+fi
+# KILN_H200_ONLY=runtimes: cuda.core's own Program tests (from cuda.core's repository, in .carry/cuda_core_tests)
+# as shipped and through kiln.cuda_core, kiln.cuda_core.ProgramCache against the real cuda.core
+# (scripts/h200_program_cache.py), then bench/cuda_core_bench.py.
+if [[ "${KILN_H200_ONLY:-}" == runtimes ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  for mode in plain kiln; do
+    echo "== cuda.core's Program tests ($mode)"
+    timeout 150 python3 "$root/scripts/h200_cuda_core_tests.py" "$mode" "$root"/.carry/cuda_core_tests/test_*.py \
+      >"$out/cuda_core_tests_$mode.txt" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed|kiln.cuda_core stats" "$out/cuda_core_tests_$mode.txt" | tail -25
+  done
+  echo "== kiln.cuda_core.ProgramCache against cuda.core"
+  timeout 120 python3 "$root/scripts/h200_program_cache.py" 2>&1 | tee "$out/program_cache.txt" | grep -vE "^info"
+  echo "== bench/cuda_core_bench.py"
+  timeout "${KILN_RUNTIMES_BENCH_TIMEOUT:-240}" python3 "$root/bench/cuda_core_bench.py" --runs "${KILN_RUNTIMES_RUNS:-3}" 2>&1 \
+    | tee "$out/cuda_core_bench.txt"
   exit 0
 fi
 # KILN_H200_ONLY=cupytests: CuPy's own kernel tests (from CuPy's repository at the installed version's tag, in

@@ -202,6 +202,7 @@ void Options::parse_one(std::string_view option) {
     }
   }
   if (option == "--toolkit-includes") { m_toolkit_includes = true; return; }
+  if (option == "--no-default-device") { m_no_default_device = true; return; }
   if (option.starts_with("-I") || option.starts_with("--include-path")) {
     std::string_view dir;
     if (option.starts_with("--include-path=")) {
@@ -225,7 +226,7 @@ void Options::parse_one(std::string_view option) {
   }
   refuse_output_flag(option, option.substr(std::min(option.find_first_not_of('-'), option.size())));
   if (option == "-default-device" || option == "--device-as-default-execution-space") {
-    throw ConfigError(fmt::format("option '{}' is added by kiln itself", option));
+    throw ConfigError(fmt::format("option '{}' is added by kiln itself (--no-default-device leaves it out)", option));
   }
   if (find_spelling(kNvrtcOnly, option) != nullptr) {
     m_raw.push_back({Vendor::cuda, std::string(option), false});
@@ -237,8 +238,8 @@ void Options::parse_one(std::string_view option) {
   }
   throw ConfigError(
       fmt::format("unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
-                  "--max-registers=N, --relocatable-device-code, -std=, -D, -U, -I, --toolkit-includes) or pass a "
-                  "compiler's own flag with -Xcuda=FLAG / -Xhip=FLAG",
+                  "--max-registers=N, --relocatable-device-code, -std=, -D, -U, -I, --toolkit-includes, "
+                  "--no-default-device) or pass a compiler's own flag with -Xcuda=FLAG / -Xhip=FLAG",
                   option));
 }
 
@@ -267,6 +268,7 @@ std::vector<std::string> Options::portable() const {
     else out.push_back("-I" + dir);
   }
   if (m_toolkit_includes) out.emplace_back("--toolkit-includes");
+  if (m_no_default_device) out.emplace_back("--no-default-device");
   return out;
 }
 

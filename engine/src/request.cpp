@@ -65,7 +65,9 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
       std::erase(r.flags, std::string("-rdc=true"));  // what Options gives for it
       r.flags.emplace_back("-dlto");
     }
-    r.flags.emplace_back("-default-device");
+    // Unannotated functions are device functions, so kiln's sources build on both vendors (HIPRTC
+    // compiles them for the device anyway); --no-default-device keeps NVRTC's own default.
+    if (!options.no_default_device()) r.flags.emplace_back("-default-device");
     r.flags.emplace_back("--no-source-include");
   } else {
     r.flags.push_back("--offload-arch=" + r.target.arch);

@@ -362,6 +362,29 @@ TEST_CASE("engine --toolkit-includes: a CUB and a libcu++ kernel compile for sm_
   CHECK(engine.prewarm(cub, kiln::Options({"--toolkit-includes"}), {}, "sm_90").origin != kiln::Origin::compiled);
 }
 
+TEST_CASE("a probe through a macro wrapping __has_include sees the header, as NVRTC with -I does", "[include][rtc]") {
+  TempDir dir("kiln-wrapped-probe");
+  write_file(dir.path(), "wrap.h", "#pragma once\n#define HAS_INCLUDE(_X) __has_include(_X)\n");
+  write_file(dir.path(), "feature.h", "#define FEATURE 7\n");
+  Engine& engine = compile_engine();
+  const kiln::Options folder({"-I" + dir.path().string()});
+  const Source wrapped = Source::from_text("wrapped_probe.cu",
+                                           "#include <wrap.h>\n"
+                                           "#if HAS_INCLUDE(<feature.h>)\n#define HAVE_FEATURE 1\n#else\n"
+                                           "#define HAVE_FEATURE 0\n#endif\n"
+                                           "static_assert(HAVE_FEATURE == 1, \"feature.h was not handed to the compiler\");\n"
+                                           "extern \"C\" __global__ void k(int* out) { *out = HAVE_FEATURE; }\n");
+  CHECK(engine.prewarm(wrapped, folder, {}, "sm_90").binary_bytes > 0);
+  // CCCL decides its __half / __nv_bfloat16 / fp8 support that way (_CCCL_HAS_INCLUDE(<cuda_fp16.h>)):
+  // with the toolkit's folders, as NVRTC given them with -I, the support is on.
+  const Source cccl = Source::from_text("cccl_fp16.cu",
+                                        "#include <cub/block/block_reduce.cuh>\n"
+                                        "static_assert(_CCCL_HAS_NVFP16() && _CCCL_HAS_NVBF16() && _CCCL_HAS_NVFP8(), "
+                                        "\"CCCL's probes of cuda_fp16.h, cuda_bf16.h, cuda_fp8.h failed\");\n"
+                                        "extern \"C\" __global__ void k(int* out) { *out = 1; }\n");
+  CHECK(engine.prewarm(cccl, kiln::Options({"--toolkit-includes"}), {}, "sm_90").binary_bytes > 0);
+}
+
 TEST_CASE("kernels over one prelude: one resolve per engine, and the key a fresh engine gives", "[include]") {
   // A runtime's kernels: distinct sources after the same includes (CuPy's shape). The toolkit's files are
   // old enough to be trusted by their stat, so the first resolve is taken by the later requests.

@@ -261,6 +261,36 @@ TEST_CASE("__has_include operands are includes too, and are rewritten", "[includ
   CHECK(opt->text == "#if __has_include(\"" + b + "/opt.h\")\n#include \"" + b + "/opt.h\"\n#endif\n");
 }
 
+TEST_CASE("a macro wrapping __has_include: its header-name arguments are probed like __has_include's", "[include]") {
+  // CCCL decides its half/bfloat16 support with `#if _CCCL_HAS_INCLUDE(<cuda_fp16.h>)` through
+  // `#define _CCCL_HAS_INCLUDE(_X) __has_include(_X)`: a header the compiler probes that way but was not
+  // handed would silently turn the feature off.
+  TempDir dir;
+  const std::string a = dir.path().string() + "/a";
+  write_file(a, "wrap.h", "#pragma once\n#define HAS_INCLUDE(_X) __has_include(_X)\n");
+  write_file(a, "fp.h", "int fp;\n");
+  write_file(a, "q.h", "int q;\n");
+  write_file(a, "def.h", "int def;\n");
+  write_file(a, "str.h", "int str;\n");
+  const std::string source =
+      "#include <wrap.h>\n"
+      "#define HAS_DEF HAS_INCLUDE(<def.h>)\n"
+      "#define SAYS(x) _Pragma(\"message(\\\"x\\\")\") puts(\"str.h\")\n"
+      "#if HAS_INCLUDE(<fp.h>) && HAS_INCLUDE ( \"q.h\" ) && !HAS_INCLUDE(<gone.h>) && HAS_DEF\n"
+      "int all;\n"
+      "#elif defined(X) && (1 < 2)\n"
+      "#endif\n"
+      "int f() { return g(\"str.h\") + h(1 < 2); }\n";
+  const ResolvedIncludes r = resolve(source, {a});
+  // A string in code or in a #define body is no probe (str.h stays unread); gone.h is a negative probe.
+  CHECK(read_paths(r) == std::vector<std::string>{a + "/wrap.h", a + "/def.h", a + "/fp.h", a + "/q.h"});
+  CHECK(r.unresolved == std::vector<std::string>{"gone.h"});
+  CHECK(r.compiler_source.find("#if HAS_INCLUDE(\"" + a + "/fp.h\") && HAS_INCLUDE ( \"" + a +
+                               "/q.h\" ) && !HAS_INCLUDE(<gone.h>) && HAS_DEF\n") != std::string::npos);
+  CHECK(r.compiler_source.find("#define HAS_DEF HAS_INCLUDE(\"" + a + "/def.h\")\n") != std::string::npos);
+  CHECK(r.compiler_source.find("g(\"str.h\")") != std::string::npos);
+}
+
 TEST_CASE("#include_next searches the folders after the includer's", "[include]") {
   TempDir dir;
   const std::string a = dir.path().string() + "/a";

@@ -28,8 +28,11 @@ def options(core, **fields):
     return core.ProgramOptions(**fields)
 
 
-def kiln_binary(engine, code, kiln_options=(), names=(), target="sm_90", name="default_program"):
-    return engine.compile(kiln.Source.from_text(code, name=name), list(kiln_options), list(names), target)
+def kiln_binary(engine, code, kiln_options=(), names=(), target="sm_90", name="default_program", default_device=False):
+    """What kiln compiles for cuda.core's request: without device_as_default_execution_space (default_device),
+    cuda.core's NVRTC gets no -default-device, so neither does kiln's (--no-default-device)."""
+    extra = [] if default_device else ["--no-default-device"]
+    return engine.compile(kiln.Source.from_text(code, name=name), list(kiln_options) + extra, list(names), target)
 
 
 def test_import_kiln_does_not_import_cuda_core():
@@ -52,9 +55,11 @@ def test_translate_flags():
                    "--prec-div=false", "--no-fma", "--fast-math", "--extra-device-vectorization", "-DA", "-DB=2",
                    "-UC", "--include-path=/x/y", "-std=c++20", "--disable-warnings", "--restrict",
                    "-device-int128", "--split-compile=4", "--minimal"]
-    assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--fmad=true"], "ptx")[1] == ["--fmad=true"]
+    # Without device_as_default_execution_space cuda.core's NVRTC gets no -default-device: kiln is told to add none.
+    assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--fmad=true"], "ptx")[1] == ["--fmad=true",
+                                                                                         "--no-default-device"]
     assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--relocatable-device-code=true"], "cubin")[1] == [
-        "--relocatable-device-code"]
+        "--relocatable-device-code", "--no-default-device"]
     for refused, said in (                          ("--extensible-whole-program", "whole-program"), ("--std=c++14", "C++17 or C++20"),
                           ("--ptxas-options=-v", "ptxas_options"), ("--pre-include=a.h", "pre_include"),
                           ("--dopt=on", "device_code_optimize"), ("--pch", "precompiled headers"),
@@ -68,7 +73,7 @@ def test_translate_flags():
         assert out is None and said in reason, (refused, reason)
     assert kiln.cuda_core.translate_flags(["--std=c++17"], "cubin")[2] == "no -arch among cuda.core's flags"
     assert kiln.cuda_core.translate_flags(["-arch=sm_90"], "ltoir")[2] == "ltoir without link_time_optimization"
-    assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--dlink-time-opt"], "ltoir")[1] == []
+    assert kiln.cuda_core.translate_flags(["-arch=sm_90", "--dlink-time-opt"], "ltoir")[1] == ["--no-default-device"]
 
 
 def test_target_for():
@@ -149,7 +154,7 @@ def test_options_reach_kiln(routed):
     result = core.Program(source, "c++", chosen).compile("cubin")
     expected = kiln_binary(engine, source, ["--maxrregcount=64", "--ftz=true", "--prec-sqrt=false",
                                             "--prec-div=false", "--no-fma", "--fast-math", "-DA=3", "-DB", "-DC",
-                                            "-UC", "-std=c++20", "--restrict"])
+                                            "-UC", "-std=c++20", "--restrict"], default_device=True)
     assert result.code == expected.data and expected.origin == "memory"
     assert calls(core) == []
 

@@ -195,6 +195,34 @@ TEST_CASE("compile errors and bad requests", "[rtc][compile]") {
   CHECK_THROWS_AS(empty.origin(), Error);
 }
 
+TEST_CASE("--no-default-device compiles as NVRTC does by default: an unannotated function is a host function",
+          "[rtc][compile]") {
+  test::TempDir dir;
+  Engine engine(config_in(dir.path()));
+  // kiln adds -default-device, so an unannotated helper is a device function; without it NVRTC refuses the call
+  // from a kernel, as cuda.core's compile of this source does.
+  const Source source = Source::from_text("default_device.cu", R"(int twice(int v) { return 2 * v; }
+extern "C" __global__ void k(int* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }
+)");
+  const CompiledBinary by_default = engine.compile(source, {}, {}, "sm_90");
+  CHECK(by_default.origin() == Origin::compiled);
+  const Options host_default{"--no-default-device"};
+  CHECK(engine.describe_key(source, host_default, {}, "sm_90").first != by_default.key());
+  try {
+    (void)engine.compile(source, host_default, {}, "sm_90");
+    FAIL("NVRTC without -default-device was expected to refuse the call of a host function");
+  } catch (const CompileError& e) {
+    CHECK(e.log().find("twice") != std::string::npos);
+  }
+  // Annotated code compiles either way, under two keys.
+  const Source annotated = Source::from_text("annotated.cu", R"(__device__ int twice(int v) { return 2 * v; }
+extern "C" __global__ void k(int* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }
+)");
+  const CompiledBinary plain = engine.compile(annotated, host_default, {}, "sm_90");
+  CHECK(plain.origin() == Origin::compiled);
+  CHECK(plain.key() != engine.compile(annotated, {}, {}, "sm_90").key());
+}
+
 int main(int argc, char** argv) {
   try {
     EngineConfig config;

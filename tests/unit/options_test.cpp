@@ -151,6 +151,17 @@ TEST_CASE("--toolkit-includes is a flag in the key and adds no compiler flag", "
   CHECK(Options(o.portable()).toolkit_includes());
 }
 
+TEST_CASE("--no-default-device is a flag in the key; the engine, not the options, drops -default-device", "[options]") {
+  const Options o{"--no-default-device"};
+  CHECK(o.no_default_device());
+  CHECK_FALSE(Options{}.no_default_device());
+  CHECK(o.canonical() != Options{}.canonical());
+  CHECK(o.canonical().ends_with("--no-default-device\n"));
+  CHECK(o.vendor_flags(Vendor::cuda) == Options{}.vendor_flags(Vendor::cuda));
+  CHECK(o.vendor_flags(Vendor::hip) == Options{}.vendor_flags(Vendor::hip));
+  CHECK(Options(o.portable()).no_default_device());
+}
+
 TEST_CASE("--relocatable-device-code: four spellings, in the key, -rdc=true for NVRTC", "[options]") {
   const Options rdc{"--relocatable-device-code"};
   CHECK(rdc.relocatable());

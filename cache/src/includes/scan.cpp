@@ -32,6 +32,7 @@ class Scanner {
     for (int c = peek(); c >= 0; c = peek()) {
       if (c == '\n') {
         line_start = true;
+        m_line = Line::code;
         advance();
       } else if (is_blank(c)) {
         advance();
@@ -172,6 +173,8 @@ class Scanner {
         skip_quoted(after);
       } else if (word == "__has_include" || word == "__has_include_next") {
         has_include(begin, end, word.size() > 13);
+      } else if (m_line != Line::code) {
+        wrapped_has_include(begin, end);
       }
     } else if (is_digit(c) || (c == '.' && is_digit(peek_second()))) {
       skip_number();
@@ -209,6 +212,28 @@ class Scanner {
     ref.keyword_begin = keyword_begin;
     ref.keyword_end = keyword_end;
     ref.next = next;
+    ref.has_include = true;
+    if (operand(ref)) m_found->refs.push_back(std::move(ref));
+  }
+
+  /// A call of a macro that wraps __has_include, e.g. CCCL's `#if _CCCL_HAS_INCLUDE(<cuda_fp16.h>)` with
+  /// `#define _CCCL_HAS_INCLUDE(_X) __has_include(_X)`: the operand the compiler probes is the
+  /// argument, which a scan of __has_include alone never sees (the definition's operand is `_X`), and a
+  /// probed header the compiler did not get silently flips the answer. A header name can only be an
+  /// argument of such a wrapper there: in #if/#elif, `NAME(<...>)` and `NAME("...")` are no valid
+  /// arithmetic and a string is no valid operand; in a #define body `NAME(<...>)` is no valid
+  /// expression (strings there are too common to count: _Pragma("..."), messages). So each counts as a
+  /// __has_include operand: at worst a probe of a name that is no header, answered absent.
+  void wrapped_has_include(std::size_t keyword_begin, std::size_t keyword_end) {
+    skip_blanks_and_comments();
+    if (peek() != '(') return;
+    advance();
+    skip_blanks_and_comments();
+    const int open = peek();
+    if (open != '<' && !(open == '"' && m_line == Line::condition)) return;
+    IncludeRef ref;
+    ref.keyword_begin = keyword_begin;
+    ref.keyword_end = keyword_end;
     ref.has_include = true;
     if (operand(ref)) m_found->refs.push_back(std::move(ref));
   }
@@ -254,7 +279,9 @@ class Scanner {
     if (!is_ident_start(peek())) return;
     const std::size_t begin = logical(m_pos);
     const std::string word = read_identifier();
+    if (word == "if" || word == "elif") m_line = Line::condition;
     if (word == "define") {
+      m_line = Line::definition;
       skip_blanks_and_comments();
       if (!is_ident_start(peek())) return;
       std::string name = read_identifier();
@@ -279,8 +306,12 @@ class Scanner {
     if (std::string text = rest_of_line(); !text.empty()) m_found->computed.push_back(std::move(text));
   }
 
+  /// What the current line is: code, or a directive whose tokens may hold a wrapped __has_include.
+  enum class Line { code, condition, definition };
+
   std::string_view m_text;
   std::size_t m_pos = 0;
+  Line m_line = Line::code;
   std::size_t m_identifier_end = 0;  ///< raw index after the last character read_identifier took
   ScanResult* m_found = nullptr;
 };

@@ -15,6 +15,11 @@
 //                             an include folder, searched in the order given (both)
 //   --toolkit-includes        also search the include folders of the toolkit whose compiler kiln
 //                             loaded (CUDA: include/ and include/cccl; HIP: include/) (both)
+//   --no-default-device       NVRTC: compile without -default-device, which kiln otherwise adds (an
+//                             unannotated function is then a host function, NVRTC's own default: what a
+//                             runtime that compiles without that flag, e.g. cuda.core, gets; it also
+//                             changes the binary, as -default-device makes namespace-scope constexpr
+//                             variables device variables); HIPRTC: nothing (it has no such mode)
 // Include folders are never passed to a compiler: kiln resolves every #include itself and hands the
 // compiler the headers it found in memory, so the bytes of each header a compile read are known
 // and can be part of the cache key. The folders themselves are part of the canonical text (a
@@ -76,6 +81,8 @@ class Options {
   /// True when --toolkit-includes was given: the engine adds the loaded toolkit's include folders
   /// after include_dirs().
   [[nodiscard]] bool toolkit_includes() const noexcept { return m_toolkit_includes; }
+  /// True when --no-default-device was given: the engine does not add NVRTC's -default-device.
+  [[nodiscard]] bool no_default_device() const noexcept { return m_no_default_device; }
 
  private:
   void parse_one(std::string_view option);
@@ -96,6 +103,7 @@ class Options {
   std::vector<RawFlag> m_raw;
   std::vector<std::string> m_include_dirs;  ///< in the order given: the search order
   bool m_toolkit_includes = false;
+  bool m_no_default_device = false;
   std::string m_canonical = "options/1\n";  ///< kept current by every mutation (no lazy state: thread-safe reads)
   std::uint64_t m_canonical_hash = detail::fnv1a64("options/1\n");
 };

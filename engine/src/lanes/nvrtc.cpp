@@ -8,7 +8,11 @@
 
 #include <unistd.h>
 
-#include <condition_variable>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -17,6 +21,7 @@
 #include <shared_mutex>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
@@ -48,9 +53,12 @@ std::vector<std::string> nvrtc_candidates(const std::string& soname) {
   return candidates;
 }
 
-/// Compiles beside others (nvrtc_pch.hpp) run on threads of their own. The process waits for them before
-/// it exits (atexit) and a lane before it goes, so that no NVRTC call runs while the library or the lane is
-/// torn down. A forked child has none of its parent's threads: it waits for none of them.
+/// Compiles beside others (nvrtc_pch.hpp) run on threads of their own. The process joins them before it
+/// exits (atexit) and a lane before it goes, so that no NVRTC call runs while the library or the lane is torn
+/// down. Joined, not waited for: a thread that has said it is done still runs its thread-local destructors
+/// (NVRTC's among them) on its way out, and a process that went on to exit meanwhile crashed there (measured:
+/// a numba-cuda process, SIGSEGV at exit). Raw pthreads: a forked child has none of its parent's threads and
+/// must neither join nor destroy them (a joinable std::thread would terminate the child), so it drops them.
 class BesideJobs {
  public:
   /// Never destroyed: the atexit handler and the lanes use it to the end.
@@ -59,52 +67,77 @@ class BesideJobs {
     return *jobs;
   }
 
+  /// Runs `work` on a thread of its own. Throws std::system_error when no thread can be had.
   void start(std::function<void()> work) {
-    {
-      const std::lock_guard lock(m_mutex);
-      if (m_pid != ::getpid()) {  // the first start in this process (a forked child inherits no threads)
-        m_pid = ::getpid();
-        m_running = 0;
-      }
-      ++m_running;
-    }
     static std::once_flag at_exit;
-    std::call_once(at_exit, [] { std::atexit([] { process().wait(); }); });
-    try {
-      std::thread([this, work = std::move(work)]() mutable {
-        try {
-          work();
-        } catch (...) {  // NOLINT(bugprone-empty-catch): a PCH not made is made by the set's next compile
-        }
-        work = nullptr;  // what the work held goes before the process may go on to exit
-        finished();
-      }).detach();
-    } catch (const std::system_error& e) {  // no thread to be had: the set's next compile makes the PCH
-      KILN_LOG(debug, "no thread for a compile beside another: {}", e.what());
-      finished();
-      throw;
+    std::call_once(at_exit, [] { std::atexit([] { process().join_all(); }); });
+    join_finished();
+    auto job = std::make_unique<Job>();
+    job->work = std::move(work);
+    const std::lock_guard lock(m_mutex);
+    adopt_process();
+    if (const int error = ::pthread_create(&job->thread, nullptr, &BesideJobs::run, job.get()); error != 0) {
+      throw std::system_error(error, std::generic_category(), "pthread_create");
     }
+    m_jobs.push_back(std::move(job));
   }
 
-  void wait() {
-    std::unique_lock lock(m_mutex);
-    if (m_pid != ::getpid()) return;
-    m_over.wait(lock, [&] { return m_running == 0; });
+  /// Joins every thread started (and not yet joined) in this process.
+  void join_all() {
+    std::vector<std::unique_ptr<Job>> jobs;
+    {
+      const std::lock_guard lock(m_mutex);
+      adopt_process();
+      jobs.swap(m_jobs);
+    }
+    for (const auto& job : jobs) ::pthread_join(job->thread, nullptr);
   }
 
  private:
-  void finished() {
+  struct Job {
+    pthread_t thread{};
+    std::function<void()> work;
+    std::atomic<bool> done{false};
+  };
+
+  static void* run(void* argument) {
+    auto* job = static_cast<Job*>(argument);
+    try {
+      job->work();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a PCH not made is made by the set's next compile
+    }
+    job->work = nullptr;  // what the work held goes before the process may go on to exit
+    job->done.store(true, std::memory_order_release);
+    return nullptr;
+  }
+
+  /// Joins the threads that are done (their joins do not wait), so finished ones do not pile up.
+  void join_finished() {
+    std::vector<std::unique_ptr<Job>> finished;
     {
       const std::lock_guard lock(m_mutex);
-      --m_running;
+      adopt_process();
+      const auto split = std::stable_partition(m_jobs.begin(), m_jobs.end(), [](const std::unique_ptr<Job>& job) {
+        return !job->done.load(std::memory_order_acquire);
+      });
+      std::move(split, m_jobs.end(), std::back_inserter(finished));
+      m_jobs.erase(split, m_jobs.end());
     }
-    m_over.notify_all();
+    for (const auto& job : finished) ::pthread_join(job->thread, nullptr);
+  }
+
+  /// In a forked child the jobs are the parent's: forgotten, never joined (their memory is left as it is,
+  /// since the parent's threads may have been in the middle of using it).
+  void adopt_process() {
+    if (m_pid == ::getpid()) return;
+    m_pid = ::getpid();
+    for (auto& job : m_jobs) (void)job.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
+    m_jobs.clear();
   }
 
   std::mutex m_mutex;
-  std::condition_variable m_over;
-  long m_pid = 0;
-  int m_running = 0;
+  long m_pid = ::getpid();
+  std::vector<std::unique_ptr<Job>> m_jobs;
 };
 
 /// A compile's input with everything it points to owned, for a compile on another thread.
@@ -158,7 +191,7 @@ class Nvrtc final : public Compiler {
     }
     m_pch = std::make_unique<pch::Folders>(pch_off_reason(), beside_limit());
   }
-  ~Nvrtc() override { BesideJobs::process().wait(); }
+  ~Nvrtc() override { BesideJobs::process().join_all(); }
   Nvrtc(const Nvrtc&) = delete;
   Nvrtc& operator=(const Nvrtc&) = delete;
 
@@ -276,17 +309,19 @@ class Nvrtc final : public Compiler {
     }
   }
 
-  /// How many compiles beside others may make PCHs at once: KILN_PCH_BESIDE=0 none, =N that many; by default
-  /// one for every 4 hardware threads (none on a machine with fewer: there the set's second compile makes
-  /// it, and a compile beside would take a core from the request's own).
+  /// How many compiles beside others may make PCHs at once: KILN_PCH_BESIDE=N that many; by default none (the
+  /// set's second compile makes the PCH). Off by default as measured on the H200 (cupy_bench, cold, one
+  /// process each): kiln's preparation 10.3 s with 4 beside, 4.7 s with none, since the set's second compile
+  /// waits for the compile beside, which makes the PCH more slowly than a compile without, and CuPy's sets are
+  /// mostly a kernel or two.
   static unsigned beside_limit() {
     if (const char* setting = std::getenv("KILN_PCH_BESIDE"); setting != nullptr && setting[0] != '\0') {
       char* end = nullptr;
       const unsigned long n = std::strtoul(setting, &end, 10);
       if (*end == '\0' && setting[0] != '-' && n <= 64) return static_cast<unsigned>(n);
-      KILN_LOG(warn, "KILN_PCH_BESIDE='{}' is not a count from 0 to 64: by the machine's cores", setting);
+      KILN_LOG(warn, "KILN_PCH_BESIDE='{}' is not a count from 0 to 64: none", setting);
     }
-    return std::thread::hardware_concurrency() / 4;
+    return 0;
   }
 
   void grow_heap(std::size_t needed) const {

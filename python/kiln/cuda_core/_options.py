@@ -8,6 +8,12 @@ instead of being compiled without it."""
 import re
 
 RELOCATABLE = "--relocatable-device-code"  # kiln's option (libkiln API 5 and later)
+# kiln adds NVRTC's -default-device unless told not to; cuda.core passes it only for
+# device_as_default_execution_space=True, and it changes the binary (namespace-scope constexpr variables become
+# device variables), so without it kiln is told to leave it out. A libkiln older than this option refuses it as
+# unknown: the request then goes to cuda.core (a ConfigError is a fallback).
+NO_DEFAULT_DEVICE = "--no-default-device"
+DEFAULT_DEVICE = "--device-as-default-execution-space"
 # Flags of cuda.core's NVRTC spelling that kiln takes as they are or in its portable spelling.
 _PORTABLE = {"--use_fast_math": "--fast-math", "--fmad=false": "--no-fma", "--device-int128": "-device-int128",
              "--relocatable-device-code=true": RELOCATABLE}
@@ -17,8 +23,7 @@ _RAW_PREFIXES = ("--ftz=", "--prec-sqrt=", "--prec-div=", "--split-compile=")
 # Flags that change nothing for kiln: NVRTC's defaults spelled out, what kiln adds itself, and the
 # source-folder include that kiln never does (it searches the include folders only).
 _DROPPED = frozenset({"--relocatable-device-code=false", "--builtin-move-forward=true",
-                      "--builtin-initializer-list=true", "--device-as-default-execution-space",
-                      "--no-source-include"})
+                      "--builtin-initializer-list=true", DEFAULT_DEVICE, "--no-source-include"})
 # Link-time optimisation: the LTO-IR target type carries it.
 _LTO = frozenset({"--dlink-time-opt", "-dlto"})
 _STANDARDS = ("c++17", "c++20")
@@ -110,4 +115,6 @@ def translate_flags(flags, target_type):
     if target_type == "ltoir" and not lto:
         # NVRTC makes LTO-IR only with -dlto: without it cuda.core's compile says what is wrong.
         return None, None, "ltoir without link_time_optimization"
+    if DEFAULT_DEVICE not in flags:
+        out.append(NO_DEFAULT_DEVICE)
     return arch, out, None
