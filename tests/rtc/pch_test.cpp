@@ -52,11 +52,8 @@ class ScopedEnv : public test::ScopedEnv {
   ScopedEnv(const char* name, const std::string& value) : test::ScopedEnv(name, value.c_str()) {}
 };
 
-/// NVRTC with PCH on or off; `beside`: how many compiles beside others may make PCHs (0: the header set's
-/// second compile makes it, whatever the machine's cores).
-std::unique_ptr<vendor::Compiler> load(bool pch, int beside = 0) {
+std::unique_ptr<vendor::Compiler> load(bool pch) {
   ScopedEnv setting("KILN_PCH", pch ? "1" : "0");
-  ScopedEnv besides("KILN_PCH_BESIDE", std::to_string(beside));
   return vendor::load_nvrtc();
 }
 
@@ -164,52 +161,6 @@ TEST_CASE("a header set's second compile makes a PCH, the third uses it, and all
   REQUIRE(roots_of(tmp.path(), ::getpid()).size() == 1);
   with.reset();
   CHECK(roots_of(tmp.path(), ::getpid()).empty());
-}
-
-TEST_CASE("a compile beside a header set's first makes the PCH its second uses, with the bytes of compiles without PCH",
-          "[rtc][pch]") {
-  test::TempDir tmp;
-  ScopedEnv where("TMPDIR", tmp.path().string());
-  if (!pch_compiler()) return;
-  std::unique_ptr<vendor::Compiler> with = load(true, 1);
-  const std::unique_ptr<vendor::Compiler> without = load(false);
-
-  const vendor::CompileOutput first = compile(*with, kernel(4));
-  CHECK_FALSE(first.pch_made);  // made beside it, not by it
-  CHECK_FALSE(first.pch_used);
-  CHECK(first.log.empty());
-  // The second compile of the set waits for the compile beside the first and uses its PCH.
-  const vendor::CompileOutput second = compile(*with, kernel(5));
-  CHECK(second.pch_used);
-  CHECK_FALSE(second.pch_made);
-  CHECK(second.log.empty());
-  CHECK(with->precompiled_headers().starts_with("on (1 made, 1 used"));
-  CHECK(first.binary == compile(*without, kernel(4)).binary);
-  CHECK(second.binary == compile(*without, kernel(5)).binary);
-  CHECK(second.ptx == compile(*without, kernel(5)).ptx);
-
-  // A set whose first compile is still being shadowed when the compiler goes: the lane waits for it.
-  (void)compile(*with, kernel(6, heavy_header(6000, 3)));
-  with.reset();
-  CHECK(roots_of(tmp.path(), ::getpid()).empty());
-
-  // Two sets at once with one compile beside allowed: the second set's first compile finds no room, so
-  // its second compile makes the PCH, as without compiles beside.
-  with = load(true, 1);
-  const std::vector<std::string> headers = {heavy_header(6000, 4), heavy_header(6000, 5)};
-  std::vector<vendor::CompileOutput> outs(4);
-  std::thread other([&] { outs[0] = compile(*with, kernel(7, headers[0])); });
-  outs[1] = compile(*with, kernel(7, headers[1]));
-  other.join();
-  outs[2] = compile(*with, kernel(8, headers[0]));
-  outs[3] = compile(*with, kernel(8, headers[1]));
-  CHECK((outs[2].pch_used || outs[2].pch_made));
-  CHECK((outs[3].pch_used || outs[3].pch_made));
-  CHECK((outs[2].pch_used || outs[3].pch_used));  // the one made beside is used
-  for (int i = 0; i < 4; ++i) {
-    INFO("compile " << i);
-    CHECK(outs[i].binary == compile(*without, kernel(7 + i / 2, headers[i % 2])).binary);
-  }
 }
 
 TEST_CASE("a header handed again under its name with other bytes never meets the PCH of the old bytes", "[rtc][pch]") {

@@ -6,22 +6,10 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
-#include <unistd.h>
-
-#include <pthread.h>
-
-#include <algorithm>
-#include <atomic>
-#include <iterator>
 #include <cstdlib>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <shared_mutex>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
@@ -53,127 +41,6 @@ std::vector<std::string> nvrtc_candidates(const std::string& soname) {
   return candidates;
 }
 
-/// Compiles beside others (nvrtc_pch.hpp) run on threads of their own. The process joins them before it
-/// exits (atexit) and a lane before it goes, so that no NVRTC call runs while the library or the lane is torn
-/// down. Joined, not waited for: a thread that has said it is done still runs its thread-local destructors
-/// (NVRTC's among them) on its way out, and a process that went on to exit meanwhile crashed there (measured:
-/// a numba-cuda process, SIGSEGV at exit). Raw pthreads: a forked child has none of its parent's threads and
-/// must neither join nor destroy them (a joinable std::thread would terminate the child), so it drops them.
-class BesideJobs {
- public:
-  /// Never destroyed: the atexit handler and the lanes use it to the end.
-  static BesideJobs& process() {
-    static BesideJobs* const jobs = new BesideJobs;
-    return *jobs;
-  }
-
-  /// Runs `work` on a thread of its own. Throws std::system_error when no thread can be had.
-  void start(std::function<void()> work) {
-    static std::once_flag at_exit;
-    std::call_once(at_exit, [] { std::atexit([] { process().join_all(); }); });
-    join_finished();
-    auto job = std::make_unique<Job>();
-    job->work = std::move(work);
-    const std::lock_guard lock(m_mutex);
-    adopt_process();
-    if (const int error = ::pthread_create(&job->thread, nullptr, &BesideJobs::run, job.get()); error != 0) {
-      throw std::system_error(error, std::generic_category(), "pthread_create");
-    }
-    m_jobs.push_back(std::move(job));
-  }
-
-  /// Joins every thread started (and not yet joined) in this process.
-  void join_all() {
-    std::vector<std::unique_ptr<Job>> jobs;
-    {
-      const std::lock_guard lock(m_mutex);
-      adopt_process();
-      jobs.swap(m_jobs);
-    }
-    for (const auto& job : jobs) ::pthread_join(job->thread, nullptr);
-  }
-
- private:
-  struct Job {
-    pthread_t thread{};
-    std::function<void()> work;
-    std::atomic<bool> done{false};
-  };
-
-  static void* run(void* argument) {
-    auto* job = static_cast<Job*>(argument);
-    try {
-      job->work();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a PCH not made is made by the set's next compile
-    }
-    job->work = nullptr;  // what the work held goes before the process may go on to exit
-    job->done.store(true, std::memory_order_release);
-    return nullptr;
-  }
-
-  /// Joins the threads that are done (their joins do not wait), so finished ones do not pile up.
-  void join_finished() {
-    std::vector<std::unique_ptr<Job>> finished;
-    {
-      const std::lock_guard lock(m_mutex);
-      adopt_process();
-      const auto split = std::stable_partition(m_jobs.begin(), m_jobs.end(), [](const std::unique_ptr<Job>& job) {
-        return !job->done.load(std::memory_order_acquire);
-      });
-      std::move(split, m_jobs.end(), std::back_inserter(finished));
-      m_jobs.erase(split, m_jobs.end());
-    }
-    for (const auto& job : finished) ::pthread_join(job->thread, nullptr);
-  }
-
-  /// In a forked child the jobs are the parent's: forgotten, never joined (their memory is left as it is,
-  /// since the parent's threads may have been in the middle of using it).
-  void adopt_process() {
-    if (m_pid == ::getpid()) return;
-    m_pid = ::getpid();
-    for (auto& job : m_jobs) (void)job.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
-    m_jobs.clear();
-  }
-
-  std::mutex m_mutex;
-  long m_pid = ::getpid();
-  std::vector<std::unique_ptr<Job>> m_jobs;
-};
-
-/// A compile's input with everything it points to owned, for a compile on another thread.
-struct OwnedInput {
-  explicit OwnedInput(const CompileInput& in)
-      : source_name(in.source_name), source(in.source), target(in.target),
-        names(in.name_expressions.begin(), in.name_expressions.end()), flags(in.flags.begin(), in.flags.end()),
-        lto_ir(in.lto_ir) {
-    texts.reserve(in.headers.size() * 2);
-    for (const HeaderText& h : in.headers) {
-      texts.emplace_back(h.name);
-      texts.emplace_back(h.text);
-    }
-    for (std::size_t i = 0; i < texts.size(); i += 2) headers.push_back({texts[i].c_str(), texts[i + 1].c_str()});
-  }
-  OwnedInput(const OwnedInput&) = delete;
-  OwnedInput& operator=(const OwnedInput&) = delete;
-
-  [[nodiscard]] CompileInput view() const {
-    CompileInput in;
-    in.source_name = source_name;
-    in.source = source;
-    in.headers = headers;
-    in.name_expressions = names;
-    in.flags = flags;
-    in.target = target;
-    in.lto_ir = lto_ir;
-    return in;
-  }
-
-  std::string source_name, source, target;
-  std::vector<std::string> names, flags, texts;
-  std::vector<HeaderText> headers;  // into texts (whose strings do not move once made)
-  bool lto_ir = false;
-};
-
 class Nvrtc final : public Compiler {
  public:
   Nvrtc(DynamicLibrary library, NvrtcApi api)
@@ -189,11 +56,8 @@ class Nvrtc final : public Compiler {
         for (int arch : archs) m_targets.push_back(fmt::format("sm_{}", arch));
       }
     }
-    m_pch = std::make_unique<pch::Folders>(pch_off_reason(), beside_limit());
+    m_pch = std::make_unique<pch::Folders>(pch_off_reason());
   }
-  ~Nvrtc() override { BesideJobs::process().join_all(); }
-  Nvrtc(const Nvrtc&) = delete;
-  Nvrtc& operator=(const Nvrtc&) = delete;
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
   const std::string& identity() const noexcept override { return m_identity; }
@@ -209,10 +73,6 @@ class Nvrtc final : public Compiler {
     }
     std::optional<pch::Plan> plan = m_pch->plan(input);
     if (!plan) return compile_once(input, nullptr);
-    if (plan->beside) {
-      make_beside(input, *plan);
-      return compile_once(input, nullptr);
-    }
     // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
     std::shared_lock heap(heap_mutex());
     std::optional<std::size_t> needed;
@@ -287,41 +147,6 @@ class Nvrtc final : public Compiler {
       out.ptx = std::move(ptx);
     }
     return out;
-  }
-
-  /// Compiles `input` with `plan`'s flags on a thread of its own, for the PCH alone (the binary is dropped).
-  /// A PCH that does not fit the heap is not made here: the set's next compile grows the heap and makes it.
-  void make_beside(const CompileInput& input, const pch::Plan& plan) const {
-    auto owned = std::make_shared<const OwnedInput>(input);
-    try {
-      BesideJobs::process().start([this, owned, plan] {
-        try {
-          std::shared_lock heap(heap_mutex());
-          std::optional<std::size_t> needed;
-          (void)compile_once(owned->view(), &plan, &needed);
-        } catch (const std::exception& e) {  // the compile beside reports nothing: the request's own compile does
-          KILN_LOG(debug, "the compile beside '{}' that was to make a PCH failed: {}", owned->source_name, e.what());
-        }
-        m_pch->made_beside(plan);
-      });
-    } catch (const std::system_error&) {
-      m_pch->made_beside(plan);
-    }
-  }
-
-  /// How many compiles beside others may make PCHs at once: KILN_PCH_BESIDE=N that many; by default none (the
-  /// set's second compile makes the PCH). Off by default as measured on the H200 (cupy_bench, cold, one
-  /// process each): kiln's preparation 10.3 s with 4 beside, 4.7 s with none, since the set's second compile
-  /// waits for the compile beside, which makes the PCH more slowly than a compile without, and CuPy's sets are
-  /// mostly a kernel or two.
-  static unsigned beside_limit() {
-    if (const char* setting = std::getenv("KILN_PCH_BESIDE"); setting != nullptr && setting[0] != '\0') {
-      char* end = nullptr;
-      const unsigned long n = std::strtoul(setting, &end, 10);
-      if (*end == '\0' && setting[0] != '-' && n <= 64) return static_cast<unsigned>(n);
-      KILN_LOG(warn, "KILN_PCH_BESIDE='{}' is not a count from 0 to 64: none", setting);
-    }
-    return 0;
   }
 
   void grow_heap(std::size_t needed) const {

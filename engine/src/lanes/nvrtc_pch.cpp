@@ -99,8 +99,7 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan) {
   return notes;
 }
 
-Folders::Folders(std::string off_reason, unsigned beside)
-    : m_off_reason(std::move(off_reason)), m_beside_limit(beside) {}
+Folders::Folders(std::string off_reason) : m_off_reason(std::move(off_reason)) {}
 
 Folders::~Folders() {
   const std::lock_guard lock(m_mutex);
@@ -137,14 +136,12 @@ std::optional<Plan> Folders::plan(const CompileInput& input) {
   }
   const auto [digest, bytes] = header_set(input.headers);
   if (bytes < kMinHeaderBytes) return std::nullopt;
-  bool first = false;
   {
     // A header set's first compile goes without: making a PCH costs more than it saves in that compile
     // (measured on the H200: a process's first request 1.04x bare NVRTC with it, 0.94x without), and
-    // only a set that comes again can use one. Where a compile beside it may make the PCH, one does.
+    // only a set that comes again can use one.
     const std::lock_guard lock(m_mutex);
-    first = m_seen.insert(digest).second;
-    if (first && m_beside.size() >= m_beside_limit) return std::nullopt;
+    if (m_seen.insert(digest).second) return std::nullopt;
   }
   const std::optional<fs::path> where = root();
   if (!where) return std::nullopt;
@@ -153,24 +150,7 @@ std::optional<Plan> Folders::plan(const CompileInput& input) {
   if (::mkdir(plan.folder.c_str(), 0700) != 0 && errno != EEXIST) return std::nullopt;
   plan.flags = {"-pch", "--pch-dir=" + plan.folder.string(), "--instantiate-templates-in-pch=false",
                 "--pch-verbose=false", "--pch-messages=true"};
-  std::unique_lock lock(m_mutex);
-  if (first) {
-    if (m_beside.size() >= m_beside_limit) return std::nullopt;  // taken meanwhile by another set
-    plan.beside = true;
-    m_beside.insert(plan.folder.string());
-    return plan;
-  }
-  // Its PCH is being made beside another compile: waiting costs less than compiling without it.
-  m_beside_over.wait(lock, [&] { return !m_beside.contains(plan.folder.string()); });
   return plan;
-}
-
-void Folders::made_beside(const Plan& plan) {
-  {
-    const std::lock_guard lock(m_mutex);
-    m_beside.erase(plan.folder.string());
-  }
-  m_beside_over.notify_all();
 }
 
 void Folders::note(const Plan& plan, const LogNotes& notes) {
@@ -213,11 +193,8 @@ void Folders::trim() {
 
 std::string Folders::describe(std::uint64_t heap_bytes) const {
   if (!on()) return "off: " + m_off_reason;
-  const std::string beside = m_beside_limit == 0 ? std::string("made by a header set's second compile")
-                                                  : fmt::format("made beside a set's first compile, {} at once",
-                                                                m_beside_limit);
-  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB; {})", m_made.load(), m_used.load(),
-                     heap_bytes >> 20, beside);
+  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB)", m_made.load(), m_used.load(),
+                     heap_bytes >> 20);
 }
 
 }  // namespace kiln::vendor::pch

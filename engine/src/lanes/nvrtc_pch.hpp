@@ -23,16 +23,10 @@
 //     in its log). The lane then grows the heap to the size NVRTC asks for and compiles again, once.
 //
 // A header set's first compile in a process goes without PCH (making one costs more than that compile
-// saves). Where the machine has cores to spare, the same request is compiled a second time beside it, on
-// a thread of its own, with the PCH flags: that compile's binary is dropped, its PCH stays, and the set's
-// next compile (which waits for it) uses it. Without spare cores the set's second compile makes one and
-// the later ones use it. A program whose CUB kernels share one prelude so pays a whole compile only for
-// the first of them (measured on the H200 over a CuPy program's 22 CUB kernels: with the PCH made by the
-// second compile, kiln + PCH took 8.6 s where bare NVRTC with -pch, which makes it in the first, took 7.4).
+// saves); its second makes one, and the later ones use it.
 //
 // The PCH is never part of a key: it changes how long a compile takes, not what it gives.
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -57,9 +51,6 @@ inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
 struct Plan {
   std::vector<std::string> flags;  ///< added after the request's own flags (never part of the key)
   std::filesystem::path folder;    ///< this header set's PCH folder
-  /// The header set's first compile: it goes without PCH, and a compile beside it (with `flags`) makes the
-  /// set's PCH. The caller starts that compile and calls Folders::made_beside when it is over.
-  bool beside = false;
 };
 
 /// What a compile's log said about PCH; the log keeps every other line.
@@ -79,20 +70,16 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan);
 class Folders {
  public:
   /// `off_reason` empty: on; else the reason it is off ("KILN_PCH=0", "NVRTC 12.4 has none (12.8+)").
-  /// `beside`: how many compiles beside others may make PCHs at once (0: none; the set's second compile makes it).
-  explicit Folders(std::string off_reason, unsigned beside = 0);
+  explicit Folders(std::string off_reason);
   ~Folders();
   Folders(const Folders&) = delete;
   Folders& operator=(const Folders&) = delete;
 
   [[nodiscard]] bool on() const noexcept { return m_off_reason.empty(); }
   /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
-  /// its headers are small, this is the first compile of its header set in this process and no compile
-  /// beside it may start (see Plan::beside), or the private root cannot be made (said once in the log).
-  /// A compile of a set whose PCH a compile beside another is making waits for that one to end.
+  /// its headers are small, this is the first compile of its header set in this process, or the
+  /// private root cannot be made (said once in the log).
   [[nodiscard]] std::optional<Plan> plan(const CompileInput& input);
-  /// A compile beside another (Plan::beside) is over: the compiles waiting for its folder go on.
-  void made_beside(const Plan& plan);
   /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
   void note(const Plan& plan, const LogNotes& notes);
   /// One line for `kiln devices`: "on (N made, M used, heap X MiB; <root>)" or "off: <reason>".
@@ -103,10 +90,7 @@ class Folders {
   void trim();
 
   const std::string m_off_reason;
-  const unsigned m_beside_limit;
-  std::mutex m_mutex;                // the root, trimming, the header sets seen, the compiles beside others
-  std::condition_variable m_beside_over;
-  std::unordered_set<std::string> m_beside;  // folders a compile beside another is making a PCH in
+  std::mutex m_mutex;                // the root, trimming, the header sets seen
   std::unordered_set<cache::Hash128, cache::Hash128Hasher> m_seen;  // header sets compiled once already
   std::filesystem::path m_root;      // empty until the first plan
   long m_root_pid = 0;               // the process that made m_root (a forked child makes its own)
