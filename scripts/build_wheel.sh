@@ -59,6 +59,7 @@ find "$stage/src" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p "$package/lib" "$package/bin"
 cp -L "$prefix/$libdir/libkiln.so" "$package/lib/$soname"
 cp "$prefix/bin/kiln" "$package/bin/kiln"
+cp "$root/LICENSE" "$stage/src/LICENSE"  # kiln's (setuptools puts LICEN[CS]E* in the wheel's metadata folder)
 
 # The C and C++ runtime comes from the machine that installs the wheel (as for any Linux binary);
 # every other shared library the two binaries need travels with them, beside libkiln.
@@ -71,6 +72,11 @@ for binary in "$package/lib/$soname" "$package/bin/kiln"; do
     if [[ ! -e "$package/lib/$name" ]]; then
       cp -L "$path" "$package/lib/$name"
       bundled+=("$name")
+      # The carried library's license travels with it: Debian keeps it as the package's copyright file.
+      owner="$(dpkg -S "$(realpath "$path")" 2>/dev/null | head -n1 | cut -d: -f1)"
+      if [[ -n "$owner" && -f "/usr/share/doc/$owner/copyright" ]]; then
+        cp "/usr/share/doc/$owner/copyright" "$package/lib/$name.copyright"
+      fi
     fi
   done < <(ldd "$binary" | awk '$2 == "=>" { print $1, $2, $3, $4 }')
 done

@@ -139,6 +139,11 @@ def check_wheel_file(path, source_dir, version):
         expect(fields.get("Version") == version, f"METADATA Version {fields.get('Version')} is not {version}")
         expect(fields.get("Requires-Python"), "METADATA has no Requires-Python")
         expect(fields.get("Summary"), "METADATA has no Summary")
+        expect(fields.get("License") == "MIT", f"METADATA License {fields.get('License')!r} is not MIT")
+        names = wheel.namelist()
+        expect(f"{info}/LICENSE" in names, f"the wheel has no {info}/LICENSE")
+        for carried in (n for n in names if "/lib/" in n and ".so" in n and "libkiln" not in n and not n.endswith(".copyright")):
+            expect(carried + ".copyright" in names, f"{carried} is carried without its license ({carried}.copyright)")
         tags = wheel.read(f"{info}/WHEEL").decode()
         expect("Root-Is-Purelib: false" in tags, "WHEEL says Root-Is-Purelib: true for a wheel with binaries")
         entry_points = wheel.read(f"{info}/entry_points.txt").decode()
