@@ -1,0 +1,98 @@
+// The C API: entries under a caller's key (blobs), kiln_blob_*.
+#include "capi_internal.hpp"
+
+using namespace kiln::capi_detail;  // NOLINT(google-build-using-namespace): a part of the C API's body
+
+extern "C" {
+
+// --- entries under a caller's key (blobs) ---
+
+kiln_status kiln_blob_put(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                          const void* data, size_t size, int* stored) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    if (data == nullptr && size != 0) invalid_argument("data is NULL but size is " + std::to_string(size));
+    const std::span<const std::byte> value(static_cast<const std::byte*>(data), data == nullptr ? 0 : size);
+    const std::uint64_t limit = object->engine.store().config().limits.max_payload_bytes;
+    if (value.size() > limit) {
+      invalid_argument("size " + std::to_string(value.size()) + " is over the cache's payload limit of " +
+                       std::to_string(limit) + " bytes");
+    }
+    const bool took = kiln::cache::blob_put(object->engine.storage(), space, bytes, value);
+    if (stored != nullptr) *stored = took ? 1 : 0;
+  });
+}
+
+kiln_status kiln_blob_get(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                          kiln_blob* blob) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    require(blob, "blob");
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    auto found = kiln::cache::blob_get(object->engine.storage(), space, bytes);
+    if (!found) {
+      *blob = nullptr;
+      return;
+    }
+    auto result = std::make_shared<BlobObject>();
+    result->entry = std::move(found->entry);
+    switch (found->origin) {
+      case kiln::cache::HitOrigin::local:
+        result->origin = KILN_ORIGIN_DISK;
+        break;
+      case kiln::cache::HitOrigin::pack:
+        result->origin = KILN_ORIGIN_PACK;
+        break;
+      case kiln::cache::HitOrigin::remote:
+        result->origin = KILN_ORIGIN_REMOTE;
+        break;
+    }
+    *blob = make_handle<kiln_blob>(registry().add(std::move(result)));
+  });
+}
+
+kiln_status kiln_blob_data(kiln_blob blob, const void** data, size_t* size, kiln_origin* origin) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BlobObject>(handle_value(blob));
+    require(data, "data");
+    require(size, "size");
+    *data = object->entry->payload.data();  // owned by the entry, which the handle keeps
+    *size = object->entry->payload.size();
+    if (origin != nullptr) *origin = object->origin;
+  });
+}
+
+kiln_status kiln_blob_destroy(kiln_blob blob) {
+  return guarded(__func__, [&] { registry().remove<BlobObject>(handle_value(blob)); });
+}
+
+kiln_status kiln_blob_remove(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                             int* removed) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    const bool gone = kiln::cache::blob_remove(object->engine.storage(), space, bytes);
+    if (removed != nullptr) *removed = gone ? 1 : 0;
+  });
+}
+
+kiln_status kiln_blob_count(kiln_engine engine, const char* name_space, uint64_t* count) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    require(count, "count");
+    const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
+    *count = kiln::cache::blob_count(object->engine.store(), space);
+  });
+}
+
+kiln_status kiln_blob_clear(kiln_engine engine, const char* name_space, uint64_t* removed) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
+    const std::uint64_t gone = kiln::cache::blob_clear(object->engine.store(), space);
+    if (removed != nullptr) *removed = gone;
+  });
+}
+
+}  // extern "C"
