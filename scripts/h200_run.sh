@@ -88,6 +88,27 @@ if [[ "${KILN_H200_ONLY:-}" == numba ]]; then
   timeout 240 python3 "$root/bench/cuda_core_bench.py" --runs "${KILN_RUNTIMES_RUNS:-3}" 2>&1 | tee "$out/cuda_core_bench.txt"
   exit 0
 fi
+# KILN_H200_ONLY=final: one call's check of a merged tree: the GPU tests and rtc_pch, cuda_core_bench (both
+# runtimes, warm), cupy_bench's part 1 (outputs byte for byte) and cold_bench over the program's recorded requests
+# (KILN_COLD_LOG; one round), each under its own time limit.
+if [[ "${KILN_H200_ONLY:-}" == final ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch cold_bench $gpu_tests >"$out/build.log" 2>&1 \
+    || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== ctest -L gpu, rtc_pch"
+  (cd "$build" && ctest -R '^(gpu_|rtc_pch$)' --output-on-failure 2>&1 | tee "$out/ctest_gpu.log" | grep -E 'Test +#|tests passed|FAILED')
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  echo "== bench/cuda_core_bench.py"
+  timeout 120 python3 "$root/bench/cuda_core_bench.py" --runs 3 2>&1 | tee "$out/cuda_core_bench.txt" | grep -vE "Warning|warn\("
+  echo "== cupy_bench --parts 1"
+  timeout 100 python3 "$root/bench/cupy_bench.py" --parts 1 --work /tmp/kiln-final-cupy 2>&1 | tee "$out/cupy_bench.txt" | grep -vE "said:"
+  if [[ -n "${KILN_COLD_LOG:-}" && -f "$KILN_COLD_LOG" ]]; then
+    echo "== cold_bench (one round, $KILN_COLD_LOG)"
+    timeout "${KILN_FINAL_COLD_TIMEOUT:-170}" "$build/bench/cold_bench/cold_bench" --log "$KILN_COLD_LOG" --json "$out/cold.json" 2>&1 \
+      | tee "$out/cold.txt" | tail -30
+  fi
+  exit 0
+fi
 # KILN_H200_ONLY=runtimes: cuda.core's own Program tests (from cuda.core's repository, in .carry/cuda_core_tests)
 # as shipped and through kiln.cuda_core, kiln.cuda_core.ProgramCache against the real cuda.core
 # (scripts/h200_program_cache.py), then bench/cuda_core_bench.py.
