@@ -1,5 +1,6 @@
 // kiln cache stats: entries and bytes per lane and target (from headers), what is not usable, the
-// dependency manifests, and the lifetime counters every process adds to.
+// dependency manifests, the lifetime counters every process adds to, and the configured read-through
+// tiers (packs, the chain of remotes) with their health.
 #include <algorithm>
 #include <iostream>
 #include <iterator>
@@ -19,6 +20,7 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
 #include "store_scan.hpp"
+#include "tiers.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -215,6 +217,31 @@ std::string lifetime_text(const cache::Counters& total) {
   return text;
 }
 
+/// The configured tiers, one line each: "  remote http  https://c/k  ok: HTTP 404 in 0.4 ms ...".
+std::string tiers_text(const std::vector<TierReport>& tiers) {
+  if (tiers.empty()) return {};
+  std::string text = "tiers (asked in this order after the local cache; a later remote's hit back-fills the earlier):\n";
+  for (const TierReport& tier : tiers) {
+    text += fmt::format("  {:<6} {:<5} {}  {}{}\n", tier.kind, tier.backend, tier.location,
+                        tier.ok ? "ok: " + tier.detail : "unusable: " + tier.detail,
+                        tier.lease.empty() ? "" : fmt::format(" ({})", tier.lease));
+  }
+  return text;
+}
+
+json tiers_json(const std::vector<TierReport>& tiers) {
+  json array = json::array();
+  for (const TierReport& tier : tiers) {
+    array.push_back({{"kind", tier.kind},
+                     {"backend", tier.backend},
+                     {"location", tier.location},
+                     {"ok", tier.ok},
+                     {"detail", tier.detail},
+                     {"lease", tier.lease}});
+  }
+  return array;
+}
+
 }  // namespace
 
 int run_stats(const StatsArgs& args) {
@@ -227,10 +254,13 @@ int run_stats(const StatsArgs& args) {
     return kExitOk;
   }
   const StatsReport report = gather_stats(*store, persistent);
+  const std::vector<TierReport> tiers = describe_tiers(EngineConfig::from_environment());
   if (args.json) {
-    print_json(stats_json(*store, report));
+    json document = stats_json(*store, report);
+    document["tiers"] = tiers_json(tiers);
+    print_json(document);
   } else {
-    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime);
+    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime) + tiers_text(tiers);
   }
   // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
   const Tally& t = report.tally;

@@ -143,8 +143,10 @@ bool HttpClient::load(std::string* why) {
 
 std::string HttpClient::version() const {
   if (!m_api) return {};
-  const char* text = m_api->version();
-  return text != nullptr ? text : "";
+  const char* text = m_api->version();  // "libcurl/7.88.1 OpenSSL/3.0.15 zlib/1.2.13 ...": the first word
+  if (text == nullptr) return {};
+  const std::string_view full(text);
+  return std::string(full.substr(0, full.find(' ')));
 }
 
 void* HttpClient::take_handle() {
