@@ -136,6 +136,7 @@ void Storage::add_tier(TierKind kind, std::unique_ptr<Tier> tier) {
     auto* remote = dynamic_cast<RemoteTier*>(tier.get());
     if (remote == nullptr) throw std::invalid_argument("Storage::add_tier: a remote tier must be a RemoteTier");
     m_remotes.push_back(remote);
+    if (m_remote == nullptr) m_remote = remote;
   }
   m_tiers.push_back(TierSlot{kind, std::move(tier)});
 }

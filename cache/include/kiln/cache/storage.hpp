@@ -138,7 +138,7 @@ class Storage {
   [[nodiscard]] Store& local() noexcept { return m_local; }
   [[nodiscard]] const Store& local() const noexcept { return m_local; }
   /// The first remote tier, or null when none is configured or none could be opened.
-  [[nodiscard]] RemoteTier* remote() const noexcept { return m_remotes.empty() ? nullptr : m_remotes.front(); }
+  [[nodiscard]] RemoteTier* remote() const noexcept { return m_remote; }
   /// Every remote tier in use, in lookup order.
   [[nodiscard]] const std::vector<RemoteTier*>& remotes() const noexcept { return m_remotes; }
   /// The number of tiers in use (those that opened, plus any added).
@@ -202,6 +202,7 @@ class Storage {
   std::unique_ptr<DependencyManifests> m_manifests;  // follows m_local's mode
   std::vector<TierSlot> m_tiers;       // packs, then the remotes, then any added
   std::vector<RemoteTier*> m_remotes;  // the remotes in m_tiers, in order
+  RemoteTier* m_remote = nullptr;      // the first of them, if any
   AtomicCounters m_counters;
 };
 
