@@ -320,13 +320,55 @@ FreshResult fresh_node(const std::string& node_binary, int kernels, const std::s
   return fresh;
 }
 
-void fresh_start(const std::string& node_binary, const RedisServer& redis, int kernels, int runs) {
+/// The HTTP tier's get() (GET + size checks + parse + key check) against a loopback nginx, next to the
+/// Redis tier's get() of the same entry, interleaved in blocks.
+void http_hit_latency(const RedisServer& redis, const kiln::test::NginxServer& nginx, std::size_t bytes,
+                      int iterations) {
+  kiln::cache::RemoteConfig redis_config = kiln::cache::parse_remote_url(redis.url());
+  redis_config.lease_wait = std::chrono::milliseconds(0);
+  const auto redis_tier = kiln::cache::open_remote(redis_config);
+  const auto http_tier = kiln::cache::open_remote(kiln::cache::parse_remote_url(nginx.url("/kiln")));
+  const kiln::cache::Entry entry = make_entry("http" + std::to_string(bytes), bytes);
+  std::string detail;
+  if (!redis_tier->put(entry, &detail) || !http_tier->put(entry, &detail)) {
+    std::printf("put failed: %s\n", detail.c_str());
+    std::exit(1);
+  }
+  const auto timed_get = [&](kiln::cache::RemoteTier& tier) {
+    const auto start = Clock::now();
+    {
+      const auto result = tier.get(entry.key_hash, entry.canonical_key);
+      if (result.outcome != kiln::cache::LookupOutcome::hit) {
+        std::printf("get missed: %s\n", result.detail.c_str());
+        std::exit(1);
+      }
+    }
+    return since_us(start);
+  };
+  std::vector<double> redis_samples;
+  std::vector<double> http_samples;
+  run_blocks(
+      iterations, [&] { return timed_get(*redis_tier); }, [&] { return timed_get(*http_tier); }, redis_samples,
+      http_samples);
+  const Summary r = summarize(redis_samples);
+  const Summary h = summarize(http_samples);
+  std::printf("| %zu B | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", bytes, r.median_us, r.p90_us, h.median_us, h.p90_us,
+              h.median_us / r.median_us);
+}
+
+void fresh_start(const std::string& node_binary, const RedisServer& redis, int kernels, int runs, int iterations) {
   if (!kiln::cache::http_remote_supported() || !kiln::test::NginxServer::find_binary()) {
     std::printf("(fresh-node comparison skipped: needs the HTTP tier and nginx)\n");
     return;
   }
   const kiln::test::NginxServer nginx;
   const std::string http = nginx.url("/kiln");
+  std::printf("\n## Remote hit latency, Redis tier vs HTTP tier (loopback redis-server and nginx; get() verified; "
+              "microseconds)\n\n");
+  std::printf("| entry | Redis get() median | Redis p90 | HTTP get() median | HTTP p90 | HTTP / Redis |\n"
+              "|---|---|---|---|---|---|\n");
+  http_hit_latency(redis, nginx, 5 * 1024, iterations);
+  http_hit_latency(redis, nginx, 500 * 1024, std::max(50, iterations / 4));
   std::printf("\n## A fresh node's disk-empty start: %d kernels (sm_90), one node process, empty local cache, "
               "median of %d runs\n\n", kernels, runs);
   std::printf("| served by | ms per kernel | compiles | remote hits | speed-up vs compiling |\n|---|---|---|---|---|\n");
@@ -397,7 +439,7 @@ int main(int argc, char** argv) {
     if (engine) engine_hit_latency(server, std::max(50, iterations / 4));
   }
 
-  if (fresh) fresh_start(KILN_REMOTE_BENCH_NODE, server, kernels, fresh_runs);
+  if (fresh) fresh_start(KILN_REMOTE_BENCH_NODE, server, kernels, fresh_runs, iterations);
 
   if (fleet) {
     const std::string node_binary = KILN_REMOTE_BENCH_NODE;

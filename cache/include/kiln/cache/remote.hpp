@@ -1,7 +1,20 @@
 #pragma once
-// The remote tier: a Redis server shared by a fleet of nodes (KILN_REMOTE_CACHE), so a kernel compiled
-// on one node is a cache hit on every other. Consulted after the local store and the packs, before
-// compiling; a compile is published to it in the background.
+// The remote tiers: servers shared by a fleet of nodes (KILN_REMOTE_CACHE), so a kernel compiled on one
+// node is a cache hit on every other. Consulted after the local store and the packs, before compiling;
+// a compile is published to them in the background. KILN_REMOTE_CACHE is an ordered, ','-separated
+// chain (split_remote_urls); the storage front end (storage.hpp) asks the tiers in order and back-fills
+// the earlier ones from a later one's hit. Two backends behind one interface (RemoteTier), picked by
+// the URL's scheme (RemoteConfig::kind):
+//  - redis:// — described below: entry and MAC under two keys, and the fleet compile lease.
+//  - http(s):// — plain GET/HEAD/PUT/DELETE of one self-authenticating object per entry
+//    (src/remote/remote_object.hpp: "KILNOBJ1", 16 hex digits of entry size, 64 of MAC or '-', the
+//    entry) at object_path() in the subdirs, flat or bazel layout; libcurl is dlopen()ed on first use
+//    (KILN_REMOTE_HTTP_LIBCURL, default libcurl.so.4): without it the tier answers errors after one
+//    warning. No compile lease (a plain PUT cannot hold one): lease_wait is always 0 there. The same
+//    failure rules, verification, MAC (entry_mac over the same label, key and bytes) and counters as
+//    Redis; a refused object is deleted where the server allows DELETE.
+//
+// The Redis tier:
 //
 // Keys (namespace `key_prefix`, default "kiln:v1:"):
 //   <prefix><32 hex>         the entry: exactly the bytes cache::serialize() writes (optional TTL)
