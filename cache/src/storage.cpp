@@ -128,7 +128,15 @@ Storage::Storage(StorageConfig config)
   }
 }
 
-Storage::~Storage() = default;
+Storage::~Storage() {
+  // Each remote tier's lifetime counters, beside the cache's own (kiln cache stats shows them). Only a
+  // store that writes records them; a failed write is never an error.
+  if (m_local.mode() != StoreMode::read_write) return;
+  for (RemoteTier* remote : m_remotes) {
+    (void)remote->flush(remote->config().close_flush);  // what the tier's destructor would wait for anyway
+    record_tier_stats(m_local.config().root, remote->config().display(), remote->remote_stats());
+  }
+}
 
 void Storage::add_tier(TierKind kind, std::unique_ptr<Tier> tier) {
   if (!tier) throw std::invalid_argument("Storage::add_tier: no tier");

@@ -626,3 +626,53 @@ TEST_CASE("http: many threads publish and read at once through the handle pool",
   CHECK(hits.load() == static_cast<int>(entries.size()));
   CHECK(tier->counters().remote_errors == 0);
 }
+
+TEST_CASE("http: each tier's lifetime counters are recorded per cache root and shown by kiln cache stats",
+          "[http_stats]") {
+  const NginxServer server;
+  const TempDir dir_a("kiln-http-stats-a");
+  const TempDir dir_b("kiln-http-stats-b");
+  const Entry entry = make_entry("http-stats");
+  {
+    kiln::cache::Storage node(storage_config(dir_a, server.url()));
+    CHECK_FALSE(node.find(entry.key_hash, entry.canonical_key).has_value());
+    CHECK(node.store(entry));
+  }  // destroyed: flushes, then records
+  {
+    kiln::cache::Storage node(storage_config(dir_b, server.url()));
+    CHECK(node.find(entry.key_hash, entry.canonical_key).has_value());
+  }
+  const auto a = kiln::cache::load_tier_stats(dir_a.path());
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].url == kiln::cache::parse_remote_url(server.url()).display());
+  CHECK(a[0].stats.misses == 1);
+  CHECK(a[0].stats.published == 1);
+  CHECK(a[0].stats.hits == 0);
+  const auto b = kiln::cache::load_tier_stats(dir_b.path());
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].stats.hits == 1);
+  CHECK(b[0].stats.published == 0);
+  // A second process adds to the same record.
+  {
+    kiln::cache::Storage node(storage_config(dir_b, server.url()));
+    (void)node.find(make_entry("http-stats-other").key_hash, "x");
+  }
+  const auto b2 = kiln::cache::load_tier_stats(dir_b.path());
+  REQUIRE(b2.size() == 1);
+  CHECK(b2[0].stats.hits == 1);
+  CHECK(b2[0].stats.misses == 1);
+
+#ifdef KILN_CLI_PATH
+  const std::string command = "KILN_CACHE_DIR=" + dir_a.path().string() + " KILN_REMOTE_CACHE=" + server.url() +
+                              " " + KILN_CLI_PATH + " cache stats 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  pclose(pipe);
+  INFO(output);
+  CHECK(output.find("remote http  " + a[0].url + "  ok: HTTP 404") != std::string::npos);
+  CHECK(output.find("0 hits, 1 misses, 1 published (0 not), 0 refused") != std::string::npos);
+#endif
+}

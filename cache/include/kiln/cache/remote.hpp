@@ -61,6 +61,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -183,6 +184,21 @@ struct RemoteStats {
   std::uint64_t get_nanoseconds = 0;      ///< total time callers spent in get() (incl. lease waits)
   std::uint64_t get_max_nanoseconds = 0;  ///< the slowest get()
 };
+
+/// One remote tier's lifetime counters (every process that used it from this cache root, summed): the
+/// hits, misses, failures, skipped, rejected, unauthenticated, published and publish_dropped fields of
+/// RemoteStats (others 0), under the tier's URL without its password.
+struct TierLifetime {
+  std::string url;
+  RemoteStats stats;
+};
+/// Adds `delta` to the tier `url`'s lifetime counters under <root>/stats/ (a file per tier, under a lock).
+/// Nothing is written for an all-zero delta. Never throws; a failed write is ignored.
+void record_tier_stats(const std::filesystem::path& root, const std::string& url, const RemoteStats& delta) noexcept;
+/// Every tier's lifetime counters recorded under `root`. Never throws.
+[[nodiscard]] std::vector<TierLifetime> load_tier_stats(const std::filesystem::path& root) noexcept;
+/// Removes every tier's lifetime counters under `root`. Never throws.
+void zero_tier_stats(const std::filesystem::path& root) noexcept;
 
 class RemoteTier : public Tier {
  public:
