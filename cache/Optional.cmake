@@ -45,3 +45,29 @@ else()
 endif()
 set(KILN_REMOTE_STATUS "${KILN_REMOTE_STATUS}" CACHE INTERNAL "Redis remote tier status")
 message(STATUS "kiln: remote tier ${KILN_REMOTE_STATUS}")
+
+# The HTTP remote tier (http(s):// in KILN_REMOTE_CACHE) needs libcurl's headers at build time only
+# (Debian: libcurl4-openssl-dev): libcurl itself is dlopen()ed ("libcurl.so.4") on the first request of
+# such a tier, so libkiln has no link-time dependency on it and runs (locally, with one warning) on a
+# machine without it. Headers missing or KILN_WITH_HTTP_REMOTE=OFF: KILN_HAVE_CURL_HEADERS=0 and opening
+# an http(s) tier throws an error that says so.
+set(KILN_WITH_HTTP_REMOTE "auto" CACHE STRING "Build the HTTP remote cache tier (libcurl headers) (auto|ON|OFF)")
+string(TOUPPER "${KILN_WITH_HTTP_REMOTE}" _kiln_http_mode)
+set(_kiln_curl_found OFF)
+if(NOT _kiln_http_mode MATCHES "^(OFF|FALSE|NO|0)$")
+  find_path(KILN_CURL_INCLUDE curl/curl.h)
+  if(KILN_CURL_INCLUDE)
+    set(_kiln_curl_found ON)
+  elseif(_kiln_http_mode MATCHES "^(ON|TRUE|YES|1)$")
+    message(FATAL_ERROR "KILN_WITH_HTTP_REMOTE=ON but curl/curl.h was not found; install libcurl4-openssl-dev")
+  endif()
+endif()
+if(_kiln_curl_found)
+  target_include_directories(kiln_cache SYSTEM PRIVATE ${KILN_CURL_INCLUDE})
+  target_compile_definitions(kiln_cache PRIVATE KILN_HAVE_CURL_HEADERS=1)
+  set(KILN_HTTP_REMOTE_STATUS "on (libcurl loaded at run time; headers ${KILN_CURL_INCLUDE})")
+else()
+  target_compile_definitions(kiln_cache PRIVATE KILN_HAVE_CURL_HEADERS=0)
+  set(KILN_HTTP_REMOTE_STATUS "compiled out (no curl/curl.h, or KILN_WITH_HTTP_REMOTE=OFF)")
+endif()
+message(STATUS "kiln: HTTP remote tier ${KILN_HTTP_REMOTE_STATUS}")

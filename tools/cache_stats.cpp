@@ -1,5 +1,6 @@
 // kiln cache stats: entries and bytes per lane and target (from headers), what is not usable, the
-// dependency manifests, and the lifetime counters every process adds to.
+// dependency manifests, the lifetime counters every process adds to, and the configured read-through
+// tiers (packs, the chain of remotes) with their health.
 #include <algorithm>
 #include <iostream>
 #include <iterator>
@@ -16,9 +17,11 @@
 #include "formatting.hpp"
 #include "json_output.hpp"
 #include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
 #include "store_scan.hpp"
+#include "tiers.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -215,6 +218,83 @@ std::string lifetime_text(const cache::Counters& total) {
   return text;
 }
 
+/// The lifetime counters recorded for `url`, if any.
+const cache::TierLifetime* lifetime_of(const std::vector<cache::TierLifetime>& recorded, const std::string& url) {
+  for (const cache::TierLifetime& tier : recorded) {
+    if (tier.url == url) return &tier;
+  }
+  return nullptr;
+}
+
+std::string tier_counters_text(const cache::RemoteStats& s) {
+  return fmt::format("{} hits, {} misses, {} published ({} not), {} refused ({} for the MAC), {} failures, {} skipped",
+                     s.hits, s.misses, s.published, s.publish_dropped, s.rejected, s.unauthenticated, s.failures,
+                     s.skipped);
+}
+
+/// The configured tiers, two lines each: "  remote http  https://c/k  ok: HTTP 404 in 0.4 ms ...", then
+/// the tier's lifetime counters; then tiers with counters that are no longer configured.
+std::string tiers_text(const std::vector<TierReport>& tiers, const std::vector<cache::TierLifetime>& recorded) {
+  if (tiers.empty() && recorded.empty()) return {};
+  std::string text = "tiers (asked in this order after the local cache; a later remote's hit back-fills the earlier):\n";
+  for (const TierReport& tier : tiers) {
+    text += fmt::format("  {:<6} {:<5} {}  {}{}\n", tier.kind, tier.backend, tier.location,
+                        tier.ok ? "ok: " + tier.detail : "unusable: " + tier.detail,
+                        tier.lease.empty() ? "" : fmt::format(" ({})", tier.lease));
+    if (tier.kind == "remote") {
+      const cache::TierLifetime* lifetime = lifetime_of(recorded, tier.location);
+      text += fmt::format("    lifetime      {}\n",
+                          lifetime != nullptr ? tier_counters_text(lifetime->stats) : std::string("nothing recorded yet"));
+    }
+  }
+  for (const cache::TierLifetime& lifetime : recorded) {
+    const bool configured = std::any_of(tiers.begin(), tiers.end(),
+                                        [&](const TierReport& tier) { return tier.location == lifetime.url; });
+    if (!configured) {
+      text += fmt::format("  remote (not configured now) {}\n    lifetime      {}\n", lifetime.url,
+                          tier_counters_text(lifetime.stats));
+    }
+  }
+  return text;
+}
+
+json tier_counters_json(const cache::RemoteStats& s) {
+  return {{"hits", s.hits},
+          {"misses", s.misses},
+          {"published", s.published},
+          {"publish_dropped", s.publish_dropped},
+          {"rejected", s.rejected},
+          {"unauthenticated", s.unauthenticated},
+          {"failures", s.failures},
+          {"skipped", s.skipped}};
+}
+
+json tiers_json(const std::vector<TierReport>& tiers, const std::vector<cache::TierLifetime>& recorded) {
+  json array = json::array();
+  for (const TierReport& tier : tiers) {
+    array.push_back({{"kind", tier.kind},
+                     {"backend", tier.backend},
+                     {"location", tier.location},
+                     {"ok", tier.ok},
+                     {"detail", tier.detail},
+                     {"lease", tier.lease}});
+    if (const cache::TierLifetime* lifetime = lifetime_of(recorded, tier.location)) {
+      array.back()["lifetime"] = tier_counters_json(lifetime->stats);
+    }
+  }
+  for (const cache::TierLifetime& lifetime : recorded) {
+    const bool configured = std::any_of(tiers.begin(), tiers.end(),
+                                        [&](const TierReport& tier) { return tier.location == lifetime.url; });
+    if (!configured) {
+      array.push_back({{"kind", "remote"},
+                       {"location", lifetime.url},
+                       {"configured", false},
+                       {"lifetime", tier_counters_json(lifetime.stats)}});
+    }
+  }
+  return array;
+}
+
 }  // namespace
 
 int run_stats(const StatsArgs& args) {
@@ -223,14 +303,19 @@ int run_stats(const StatsArgs& args) {
   if (args.zero) {
     require_writable(*store, "cache stats --zero");
     persistent.zero();
+    cache::zero_tier_stats(store->config().root);
     std::cout << "lifetime counters zeroed\n";
     return kExitOk;
   }
   const StatsReport report = gather_stats(*store, persistent);
+  const std::vector<TierReport> tiers = describe_tiers(EngineConfig::from_environment());
+  const std::vector<cache::TierLifetime> recorded = cache::load_tier_stats(store->config().root);
   if (args.json) {
-    print_json(stats_json(*store, report));
+    json document = stats_json(*store, report);
+    document["tiers"] = tiers_json(tiers, recorded);
+    print_json(document);
   } else {
-    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime);
+    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime) + tiers_text(tiers, recorded);
   }
   // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
   const Tally& t = report.tally;

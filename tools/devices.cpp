@@ -65,6 +65,8 @@ int run_devices(const DevicesArgs& args) {
       document["tiers"].push_back(
           {{"kind", tier.kind}, {"location", tier.location}, {"ok", tier.ok}, {"detail", tier.detail}});
       if (!tier.security.empty()) document["tiers"].back()["security"] = tier.security;
+      if (!tier.backend.empty()) document["tiers"].back()["backend"] = tier.backend;
+      if (!tier.lease.empty()) document["tiers"].back()["lease"] = tier.lease;
     }
     print_json(document);
     return kExitOk;
@@ -93,9 +95,9 @@ int run_devices(const DevicesArgs& args) {
                            cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason(),
                            format_bytes(store.config().max_size));
   for (const TierReport& tier : tiers) {
-    std::cout << fmt::format("{}: {} ({}{}{})\n", tier.kind, tier.location,
+    std::cout << fmt::format("{}: {} ({}{}{}{})\n", tier.kind, tier.location,
                              tier.ok ? tier.detail : "unusable: " + tier.detail, tier.security.empty() ? "" : "; ",
-                             tier.security);
+                             tier.security, tier.lease == "no lease" ? "; no fleet compile lease (HTTP)" : "");
   }
   return kExitOk;
 }

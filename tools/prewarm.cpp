@@ -39,32 +39,42 @@ struct PrewarmArgs {
   std::string workers = "process";  ///< how -j runs compiles in parallel: "process" or "thread"
 };
 
-/// Writes every entry that was compiled or already cached to the remote tier (KILN_REMOTE_CACHE),
-/// synchronously, reading each from the local store with the same parser the engine uses.
+/// Writes every entry that was compiled or already cached to every remote tier (KILN_REMOTE_CACHE, a
+/// chain of redis:// and http(s):// URLs), synchronously, reading each from the local store with the
+/// same parser the engine uses. An entry counts as written when every tier took it.
 RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
   RemoteFill fill;
-  const std::string url = EngineConfig::from_environment().remote;
-  fill.url = cache::redact_remote_url(url);
-  cache::RemoteConfig config = cache::remote_config_from_environment(url);
-  config.lease_wait = std::chrono::milliseconds(0);
-  const std::unique_ptr<cache::RemoteTier> remote = cache::open_remote(config);
-  fill.url = config.display();
+  const std::string list = EngineConfig::from_environment().remote;
+  fill.url = cache::redact_remote_url(list);
+  std::vector<std::unique_ptr<cache::RemoteTier>> remotes;
+  std::string urls;
+  for (const std::string& url : cache::split_remote_urls(list)) {
+    cache::RemoteConfig config = cache::remote_config_from_environment(url);
+    config.lease_wait = std::chrono::milliseconds(0);
+    remotes.push_back(cache::open_remote(config));
+    urls += (urls.empty() ? "" : ", ") + config.display();
+  }
+  fill.url = urls;
   for (const JobResult& result : results) {
     if (result.status != Status::compiled && result.status != Status::cached) continue;
     const std::optional<cache::Hash128> hash = cache::Hash128::from_hex(result.key);
     if (!hash) continue;
     auto read = engine.store().read_entry(*hash);
-    std::string why;
-    if (auto* entry = std::get_if<cache::Entry>(&read)) {
-      if (remote->put(*entry, &why)) {
-        ++fill.written;
-        continue;
-      }
-    } else {
-      why = "local entry unreadable: " + std::get<cache::ContentError>(read).reason;
+    auto* entry = std::get_if<cache::Entry>(&read);
+    if (entry == nullptr) {
+      ++fill.failed;
+      fill.reasons.insert("local entry unreadable: " + std::get<cache::ContentError>(read).reason);
+      continue;
     }
-    ++fill.failed;
-    fill.reasons.insert(why);
+    bool all = true;
+    for (const auto& remote : remotes) {
+      std::string why;
+      if (!remote->put(*entry, &why)) {
+        all = false;
+        fill.reasons.insert(remotes.size() > 1 ? remote->config().display() + ": " + why : why);
+      }
+    }
+    ++(all ? fill.written : fill.failed);
   }
   return fill;
 }
@@ -88,7 +98,9 @@ void require_disk_cache(const cache::StoreConfig& config) {
 int run_prewarm(const PrewarmArgs& args) {
   if (args.worker) return run_worker();
   if (args.remote && EngineConfig::from_environment().remote.empty()) {
-    throw UsageError("--remote: set KILN_REMOTE_CACHE=redis://[user:password@]host:port[/db] first");
+    throw UsageError(
+        "--remote: set KILN_REMOTE_CACHE=redis://[user:password@]host:port[/db] or http(s)://host[:port]/path "
+        "(or a ','-separated chain of them) first");
   }
   if (args.remote) {
     // Before compiling anything: a remote that cannot be opened (an unusable secret file) would take
@@ -195,7 +207,7 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
                   "then compiles one at a time). Cached requests, a lone compile and -j 1 run in this process")
       ->check(CLI::IsMember({"process", "thread"}));
   sub->add_flag("--remote", args->remote,
-                "Also write every compiled or already-cached entry to the remote cache (KILN_REMOTE_CACHE)");
+                "Also write every compiled or already-cached entry to every remote tier (KILN_REMOTE_CACHE)");
   sub->add_flag("--json", args->json, "Print JSON (per request and a summary) instead of text");
   sub->add_flag("-q,--quiet", args->quiet, "No progress output");
   sub->add_flag("-v,--verbose", args->verbose, "Print the compiler log of failed requests");

@@ -1,6 +1,6 @@
 #pragma once
 // The read-through tiers below the local store, as the CLI sees them: mounted packs (KILN_CACHE_PACKS),
-// then the remote tier (KILN_REMOTE_CACHE). They are opened by the storage front end
+// then the remote tiers (KILN_REMOTE_CACHE: a chain of redis:// and http(s):// URLs). They are opened by the storage front end
 // (cache::open_tiers, from EngineConfig::storage_config()), so the CLI sees them in the engine's order.
 #include <memory>
 #include <string>
@@ -14,6 +14,10 @@ namespace kiln::cli {
 /// One tier's state for `kiln devices`.
 struct TierReport {
   std::string kind;      ///< "pack", "remote"
+  std::string backend;   ///< the remote's server kind: "redis", "http" (empty for a pack)
+  /// The remote's part in fleet compile-once: "compile lease" (Redis) or "no lease" (HTTP: plain PUT
+  /// cannot hold one); empty for a pack.
+  std::string lease;
   std::string location;  ///< the pack's path, the remote's address
   bool ok = false;
   std::string detail;  ///< "1234 entries", or why it cannot be used

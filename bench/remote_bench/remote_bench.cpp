@@ -4,12 +4,18 @@
 //    a 5 KB and a 500 KB entry, against a bare hiredis GET of the same bytes; plus an engine request
 //    (Engine::prewarm with a memory-only local cache, so every request is a remote hit) for a real
 //    saxpy entry.
-// 2. A fleet: N node processes (kiln_remote_bench_node, separate local caches) request the same K
+// 2. A fresh node's disk-empty start: one node process with an empty local cache requests K kernels
+//    (sm_90), served by compiling (NVRTC), by the Redis tier, by the HTTP tier (a loopback nginx with
+//    WebDAV PUT, started here) and by a chain Redis -> HTTP whose Redis is empty (every hit comes from
+//    HTTP and back-fills Redis). Per-kernel time is the node's request loop / K (process start and
+//    engine set-up excluded), median of --fresh-runs runs.
+// 3. A fleet: N node processes (kiln_remote_bench_node, separate local caches) request the same K
 //    kernels (built-in sources x option variants, sm_90) at the same time: total compiles and wall time
 //    without a remote tier, with one but no compile lease, and with the lease (same order, and each
 //    node starting at a different point of the list).
 //
-//   remote_bench [--iterations N] [--nodes 8] [--kernels 50] [--no-fleet] [--no-engine] [--no-latency]
+//   remote_bench [--iterations N] [--nodes 8] [--kernels 50] [--fresh-runs 3] [--no-fleet] [--no-engine]
+//                [--no-latency] [--no-fresh]
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -31,6 +38,7 @@
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/engine.hpp"
+#include "http_server.hpp"
 #include "redis_server.hpp"
 
 namespace {
@@ -215,6 +223,7 @@ struct FleetResult {
   long remote_hits = 0;
   long lease_waits = 0;
   long failed = 0;
+  double node_seconds = 0;  ///< the nodes' request loops, summed
 };
 
 FleetResult run_fleet(const std::string& node_binary, int nodes, int kernels, const std::string& remote, bool lease,
@@ -282,6 +291,7 @@ FleetResult run_fleet(const std::string& node_binary, int nodes, int kernels, co
     result.remote_hits += line["remote_hits"].get<long>();
     result.lease_waits += line["lease_waits"].get<long>();
     result.failed += line["failed"].get<long>();
+    result.node_seconds += line["seconds"].get<double>();
   }
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (const auto& dir : dirs) std::filesystem::remove_all(dir);
@@ -290,8 +300,98 @@ FleetResult run_fleet(const std::string& node_binary, int nodes, int kernels, co
 
 }  // namespace
 
+/// One fresh node (empty local cache) requesting `kernels` kernels with `remote` configured: the median
+/// over `runs` of its request loop per kernel (ms), and the last run's counters.
+struct FreshResult {
+  double ms_per_kernel = 0;
+  FleetResult last;
+};
+FreshResult fresh_node(const std::string& node_binary, int kernels, const std::string& remote, int runs,
+                       const std::function<void()>& before_each = {}) {
+  std::vector<double> per_kernel;
+  FreshResult fresh;
+  for (int r = 0; r < runs; ++r) {
+    if (before_each) before_each();
+    fresh.last = run_fleet(node_binary, 1, kernels, remote, false, false);
+    per_kernel.push_back(fresh.last.node_seconds * 1000.0 / kernels);
+  }
+  std::sort(per_kernel.begin(), per_kernel.end());
+  fresh.ms_per_kernel = per_kernel[per_kernel.size() / 2];
+  return fresh;
+}
+
+/// The HTTP tier's get() (GET + size checks + parse + key check) against a loopback nginx, next to the
+/// Redis tier's get() of the same entry, interleaved in blocks.
+void http_hit_latency(const RedisServer& redis, const kiln::test::NginxServer& nginx, std::size_t bytes,
+                      int iterations) {
+  kiln::cache::RemoteConfig redis_config = kiln::cache::parse_remote_url(redis.url());
+  redis_config.lease_wait = std::chrono::milliseconds(0);
+  const auto redis_tier = kiln::cache::open_remote(redis_config);
+  const auto http_tier = kiln::cache::open_remote(kiln::cache::parse_remote_url(nginx.url("/kiln")));
+  const kiln::cache::Entry entry = make_entry("http" + std::to_string(bytes), bytes);
+  std::string detail;
+  if (!redis_tier->put(entry, &detail) || !http_tier->put(entry, &detail)) {
+    std::printf("put failed: %s\n", detail.c_str());
+    std::exit(1);
+  }
+  const auto timed_get = [&](kiln::cache::RemoteTier& tier) {
+    const auto start = Clock::now();
+    {
+      const auto result = tier.get(entry.key_hash, entry.canonical_key);
+      if (result.outcome != kiln::cache::LookupOutcome::hit) {
+        std::printf("get missed: %s\n", result.detail.c_str());
+        std::exit(1);
+      }
+    }
+    return since_us(start);
+  };
+  std::vector<double> redis_samples;
+  std::vector<double> http_samples;
+  run_blocks(
+      iterations, [&] { return timed_get(*redis_tier); }, [&] { return timed_get(*http_tier); }, redis_samples,
+      http_samples);
+  const Summary r = summarize(redis_samples);
+  const Summary h = summarize(http_samples);
+  std::printf("| %zu B | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", bytes, r.median_us, r.p90_us, h.median_us, h.p90_us,
+              h.median_us / r.median_us);
+}
+
+void fresh_start(const std::string& node_binary, const RedisServer& redis, int kernels, int runs, int iterations) {
+  if (!kiln::cache::http_remote_supported() || !kiln::test::NginxServer::find_binary()) {
+    std::printf("(fresh-node comparison skipped: needs the HTTP tier and nginx)\n");
+    return;
+  }
+  const kiln::test::NginxServer nginx;
+  const std::string http = nginx.url("/kiln");
+  std::printf("\n## Remote hit latency, Redis tier vs HTTP tier (loopback redis-server and nginx; get() verified; "
+              "microseconds)\n\n");
+  std::printf("| entry | Redis get() median | Redis p90 | HTTP get() median | HTTP p90 | HTTP / Redis |\n"
+              "|---|---|---|---|---|---|\n");
+  http_hit_latency(redis, nginx, 5 * 1024, iterations);
+  http_hit_latency(redis, nginx, 500 * 1024, std::max(50, iterations / 4));
+  std::printf("\n## A fresh node's disk-empty start: %d kernels (sm_90), one node process, empty local cache, "
+              "median of %d runs\n\n", kernels, runs);
+  std::printf("| served by | ms per kernel | compiles | remote hits | speed-up vs compiling |\n|---|---|---|---|---|\n");
+  redis.command({"FLUSHALL"});
+  const FreshResult compile = fresh_node(node_binary, kernels, std::string(), runs);
+  const auto row = [&](const char* label, const FreshResult& r) {
+    std::printf("| %s | %.2f | %ld | %ld | %.0fx |%s\n", label, r.ms_per_kernel, r.last.compiles, r.last.remote_hits,
+                compile.ms_per_kernel / r.ms_per_kernel, r.last.failed != 0 ? " (FAILED requests!)" : "");
+    std::fflush(stdout);
+  };
+  row("compiling (NVRTC, no remote tier)", compile);
+  // Fill both tiers once (a node that compiles and publishes to the chain), then measure fresh nodes.
+  (void)run_fleet(node_binary, 1, kernels, redis.url() + "," + http, false, false);
+  row("Redis tier (loopback redis-server)", fresh_node(node_binary, kernels, redis.url(), runs));
+  row("HTTP tier (loopback nginx, WebDAV)", fresh_node(node_binary, kernels, http, runs));
+  row("chain Redis -> HTTP, Redis empty (HTTP hits, back-filled)",
+      fresh_node(node_binary, kernels, redis.url() + "," + http, runs, [&] { redis.command({"FLUSHALL"}); }));
+}
+
 int main(int argc, char** argv) {
   int iterations = 1000;
+  int fresh_runs = 3;
+  bool fresh = true;
   int nodes = 8;
   int kernels = 50;
   bool fleet = true;
@@ -311,10 +411,15 @@ int main(int argc, char** argv) {
       engine = false;
     else if (flag == "--no-latency")
       latency = false;
+    else if (flag == "--no-fresh")
+      fresh = false;
+    else if (flag == "--fresh-runs" && i + 1 < argc)
+      fresh_runs = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(
           stderr,
-          "usage: remote_bench [--iterations N] [--nodes N] [--kernels N] [--no-fleet] [--no-engine] [--no-latency]\n");
+          "usage: remote_bench [--iterations N] [--nodes N] [--kernels N] [--fresh-runs N] [--no-fleet] [--no-engine] "
+          "[--no-latency] [--no-fresh]\n");
       return 2;
     }
   }
@@ -333,6 +438,8 @@ int main(int argc, char** argv) {
     hit_latency(server, 500 * 1024, std::max(50, iterations / 4));
     if (engine) engine_hit_latency(server, std::max(50, iterations / 4));
   }
+
+  if (fresh) fresh_start(KILN_REMOTE_BENCH_NODE, server, kernels, fresh_runs, iterations);
 
   if (fleet) {
     const std::string node_binary = KILN_REMOTE_BENCH_NODE;

@@ -46,10 +46,10 @@ std::vector<OpenedTier> open_tiers(const StorageConfig& config) {
     }
     opened.push_back(std::move(slot));
   }
-  if (!config.remote_url.empty()) {
-    OpenedTier slot{TierKind::remote, redact_remote_url(config.remote_url), nullptr, {}};
+  for (const std::string& url : split_remote_urls(config.remote_url)) {
+    OpenedTier slot{TierKind::remote, redact_remote_url(url), nullptr, {}};
     try {
-      RemoteConfig remote_config = remote_config_from_environment(config.remote_url);
+      RemoteConfig remote_config = remote_config_from_environment(url);
       if (!config.tier_leases) remote_config.lease_wait = std::chrono::milliseconds(0);
       std::unique_ptr<RemoteTier> remote = open_remote(remote_config);
       slot.location = remote->config().display();  // never the password
@@ -128,15 +128,23 @@ Storage::Storage(StorageConfig config)
   }
 }
 
-Storage::~Storage() = default;
+Storage::~Storage() {
+  // Each remote tier's lifetime counters, beside the cache's own (kiln cache stats shows them). Only a
+  // store that writes records them; a failed write is never an error.
+  if (m_local.mode() != StoreMode::read_write) return;
+  for (RemoteTier* remote : m_remotes) {
+    (void)remote->flush(remote->config().close_flush);  // what the tier's destructor would wait for anyway
+    record_tier_stats(m_local.config().root, remote->config().display(), remote->remote_stats());
+  }
+}
 
 void Storage::add_tier(TierKind kind, std::unique_ptr<Tier> tier) {
   if (!tier) throw std::invalid_argument("Storage::add_tier: no tier");
   if (kind == TierKind::remote) {
     auto* remote = dynamic_cast<RemoteTier*>(tier.get());
     if (remote == nullptr) throw std::invalid_argument("Storage::add_tier: a remote tier must be a RemoteTier");
-    if (m_remote != nullptr) throw std::invalid_argument("Storage::add_tier: there is a remote tier already");
-    m_remote = remote;
+    m_remotes.push_back(remote);
+    if (m_remote == nullptr) m_remote = remote;
   }
   m_tiers.push_back(TierSlot{kind, std::move(tier)});
 }
@@ -172,11 +180,20 @@ std::variant<Found, Reservation> Storage::get_or_reserve(const Hash128& key, std
 }
 
 std::optional<Found> Storage::find_in_tiers(const Hash128& key, std::string_view canonical_key) {
-  for (const auto& slot : m_tiers) {
+  for (std::size_t i = 0; i < m_tiers.size(); ++i) {
+    const TierSlot& slot = m_tiers[i];
     LookupResult found = slot.tier->get(key, canonical_key);
     if (found.outcome != LookupOutcome::hit || !found.entry) continue;
     auto entry = std::make_shared<const Entry>(std::move(*found.entry));
-    if (slot.kind != TierKind::remote) m_counters.add({.disk_hits = 1});  // the remote counts its own
+    if (slot.kind != TierKind::remote) m_counters.add({.disk_hits = 1});  // the remotes count their own
+    // Back-fill: every remote asked before this one missed (or failed) and gets the verified entry (a
+    // refused one never gets here). Queued, so the caller does not wait; a Redis tier's publish also
+    // releases the compile lease its miss took.
+    if (slot.kind == TierKind::remote) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (m_tiers[j].kind == TierKind::remote) m_tiers[j].tier->publish(*entry);
+      }
+    }
     const bool stored = m_local.put(*entry);
     KILN_LOG(debug, "{} served {} (copied to the local cache: {})", slot.tier->describe(), key.hex(), stored);
     return Found{std::move(entry), slot.kind == TierKind::remote ? HitOrigin::remote : HitOrigin::pack, stored};
@@ -210,7 +227,7 @@ bool Storage::store(const Entry& entry) noexcept {
 
 bool Storage::remove(const Hash128& key) noexcept {
   const bool removed = m_local.remove(key);
-  if (m_remote != nullptr) (void)m_remote->remove(key);
+  for (RemoteTier* remote : m_remotes) (void)remote->remove(key);
   return removed;
 }
 
@@ -222,7 +239,7 @@ void Storage::discard(const Hash128& key) noexcept {
 Counters Storage::counters() const noexcept {
   Counters counters = m_counters.snapshot();
   counters.evictions += m_local.evictions();
-  if (m_remote != nullptr) counters += m_remote->counters();
+  for (const RemoteTier* remote : m_remotes) counters += remote->counters();
   return counters;
 }
 

@@ -130,9 +130,12 @@ int main(int argc, char** argv) {
     for (std::thread& worker : workers) worker.join();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+    // Every tier of a chain is flushed; the counters reported are the first tier's.
     kiln::cache::RemoteStats remote;
-    if (kiln::cache::RemoteTier* tier = kiln::detail::EngineAccess::core(engine).remote()) {
+    for (kiln::cache::RemoteTier* tier : kiln::detail::EngineAccess::core(engine).storage().remotes()) {
       tier->flush(std::chrono::seconds(30));
+    }
+    if (kiln::cache::RemoteTier* tier = kiln::detail::EngineAccess::core(engine).remote()) {
       remote = tier->remote_stats();
     }
     const kiln::cache::Counters stats = engine.stats();

@@ -22,6 +22,7 @@
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
+#include "http_server.hpp"
 #include "redis_server.hpp"
 #include "stderr_capture.hpp"
 #include "test_support.hpp"
@@ -374,4 +375,43 @@ TEST_CASE("an unusable secret file: the engine leaves the remote tier out and na
     CHECK(text.find("KILN_REMOTE_SECRET_FILE=" + path) != std::string::npos);
     CHECK(text.find("continuing without it") != std::string::npos);
   }
+}
+
+TEST_CASE("engine nodes through an HTTP tier (nginx) and a chain Redis -> HTTP: compile once, then hits",
+          "[remote][engine][http]") {
+  if (!kiln::cache::http_remote_supported() || !kiln::test::NginxServer::find_binary()) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string_view(ci) == "true") FAIL("nginx or the HTTP tier is missing in CI");
+    WARN("SKIPPED: needs the HTTP tier and nginx");
+    return;
+  }
+  const RedisServer redis;
+  const kiln::test::NginxServer nginx;
+  const std::string http = nginx.url("/kiln");
+  const TempDir dir_a;
+  const TempDir dir_b;
+  const TempDir dir_c;
+  // Node A compiles and publishes to HTTP only.
+  const auto node_a =
+      run_node({{"KILN_CACHE_DIR", dir_a.path().string()}, {"KILN_REMOTE_CACHE", http}}, {"--sources", "all"});
+  const int requests = node_a["requests"].get<int>();
+  REQUIRE(requests >= 6);
+  CHECK(node_a["compiles"].get<int>() == requests);
+  CHECK(node_a["published"].get<int>() == requests);
+  // Node B: a fresh cache directory, served by HTTP alone.
+  const auto node_b =
+      run_node({{"KILN_CACHE_DIR", dir_b.path().string()}, {"KILN_REMOTE_CACHE", http}}, {"--sources", "all"});
+  CHECK(node_b["failed"].get<int>() == 0);
+  CHECK(node_b["compiles"].get<int>() == 0);
+  CHECK(node_b["remote_hits"].get<int>() == requests);
+  // Node C: the chain, Redis empty: every request misses Redis, hits HTTP, and back-fills Redis.
+  const auto node_c = run_node({{"KILN_CACHE_DIR", dir_c.path().string()}, {"KILN_REMOTE_CACHE", redis.url() + "," + http}},
+                               {"--sources", "all"});
+  CHECK(node_c["compiles"].get<int>() == 0);
+  CHECK(node_c["remote_hits"].get<int>() == requests);    // engine total: the HTTP tier's hits
+  CHECK(node_c["remote_misses"].get<int>() == requests);  // the Redis tier's misses
+  CHECK(node_c["published"].get<int>() == requests);      // the first tier's (Redis) back-fills
+  const auto keys = redis.command({"KEYS", "kiln:v1:*"});
+  REQUIRE(keys);
+  CHECK(static_cast<int>(keys->elements) == requests);
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kiln/cache/remote.hpp"
 #include "test_support.hpp"
@@ -91,7 +92,7 @@ TEST_CASE("display() and messages never show the password", "[remote][url]") {
 
 TEST_CASE("parse_remote_url rejects malformed URLs with a clear message", "[remote][url]") {
   CHECK(url_error("").find("scheme must be redis://") != std::string::npos);
-  CHECK(url_error("http://host:6379").find("scheme must be redis://") != std::string::npos);
+  CHECK(url_error("ftp://host:6379").find("scheme must be redis://") != std::string::npos);
   CHECK(url_error("rediss://host:6379").find("TLS") != std::string::npos);
   CHECK(url_error("redis://").find("no host") != std::string::npos);
   CHECK(url_error("redis://:6379").find("no host") != std::string::npos);
@@ -251,4 +252,90 @@ TEST_CASE("open_remote matches remote_supported()", "[remote][url]") {
       CHECK(message.find("redis://127.0.0.1:1/0") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("parse_remote_url reads http(s) URLs: port, path, layout; refuses a password in the URL",
+          "[remote][url][http]") {
+  const RemoteConfig plain = parse_remote_url("http://cache.example:8080/kiln/v1/");
+  CHECK(plain.kind == kiln::cache::RemoteKind::http);
+  CHECK_FALSE(plain.tls);
+  CHECK(plain.host == "cache.example");
+  CHECK(plain.port == 8080);
+  CHECK(plain.path == "/kiln/v1");
+  CHECK(plain.layout == kiln::cache::HttpLayout::subdirs);
+  CHECK(plain.lease_wait.count() == 0);  // HTTP holds no compile lease
+  CHECK(plain.display() == "http://cache.example:8080/kiln/v1");
+
+  const RemoteConfig secure = parse_remote_url("https://ci@[::1]/c?layout=flat");
+  CHECK(secure.tls);
+  CHECK(secure.port == 443);
+  CHECK(secure.host == "::1");
+  CHECK(secure.user == "ci");
+  CHECK(secure.layout == kiln::cache::HttpLayout::flat);
+  CHECK(secure.display() == "https://ci@[::1]:443/c?layout=flat");
+  CHECK(parse_remote_url("http://h").port == 80);
+  CHECK(parse_remote_url("http://h").path.empty());
+
+  // Object names per layout.
+  const kiln::cache::Hash128 key{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+  CHECK(plain.object_path(key) == "/kiln/v1/01/" + key.hex());
+  CHECK(secure.object_path(key) == "/c/" + key.hex());
+  const RemoteConfig bazel = parse_remote_url("http://h:9090?layout=bazel");
+  const std::string bazel_path = bazel.object_path(key);
+  CHECK(bazel_path.starts_with("/ac/"));
+  CHECK(bazel_path.size() == 4 + 64);
+  CHECK(bazel_path.find_first_not_of("0123456789abcdef", 4) == std::string::npos);
+
+  CHECK(url_error("http://u:pw@host/x").find("KILN_REMOTE_HTTP_PASSWORD_FILE") != std::string::npos);
+  CHECK(url_error("http://u:pw@host/x").find("pw@") == std::string::npos);
+  CHECK(url_error("http://host/x?layout=tree").find("unknown layout") != std::string::npos);
+  CHECK(url_error("http://host/x?ttl=1").find("unknown parameter") != std::string::npos);
+  CHECK(url_error("http://host/a b").find("%-escaped") != std::string::npos);
+  CHECK(url_error("http://host/a/../b").find("..") != std::string::npos);
+  CHECK(url_error("http://:80/x").find("no host") != std::string::npos);
+  CHECK(url_error("https://host:99999/").find("port") != std::string::npos);
+}
+
+TEST_CASE("split_remote_urls splits KILN_REMOTE_CACHE's chain at commas", "[remote][url][http]") {
+  using V = std::vector<std::string>;
+  CHECK(kiln::cache::split_remote_urls("") == V{});
+  CHECK(kiln::cache::split_remote_urls("redis://h:1") == V{"redis://h:1"});
+  CHECK(kiln::cache::split_remote_urls(" redis://h:1 ,https://c/k%2Cx,, ") == V{"redis://h:1", "https://c/k%2Cx"});
+}
+
+TEST_CASE("an http tier's credentials come from files or the environment, never both kinds", "[remote][url][http]") {
+  const TempDir dir("kiln-http-url");
+  const std::string token = dir.write_file("token", "t0k3n\n", 0600);
+  {
+    const ScopedEnv file("KILN_REMOTE_HTTP_TOKEN_FILE", token.c_str());
+    const RemoteConfig config = kiln::cache::remote_config_from_environment("https://h/k");
+    CHECK(config.bearer_token == "t0k3n");
+    CHECK(config.credentials_source == "KILN_REMOTE_HTTP_TOKEN_FILE=" + token);
+    CHECK(config.verify_tls);
+    const ScopedEnv password("KILN_REMOTE_HTTP_PASSWORD", "pw");
+    const ScopedEnv user("KILN_REMOTE_HTTP_USER", "u");
+    CHECK_THROWS_WITH(kiln::cache::remote_config_from_environment("https://h/k"), Catch::Contains("set one"));
+  }
+  {
+    const ScopedEnv password("KILN_REMOTE_HTTP_PASSWORD", "pw");
+    CHECK_THROWS_WITH(kiln::cache::remote_config_from_environment("https://h/k"), Catch::Contains("no user"));
+    const RemoteConfig config = kiln::cache::remote_config_from_environment("https://u@h/k");
+    CHECK(config.user == "u");
+    CHECK(config.password == "pw");
+    CHECK(config.display().find("pw") == std::string::npos);
+  }
+  {
+    const ScopedEnv insecure("KILN_REMOTE_HTTP_INSECURE", "1");
+    const ScopedEnv timeout("KILN_REMOTE_TIMEOUT_MS", "750");
+    const ScopedEnv library("KILN_REMOTE_HTTP_LIBCURL", "/opt/curl/libcurl.so.4");
+    const RemoteConfig config = kiln::cache::remote_config_from_environment("https://h/k");
+    CHECK_FALSE(config.verify_tls);
+    CHECK(config.operation_timeout.count() == 750);
+    CHECK(config.curl_library == "/opt/curl/libcurl.so.4");
+    const ScopedEnv bad("KILN_REMOTE_HTTP_INSECURE", "yes");
+    CHECK_THROWS_WITH(kiln::cache::remote_config_from_environment("https://h/k"), Catch::Contains("expected 0 or 1"));
+  }
+  // Redis URLs ignore the HTTP variables.
+  const ScopedEnv token_env("KILN_REMOTE_HTTP_TOKEN", "x");
+  CHECK(kiln::cache::remote_config_from_environment("redis://h:1").bearer_token.empty());
 }

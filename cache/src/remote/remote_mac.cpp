@@ -37,11 +37,17 @@ class Descriptor {
 
 }  // namespace
 
-std::string read_secret_file(const std::string& path) {
-  const auto refuse = [&path](std::string_view why) {
-    return std::invalid_argument(fmt::format("KILN_REMOTE_SECRET_FILE={}: {}", path, why));
+namespace {
+
+/// The private file `path` named by `variable`, less one trailing newline; see read_secret_file.
+std::string read_private_file(std::string_view variable, const std::string& path, std::size_t min_bytes) {
+  const auto refuse = [&path, variable](std::string_view why) {
+    return std::invalid_argument(fmt::format("{}={}: {}", variable, path, why));
   };
-  if (path.empty()) throw refuse("set but empty (unset it to run the remote tier unauthenticated)");
+  if (path.empty()) {
+    throw refuse(variable == "KILN_REMOTE_SECRET_FILE" ? "set but empty (unset it to run the remote tier unauthenticated)"
+                                                       : "set but empty (unset it)");
+  }
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
   const Descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (fd.get() < 0) throw refuse(fmt::format("cannot open it: {}", std::strerror(errno)));
@@ -73,11 +79,25 @@ std::string read_secret_file(const std::string& path) {
     if (secret.ends_with('\r')) secret.pop_back();
   }
   if (secret.empty()) throw refuse("the file is empty");
-  if (secret.size() < kMinSecretBytes) {
+  if (secret.size() < min_bytes) {
     throw refuse(fmt::format("the secret is {} bytes; it needs at least {} (e.g. head -c 32 /dev/urandom | base64)",
-                             secret.size(), kMinSecretBytes));
+                             secret.size(), min_bytes));
   }
   return secret;
+}
+
+}  // namespace
+
+std::string read_secret_file(const std::string& path) {
+  return read_private_file("KILN_REMOTE_SECRET_FILE", path, kMinSecretBytes);
+}
+
+std::string read_credential_file(std::string_view variable, const std::string& path) {
+  std::string text = read_private_file(variable, path, 1);
+  if (text.find_first_of("\r\n") != std::string::npos) {
+    throw std::invalid_argument(fmt::format("{}={}: holds more than one line", variable, path));
+  }
+  return text;
 }
 
 std::string entry_mac(std::string_view secret, const Hash128& key, const void* bytes, std::size_t size) {

@@ -22,6 +22,10 @@ inline constexpr std::size_t kMaxSecretFileBytes = 4096;
 /// kMinSecretBytes or larger than kMaxSecretFileBytes.
 [[nodiscard]] std::string read_secret_file(const std::string& path);
 
+/// An HTTP tier's password or bearer token in `path` (named by `variable` in messages): the same rules
+/// as read_secret_file but at least 1 byte, and one line only.
+[[nodiscard]] std::string read_credential_file(std::string_view variable, const std::string& path);
+
 /// The MAC of the entry `bytes` stored under `key`: 64 lower-case hex digits. Never throws except
 /// std::bad_alloc.
 [[nodiscard]] std::string entry_mac(std::string_view secret, const Hash128& key, const void* bytes, std::size_t size);

@@ -1,8 +1,9 @@
 // The Redis remote tier (remote.hpp): RemoteTier composed of a circuit breaker, a connection pool,
 // the fleet's compile leases and a publisher. This file answers lookups (one GET, verified like a local
 // entry; with a fleet secret one MGET of the entry and its MAC, the MAC verified first; anything else is
-// deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0) open_remote() throws an
-// error that says so.
+// deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0) opening a redis://
+// tier throws an error that says so. open_remote() itself, which picks the backend by the URL's
+// scheme, is at the end.
 #ifndef KILN_HAVE_HIREDIS
 #error "KILN_HAVE_HIREDIS must be 0 or 1 (set by cache/Optional.cmake)"
 #endif
@@ -12,6 +13,7 @@
 #include <stdexcept>
 
 #include "kiln/cache/remote.hpp"
+#include "remote_open.hpp"
 
 #if KILN_HAVE_HIREDIS
 #include <algorithm>
@@ -34,7 +36,7 @@ bool remote_supported() noexcept { return KILN_HAVE_HIREDIS != 0; }
 
 #if !KILN_HAVE_HIREDIS
 
-std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
+std::unique_ptr<RemoteTier> detail::open_redis_remote(const RemoteConfig& config) {
   throw std::runtime_error(
       fmt::format("remote cache {}: this kiln was built without the Redis client (hiredis); install libhiredis-dev and "
                   "reconfigure, or unset KILN_REMOTE_CACHE",
@@ -337,11 +339,16 @@ class RedisTier final : public RemoteTier {
 
 }  // namespace
 
-std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
-  if (config.host.empty()) throw std::invalid_argument("remote cache: no host configured");
+std::unique_ptr<RemoteTier> detail::open_redis_remote(const RemoteConfig& config) {
   return std::make_unique<RedisTier>(config);
 }
 
 #endif  // KILN_HAVE_HIREDIS
+
+std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
+  if (config.host.empty()) throw std::invalid_argument("remote cache: no host configured");
+  if (config.kind == RemoteKind::http) return detail::open_http_remote(config);
+  return detail::open_redis_remote(config);
+}
 
 }  // namespace kiln::cache

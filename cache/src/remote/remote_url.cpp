@@ -1,6 +1,7 @@
-// The remote tier's configuration (remote.hpp): parsing and redacting redis:// URLs, the KILN_REMOTE_*
-// environment variables (the fleet secret file is read by remote_mac.cpp), and the Redis key names.
-// Plain text handling: compiled with or without hiredis.
+// The remote tier's configuration (remote.hpp): parsing and redacting redis:// and http(s):// URLs and
+// KILN_REMOTE_CACHE's list of them, the KILN_REMOTE_* environment variables (the fleet secret file and
+// the HTTP credential files are read by remote_mac.cpp), the Redis key names and the HTTP object paths.
+// Plain text handling: compiled with or without hiredis and libcurl.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "kiln/base/sha256.hpp"
 #include "kiln/cache/remote.hpp"
 #include "remote_mac.hpp"
 
@@ -77,7 +79,151 @@ std::optional<std::uint64_t> environment_number(const char* name, std::uint64_t 
   return number;
 }
 
+/// Parses [host|[ipv6]][:port] into `config` (port stays as it is when none is written).
+template <class Bad>
+void parse_host_port(std::string_view host_port, RemoteConfig& config, const Bad& bad) {
+  std::string_view host;
+  std::optional<std::string_view> port_text;
+  if (host_port.starts_with('[')) {
+    const std::size_t close = host_port.find(']');
+    if (close == std::string_view::npos) bad("unterminated [ in an IPv6 host");
+    host = host_port.substr(1, close - 1);
+    const std::string_view after = host_port.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') bad("unexpected text after the IPv6 host");
+      port_text = after.substr(1);
+    }
+    if (host.empty() || !std::all_of(host.begin(), host.end(), valid_ipv6_char)) {
+      bad(fmt::format("\"{}\" is not an IPv6 address", host));
+    }
+  } else {
+    const std::size_t colon = host_port.find(':');
+    if (colon != std::string_view::npos && host_port.find(':', colon + 1) != std::string_view::npos) {
+      bad("an IPv6 host must be written in brackets: [::1]:port");
+    }
+    host = host_port.substr(0, colon);
+    if (colon != std::string_view::npos) port_text = host_port.substr(colon + 1);
+    if (host.empty()) bad("no host");
+    if (!std::all_of(host.begin(), host.end(), valid_host_char)) {
+      bad(fmt::format("\"{}\" is not a host name or address", host));
+    }
+  }
+  config.host = std::string(host);
+  if (port_text) {
+    const auto port = parse_decimal(*port_text, 65535);
+    if (!port || *port == 0) bad(fmt::format("port \"{}\" is not a number from 1 to 65535", *port_text));
+    config.port = static_cast<std::uint16_t>(*port);
+  }
+}
+
+/// A path character an HTTP tier's URL may hold as written (RFC 3986 pchar and '/'; '%' for escapes).
+bool valid_path_char(char c) noexcept {
+  return valid_host_char(c) || c == '/' || c == '~' || c == '%' || c == '!' || c == '$' || c == '&' ||
+         c == '\'' || c == '(' || c == ')' || c == '*' || c == '+' || c == ';' || c == '=' || c == ':' || c == '@';
+}
+
+RemoteConfig parse_http_url(std::string_view url) {
+  const auto bad = [url](std::string_view why) {
+    throw std::invalid_argument(
+        fmt::format("invalid remote cache URL \"{}\": {} (expected http(s)://[user@]host[:port][/path]"
+                    "[?layout=subdirs|flat|bazel])",
+                    redact_remote_url(url), why));
+  };
+  RemoteConfig config;
+  config.kind = RemoteKind::http;
+  config.tls = url.starts_with("https://");
+  config.port = config.tls ? 443 : 80;
+  // An HTTP transfer carries a whole entry: give it longer than one Redis command.
+  config.connect_timeout = std::chrono::milliseconds(250);
+  config.operation_timeout = std::chrono::milliseconds(2000);
+  config.lease_wait = std::chrono::milliseconds(0);  // a plain HTTP server cannot hold a lease
+  std::string_view rest = url.substr(config.tls ? 8 : 7);
+  if (const std::size_t hash = rest.find('#'); hash != std::string_view::npos) bad("fragments are not supported");
+  std::string_view query;
+  if (const std::size_t question = rest.find('?'); question != std::string_view::npos) {
+    query = rest.substr(question + 1);
+    rest = rest.substr(0, question);
+  }
+  const std::size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    const std::string_view user_info = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    if (user_info.find(':') != std::string_view::npos) {
+      bad("a password in the URL would show in process listings and logs; put it in "
+          "KILN_REMOTE_HTTP_PASSWORD_FILE (or KILN_REMOTE_HTTP_PASSWORD) and keep only the user in the URL");
+    }
+    auto user = percent_decode(user_info);
+    if (!user) bad("malformed %-escape in the user");
+    config.user = std::move(*user);
+  }
+  parse_host_port(authority, config, bad);
+  while (path.ends_with('/')) path.remove_suffix(1);
+  if (!std::all_of(path.begin(), path.end(), valid_path_char)) bad("the path holds a character that must be %-escaped");
+  if (path.find("/../") != std::string_view::npos || path.ends_with("/..")) bad("the path must not hold \"..\"");
+  config.path = std::string(path);
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (item.empty()) continue;
+    if (item == "layout=subdirs") {
+      config.layout = HttpLayout::subdirs;
+    } else if (item == "layout=flat") {
+      config.layout = HttpLayout::flat;
+    } else if (item == "layout=bazel") {
+      config.layout = HttpLayout::bazel;
+    } else if (item.starts_with("layout=")) {
+      bad(fmt::format("unknown layout \"{}\" (subdirs, flat or bazel)", item.substr(7)));
+    } else {
+      bad(fmt::format("unknown parameter \"{}\" (only layout=subdirs|flat|bazel)", item));
+    }
+  }
+  return config;
+}
+
+/// A credential for an HTTP tier: the file named by `file_variable` (owner-only, like the secret), else
+/// `variable`'s value. Empty when neither is set.
+std::string credential(const char* file_variable, const char* variable, std::string& source) {
+  if (const char* file = std::getenv(file_variable); file != nullptr) {
+    source = fmt::format("{}={}", file_variable, file);
+    return detail::read_credential_file(file_variable, file);
+  }
+  if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') {
+    source = variable;
+    return value;
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string_view to_string(HttpLayout layout) noexcept {
+  switch (layout) {
+    case HttpLayout::subdirs:
+      return "subdirs";
+    case HttpLayout::flat:
+      return "flat";
+    case HttpLayout::bazel:
+      return "bazel";
+  }
+  return "?";
+}
+
+std::vector<std::string> split_remote_urls(std::string_view list) {
+  std::vector<std::string> urls;
+  while (true) {
+    const std::size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty()) urls.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return urls;
+}
 
 std::string redact_remote_url(std::string_view url) {
   const std::size_t scheme_end = url.find("://");
@@ -93,8 +239,9 @@ std::string redact_remote_url(std::string_view url) {
 }
 
 RemoteConfig parse_remote_url(std::string_view url) {
+  if (url.starts_with("http://") || url.starts_with("https://")) return parse_http_url(url);
   if (url.starts_with("rediss://")) bad_url(url, "TLS (rediss://) is not supported; use redis://");
-  if (!url.starts_with(kScheme)) bad_url(url, "the scheme must be redis://");
+  if (!url.starts_with(kScheme)) bad_url(url, "the scheme must be redis://, http:// or https://");
   RemoteConfig config;
   std::string_view rest = url.substr(kScheme.size());
 
@@ -118,39 +265,7 @@ RemoteConfig parse_remote_url(std::string_view url) {
     bad_url(url, "query strings and fragments are not supported");
   }
 
-  std::string_view host;
-  std::optional<std::string_view> port_text;
-  if (host_port.starts_with('[')) {
-    const std::size_t close = host_port.find(']');
-    if (close == std::string_view::npos) bad_url(url, "unterminated [ in an IPv6 host");
-    host = host_port.substr(1, close - 1);
-    const std::string_view after = host_port.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') bad_url(url, "unexpected text after the IPv6 host");
-      port_text = after.substr(1);
-    }
-    if (host.empty() || !std::all_of(host.begin(), host.end(), valid_ipv6_char)) {
-      bad_url(url, fmt::format("\"{}\" is not an IPv6 address", host));
-    }
-  } else {
-    const std::size_t colon = host_port.find(':');
-    if (colon != std::string_view::npos && host_port.find(':', colon + 1) != std::string_view::npos) {
-      bad_url(url, "an IPv6 host must be written in brackets: redis://[::1]:6379");
-    }
-    host = host_port.substr(0, colon);
-    if (colon != std::string_view::npos) port_text = host_port.substr(colon + 1);
-    if (host.empty()) bad_url(url, "no host");
-    if (!std::all_of(host.begin(), host.end(), valid_host_char)) {
-      bad_url(url, fmt::format("\"{}\" is not a host name or address", host));
-    }
-  }
-  config.host = std::string(host);
-
-  if (port_text) {
-    const auto port = parse_decimal(*port_text, 65535);
-    if (!port || *port == 0) bad_url(url, fmt::format("port \"{}\" is not a number from 1 to 65535", *port_text));
-    config.port = static_cast<std::uint16_t>(*port);
-  }
+  parse_host_port(host_port, config, [url](std::string_view why) { bad_url(url, why); });
   if (!path.empty()) {
     const auto db = parse_decimal(path, static_cast<std::uint64_t>(std::numeric_limits<int>::max()));
     if (!db) bad_url(url, fmt::format("database \"{}\" is not a whole number", path));
@@ -175,13 +290,63 @@ RemoteConfig remote_config_from_environment(std::string_view url) {
     config.secret = detail::read_secret_file(file);
     config.secret_file = file;
   }
+  if (config.kind == RemoteKind::http) {
+    // Only a compile-once lease on Redis exists: KILN_REMOTE_LEASE_WAIT_MS does not apply here.
+    config.lease_wait = std::chrono::milliseconds(0);
+    std::string token_source;
+    config.bearer_token = credential("KILN_REMOTE_HTTP_TOKEN_FILE", "KILN_REMOTE_HTTP_TOKEN", token_source);
+    std::string password_source;
+    std::string password = credential("KILN_REMOTE_HTTP_PASSWORD_FILE", "KILN_REMOTE_HTTP_PASSWORD", password_source);
+    if (const char* user = std::getenv("KILN_REMOTE_HTTP_USER"); user != nullptr && *user != '\0') config.user = user;
+    if (!config.bearer_token.empty() && !password.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "remote cache {}: both a bearer token ({}) and a password ({}) are set; set one", config.display(),
+          token_source, password_source));
+    }
+    if (!password.empty() && config.user.empty()) {
+      throw std::invalid_argument(fmt::format("remote cache {}: {} is set but no user (KILN_REMOTE_HTTP_USER, or "
+                                              "user@ in the URL)",
+                                              config.display(), password_source));
+    }
+    config.password = std::move(password);
+    config.credentials_source = !config.bearer_token.empty() ? token_source : password_source;
+    if (const char* v = std::getenv("KILN_REMOTE_HTTP_INSECURE"); v != nullptr && *v != '\0') {
+      const std::string_view value(v);
+      if (value != "0" && value != "1") {
+        throw std::invalid_argument(fmt::format("KILN_REMOTE_HTTP_INSECURE=\"{}\": expected 0 or 1", value));
+      }
+      config.verify_tls = value == "0";
+    }
+    if (const char* v = std::getenv("KILN_REMOTE_HTTP_CA_FILE"); v != nullptr && *v != '\0') config.ca_file = v;
+    if (const char* v = std::getenv("KILN_REMOTE_HTTP_LIBCURL"); v != nullptr && *v != '\0') config.curl_library = v;
+  }
   return config;
 }
 
 std::string RemoteConfig::display() const {
   const std::string user_part = user.empty() ? std::string() : user + "@";
   const bool ipv6 = host.find(':') != std::string::npos;
+  if (kind == RemoteKind::http) {
+    return fmt::format("{}://{}{}{}{}:{}{}{}", tls ? "https" : "http", user_part, ipv6 ? "[" : "", host,
+                       ipv6 ? "]" : "", port, path,
+                       layout == HttpLayout::subdirs ? "" : fmt::format("?layout={}", to_string(layout)));
+  }
   return fmt::format("redis://{}{}{}{}:{}/{}", user_part, ipv6 ? "[" : "", host, ipv6 ? "]" : "", port, db);
+}
+
+std::string RemoteConfig::object_path(const Hash128& key) const {
+  const std::string hex = key.hex();
+  switch (layout) {
+    case HttpLayout::flat:
+      return fmt::format("{}/{}", path, hex);
+    case HttpLayout::bazel:
+      // bazel-remote's action cache wants 64 lower-case hex digits: a SHA-256 of kiln's key under a
+      // label (never a digest of the content, which is what its CAS would check).
+      return fmt::format("{}/ac/{}", path, kiln::detail::to_hex(kiln::detail::sha256("kiln-entry/1:" + hex)));
+    case HttpLayout::subdirs:
+      break;
+  }
+  return fmt::format("{}/{}/{}", path, hex.substr(0, 2), hex);
 }
 
 std::string RemoteConfig::entry_key(const Hash128& key) const { return key_prefix + key.hex(); }

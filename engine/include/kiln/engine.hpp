@@ -44,7 +44,7 @@ struct EngineConfig {
   cache::StoreConfig cache;      ///< KILN_CACHE_DIR, KILN_CACHE_DISABLE, KILN_CACHE_READONLY, KILN_CACHE_MAXSIZE
   std::string record_path;       ///< KILN_RECORD: append each distinct request to this JSON-lines request log
   std::vector<std::string> packs;  ///< KILN_CACHE_PACKS (colon-separated): read-only pack layers under the store
-  std::string remote;            ///< KILN_REMOTE_CACHE: redis://[user:password@]host:port[/db]
+  std::string remote;            ///< KILN_REMOTE_CACHE: redis:// and http(s):// URLs, ','-separated (a chain)
   /// false: a compile-only engine that loads no GPU runtime (no cuInit, no device query): prewarm
   /// workers and build machines. Named targets only; running kernels throws DeviceUnavailable.
   bool runtime = true;

@@ -1,7 +1,20 @@
 #pragma once
-// The remote tier: a Redis server shared by a fleet of nodes (KILN_REMOTE_CACHE), so a kernel compiled
-// on one node is a cache hit on every other. Consulted after the local store and the packs, before
-// compiling; a compile is published to it in the background.
+// The remote tiers: servers shared by a fleet of nodes (KILN_REMOTE_CACHE), so a kernel compiled on one
+// node is a cache hit on every other. Consulted after the local store and the packs, before compiling;
+// a compile is published to them in the background. KILN_REMOTE_CACHE is an ordered, ','-separated
+// chain (split_remote_urls); the storage front end (storage.hpp) asks the tiers in order and back-fills
+// the earlier ones from a later one's hit. Two backends behind one interface (RemoteTier), picked by
+// the URL's scheme (RemoteConfig::kind):
+//  - redis:// — described below: entry and MAC under two keys, and the fleet compile lease.
+//  - http(s):// — plain GET/HEAD/PUT/DELETE of one self-authenticating object per entry
+//    (src/remote/remote_object.hpp: "KILNOBJ1", 16 hex digits of entry size, 64 of MAC or '-', the
+//    entry) at object_path() in the subdirs, flat or bazel layout; libcurl is dlopen()ed on first use
+//    (KILN_REMOTE_HTTP_LIBCURL, default libcurl.so.4): without it the tier answers errors after one
+//    warning. No compile lease (a plain PUT cannot hold one): lease_wait is always 0 there. The same
+//    failure rules, verification, MAC (entry_mac over the same label, key and bytes) and counters as
+//    Redis; a refused object is deleted where the server allows DELETE.
+//
+// The Redis tier:
 //
 // Keys (namespace `key_prefix`, default "kiln:v1:"):
 //   <prefix><32 hex>         the entry: exactly the bytes cache::serialize() writes (optional TTL)
@@ -48,9 +61,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/cache/entry.hpp"
 #include "kiln/base/hash.hpp"
@@ -60,7 +75,22 @@
 
 namespace kiln::cache {
 
+/// The remote tier's server kind: the URL's scheme picks it.
+enum class RemoteKind : std::uint8_t {
+  redis,  ///< redis://: entries and MACs under separate keys, the fleet compile lease
+  http,   ///< http:// or https://: one self-authenticating object per entry (remote_http.hpp), no lease
+};
+
+/// Where an HTTP tier keeps an entry under the URL's path (`?layout=` in the URL).
+enum class HttpLayout : std::uint8_t {
+  subdirs,  ///< <path>/<first 2 hex>/<32 hex> (default; ccache's "subdirs")
+  flat,     ///< <path>/<32 hex> (ccache's "flat")
+  bazel,    ///< <path>/ac/<64 hex>: bazel-remote's action cache (run it with --disable_http_ac_validation)
+};
+[[nodiscard]] std::string_view to_string(HttpLayout layout) noexcept;  ///< "subdirs", "flat", "bazel"
+
 struct RemoteConfig {
+  RemoteKind kind = RemoteKind::redis;
   std::string host;  ///< name or address; IPv6 without brackets
   std::uint16_t port = 6379;
   int db = 0;                                        ///< SELECT db when not 0
@@ -83,11 +113,26 @@ struct RemoteConfig {
   std::string secret;
   std::string secret_file;  ///< where the secret was read, for messages (never the secret itself)
 
+  // HTTP only (kind == http). `user` and `password` above are the basic-auth credentials; the password
+  // and the token come from a file or the environment only (remote_config_from_environment), never the
+  // URL.
+  bool tls = false;                  ///< https://
+  std::string path;                  ///< the URL's path without a trailing '/' ("" or "/kiln/cache")
+  HttpLayout layout = HttpLayout::subdirs;
+  std::string bearer_token;          ///< "Authorization: Bearer <token>"; empty = none
+  std::string credentials_source;    ///< where the password or token was read, for messages
+  bool verify_tls = true;            ///< KILN_REMOTE_HTTP_INSECURE=1 turns it off (warned)
+  std::string ca_file;               ///< KILN_REMOTE_HTTP_CA_FILE: CA bundle instead of the system's
+  std::string curl_library = "libcurl.so.4";  ///< KILN_REMOTE_HTTP_LIBCURL: what dlopen() loads
+
   /// Whether entries are authenticated (a secret is set).
   [[nodiscard]] bool authenticated() const noexcept { return !secret.empty(); }
 
-  /// "redis://user@host:port/db": the URL without the password, for messages.
+  /// "redis://user@host:port/db" or "https://user@host:port/path?layout=flat": the URL without the
+  /// password, for messages.
   [[nodiscard]] std::string display() const;
+  /// HTTP: the object's path below host:port for `key` in the configured layout ("/kiln/ab/ab12...").
+  [[nodiscard]] std::string object_path(const Hash128& key) const;
   /// The entry's Redis key: key_prefix + 32 hex.
   [[nodiscard]] std::string entry_key(const Hash128& key) const;
   /// The compile lease's Redis key: key_prefix + "lease:" + 32 hex.
@@ -97,15 +142,26 @@ struct RemoteConfig {
 };
 
 /// Parses redis://[[user]:password@]host[:port][/db] (port defaults to 6379, db to 0; user and password
-/// may be percent-encoded; an IPv6 host goes in brackets). Throws std::invalid_argument naming what is
-/// wrong, with the URL shown without its password.
+/// may be percent-encoded; an IPv6 host goes in brackets) or http(s)://[user@]host[:port][/path]
+/// [?layout=subdirs|flat|bazel] (port defaults to 80/443; a password in an http URL is refused: it
+/// belongs in KILN_REMOTE_HTTP_PASSWORD_FILE). Throws std::invalid_argument naming what is wrong, with
+/// the URL shown without its password.
 [[nodiscard]] RemoteConfig parse_remote_url(std::string_view url);
+
+/// Splits KILN_REMOTE_CACHE's ordered list of tier URLs at ',' (spaces around an item are dropped,
+/// empty items skipped). A ',' inside one URL is written %2C.
+[[nodiscard]] std::vector<std::string> split_remote_urls(std::string_view list);
 
 /// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig and the secret in
 /// KILN_REMOTE_SECRET_FILE when that is set. Throws std::invalid_argument naming the variable for a
 /// malformed value, and naming the variable and the file for a secret file that is missing, unreadable,
 /// not a regular file, readable or writable by group or others, empty or shorter than 16 bytes (after
 /// one trailing newline is trimmed).
+///
+/// For an http(s) URL also: KILN_REMOTE_HTTP_TOKEN_FILE or KILN_REMOTE_HTTP_TOKEN (a bearer token),
+/// KILN_REMOTE_HTTP_USER (or the URL's user) with KILN_REMOTE_HTTP_PASSWORD_FILE or
+/// KILN_REMOTE_HTTP_PASSWORD (basic auth), KILN_REMOTE_HTTP_INSECURE=1, KILN_REMOTE_HTTP_CA_FILE and
+/// KILN_REMOTE_HTTP_LIBCURL. Credential files follow the secret file's rules (owner-only mode).
 [[nodiscard]] RemoteConfig remote_config_from_environment(std::string_view url);
 
 /// `url` with the password replaced by "***" (best effort on malformed text). Never throws except
@@ -129,6 +185,21 @@ struct RemoteStats {
   std::uint64_t get_max_nanoseconds = 0;  ///< the slowest get()
 };
 
+/// One remote tier's lifetime counters (every process that used it from this cache root, summed): the
+/// hits, misses, failures, skipped, rejected, unauthenticated, published and publish_dropped fields of
+/// RemoteStats (others 0), under the tier's URL without its password.
+struct TierLifetime {
+  std::string url;
+  RemoteStats stats;
+};
+/// Adds `delta` to the tier `url`'s lifetime counters under <root>/stats/ (a file per tier, under a lock).
+/// Nothing is written for an all-zero delta. Never throws; a failed write is ignored.
+void record_tier_stats(const std::filesystem::path& root, const std::string& url, const RemoteStats& delta) noexcept;
+/// Every tier's lifetime counters recorded under `root`. Never throws.
+[[nodiscard]] std::vector<TierLifetime> load_tier_stats(const std::filesystem::path& root) noexcept;
+/// Removes every tier's lifetime counters under `root`. Never throws.
+void zero_tier_stats(const std::filesystem::path& root) noexcept;
+
 class RemoteTier : public Tier {
  public:
   /// The configuration the tier was opened with.
@@ -150,11 +221,16 @@ class RemoteTier : public Tier {
   virtual bool remove(const Hash128& key) noexcept = 0;
 };
 
-/// True when this build has the Redis client (hiredis); open_remote() throws otherwise.
+/// True when this build has the Redis client (hiredis); open_remote() of a redis:// tier throws
+/// otherwise.
 [[nodiscard]] bool remote_supported() noexcept;
+/// True when this build has the HTTP tier (libcurl's headers at build time; the library itself is
+/// loaded with dlopen on first use, so kiln runs without it).
+[[nodiscard]] bool http_remote_supported() noexcept;
 
-/// Opens the tier. Does not connect: a server that is down is found on first use and never makes
-/// this throw. Throws std::runtime_error when kiln was built without hiredis.
+/// Opens the tier (config.kind picks Redis or HTTP). Does not connect: a server that is down (or a
+/// libcurl that cannot be loaded) is found on first use and never makes this throw. Throws
+/// std::runtime_error when kiln was built without the tier's client.
 [[nodiscard]] std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config);
 
 }  // namespace kiln::cache

@@ -18,7 +18,11 @@
 // request's own key names a dependency manifest, which names the entry's key once the recorded headers
 // are checked by stat. The manifests live beside the local store (<root>/manifests) and follow its mode:
 // a memory-only store keeps none, a read-only one only reads them. They are local to a machine (their
-// stats mean nothing elsewhere): packs and the remote hold entries only, under the full key.
+// stats mean nothing elsewhere): packs and the remotes hold entries only, under the full key.
+//
+// Remote tiers form a chain (KILN_REMOTE_CACHE="redis://...,https://..."), asked in order after the
+// packs. A hit in one is back-filled into every remote before it (publish(), queued) and copied into
+// the local store; a compile is published to all of them.
 //
 // Counters it keeps: disk_hits (local hits and pack hits; the remote counts its own remote_hits),
 // bytes_read (local hits), corrupt_removed (damaged local entries and discard()), misses (lookups that
@@ -59,7 +63,9 @@ enum class HitOrigin : std::uint8_t { local, pack, remote };
 struct StorageConfig {
   StoreConfig local;               ///< the local store
   std::vector<std::string> packs;  ///< pack files, asked in this order after the local store
-  std::string remote_url;          ///< redis://...: the remote, asked last (empty: none)
+  /// The remote tiers, asked last in this order: a ','-separated list of redis:// and http(s):// URLs
+  /// (split_remote_urls; empty: none).
+  std::string remote_url;
   /// How long a miss waits for another process's compile of the same key (the local lease).
   std::chrono::milliseconds lease_wait{std::chrono::seconds(120)};
   /// false: the tiers take no compile lease of their own on a miss (the remote's lease wait is 0). For
@@ -75,7 +81,7 @@ struct OpenedTier {
   std::string error;           ///< why it could not be opened (the exception's text)
 };
 
-/// Opens every configured tier in lookup order: the packs as listed, then the remote. A tier that
+/// Opens every configured tier in lookup order: the packs as listed, then the remotes. A tier that
 /// cannot be opened is returned with its error and no tier. The remote's settings come from the
 /// KILN_REMOTE_* variables (remote_config_from_environment). Never throws except std::bad_alloc.
 [[nodiscard]] std::vector<OpenedTier> open_tiers(const StorageConfig& config);
@@ -131,12 +137,15 @@ class Storage {
   [[nodiscard]] const StorageConfig& config() const noexcept { return m_config; }
   [[nodiscard]] Store& local() noexcept { return m_local; }
   [[nodiscard]] const Store& local() const noexcept { return m_local; }
-  /// The remote tier, or null when none is configured or it could not be opened.
+  /// The first remote tier, or null when none is configured or none could be opened.
   [[nodiscard]] RemoteTier* remote() const noexcept { return m_remote; }
+  /// Every remote tier in use, in lookup order.
+  [[nodiscard]] const std::vector<RemoteTier*>& remotes() const noexcept { return m_remotes; }
   /// The number of tiers in use (those that opened, plus any added).
   [[nodiscard]] std::size_t tier_count() const noexcept { return m_tiers.size(); }
   /// Appends a tier after the configured ones, asked last. A `remote` must be a RemoteTier (its counters
-  /// are then included); `pack` stands for any tier whose hits count as disk hits. Call before any
+  /// are then included, and it joins the chain of remotes that back-fill each other); `pack` stands for
+  /// any tier whose hits count as disk hits. Call before any
   /// lookup: the tier list is not guarded against concurrent use.
   void add_tier(TierKind kind, std::unique_ptr<Tier> tier);
 
@@ -160,7 +169,7 @@ class Storage {
   /// then every tier is offered it, as Reservation::put() does. Returns whether the local store took it.
   /// Never throws.
   bool store(const Entry& entry) noexcept;
-  /// Removes the local entry of `key` and asks the remote tier, when there is one, to delete its copy
+  /// Removes the local entry of `key` and asks every remote tier to delete its copy
   /// (packs are read-only: an entry a mounted pack holds is still found). Returns whether a local file
   /// was removed. Never throws.
   bool remove(const Hash128& key) noexcept;
@@ -173,7 +182,7 @@ class Storage {
   /// binary the driver rejects); counted as corrupt_removed. Never throws.
   void discard(const Hash128& key) noexcept;
 
-  /// This front end's counters, plus the local store's evictions and the remote's counters.
+  /// This front end's counters, plus the local store's evictions and every remote's counters.
   [[nodiscard]] Counters counters() const noexcept;
 
  private:
@@ -191,8 +200,9 @@ class Storage {
   StorageConfig m_config;
   Store m_local;
   std::unique_ptr<DependencyManifests> m_manifests;  // follows m_local's mode
-  std::vector<TierSlot> m_tiers;   // packs, then the remote, then any added
-  RemoteTier* m_remote = nullptr;  // the remote in m_tiers, if any
+  std::vector<TierSlot> m_tiers;       // packs, then the remotes, then any added
+  std::vector<RemoteTier*> m_remotes;  // the remotes in m_tiers, in order
+  RemoteTier* m_remote = nullptr;      // the first of them, if any
   AtomicCounters m_counters;
 };
 

@@ -1,0 +1,72 @@
+#pragma once
+// Private to cache/, built with libcurl's headers only: the HTTP tier's transport. libcurl is not
+// linked: the first request dlopen()s RemoteConfig::curl_library ("libcurl.so.4") and looks up the few
+// curl_easy_* functions used here, so libkiln runs on machines without it (the tier then reports
+// itself unavailable, once). Requests reuse a small pool of easy handles, so a lookup costs one round
+// trip on a kept-alive connection, not a connect.
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/cache/remote.hpp"
+
+namespace kiln::cache::detail {
+
+struct CurlApi;  // the loaded library's functions (http_client.cpp)
+
+/// What one request got back.
+struct HttpResponse {
+  /// false: no HTTP answer (libcurl missing, connect failed, time-out, a cut transfer): `error` says why.
+  bool answered = false;
+  long status = 0;            ///< HTTP status when answered
+  std::string body;           ///< GET: the body
+  std::string error;          ///< why not answered
+  bool too_large = false;     ///< GET: the body passed `max_body` (the transfer was stopped)
+  double seconds = 0;         ///< time the request took
+};
+
+class HttpClient {
+ public:
+  /// Borrows `config` (it must outlive the client). Loads nothing yet.
+  explicit HttpClient(const RemoteConfig& config);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  /// Loads libcurl if not yet tried. False (with `why`) when it cannot be loaded; the answer is kept.
+  bool load(std::string* why);
+
+  /// GET `path` (below scheme://host:port); a body longer than `max_body` is not read (too_large).
+  /// A body shorter than the Content-Length the server announced is a failed transfer.
+  [[nodiscard]] HttpResponse get(const std::string& path, std::size_t max_body);
+  /// HEAD `path`.
+  [[nodiscard]] HttpResponse head(const std::string& path);
+  /// PUT `body` at `path`.
+  [[nodiscard]] HttpResponse put(const std::string& path, std::span<const std::byte> body);
+  /// DELETE `path`.
+  [[nodiscard]] HttpResponse remove(const std::string& path);
+
+  /// "libcurl/7.88.1 OpenSSL/3.0.15 ..." once loaded, else empty.
+  [[nodiscard]] std::string version() const;
+
+ private:
+  enum class Method { get, head, put, remove };
+  HttpResponse perform(Method method, const std::string& path, std::span<const std::byte> body, std::size_t max_body);
+  void* take_handle();
+  void give_back(void* handle);
+
+  const RemoteConfig& m_config;
+  const std::string m_origin;  ///< "https://host:port"
+  std::mutex m_mutex;          ///< guards the fields below
+  bool m_tried = false;
+  std::string m_load_error;
+  void* m_library = nullptr;
+  std::unique_ptr<CurlApi> m_api;
+  std::vector<void*> m_idle;  ///< idle CURL* handles
+};
+
+}  // namespace kiln::cache::detail

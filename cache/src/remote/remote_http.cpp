@@ -1,0 +1,478 @@
+// The HTTP remote tier (remote.hpp, RemoteKind::http): one self-authenticating object per entry
+// (remote_object.hpp) at RemoteConfig::object_path(), read with GET, written with PUT (after a HEAD
+// that finds it already there saves the upload), refused entries deleted with DELETE where the server
+// allows it. The same rules as the Redis tier: a failure never fails a request (the circuit breaker,
+// one warning per outage), a value is used only once its MAC (with a fleet secret), its size, parse()
+// and its key check out, publish() only queues. What it cannot do: hold a compile lease (plain PUT has
+// no "set if absent with expiry"), so fleet compile-once stays with a Redis tier in the chain.
+// Without libcurl's headers at build time (KILN_HAVE_CURL_HEADERS=0) opening one throws.
+#ifndef KILN_HAVE_CURL_HEADERS
+#error "KILN_HAVE_CURL_HEADERS must be 0 or 1 (set by cache/Optional.cmake)"
+#endif
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "kiln/cache/remote.hpp"
+#include "remote_open.hpp"
+
+#if KILN_HAVE_CURL_HEADERS
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "circuit_breaker.hpp"
+#include "http_client.hpp"
+#include "kiln/base/log.hpp"
+#include "kiln/base/sha256.hpp"
+#include "remote_mac.hpp"
+#include "remote_object.hpp"
+#endif
+
+namespace kiln::cache {
+
+bool http_remote_supported() noexcept { return KILN_HAVE_CURL_HEADERS != 0; }
+
+#if !KILN_HAVE_CURL_HEADERS
+
+std::unique_ptr<RemoteTier> detail::open_http_remote(const RemoteConfig& config) {
+  throw std::runtime_error(fmt::format(
+      "remote cache {}: this kiln was built without libcurl's headers (libcurl4-openssl-dev); reconfigure with "
+      "them, or use a redis:// tier",
+      config.display()));
+}
+
+#else  // KILN_HAVE_CURL_HEADERS
+
+namespace {
+
+using detail::CircuitBreaker;
+using detail::HttpClient;
+using detail::HttpResponse;
+
+void add_max(std::atomic<std::uint64_t>& target, std::uint64_t value) noexcept {
+  std::uint64_t current = target.load(std::memory_order_relaxed);
+  while (value > current && !target.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
+  }
+}
+
+void set_detail(std::string* detail, std::string_view text) noexcept {
+  if (detail == nullptr) return;
+  try {
+    detail->assign(text);
+  } catch (...) {
+  }
+}
+
+/// Why a status that is neither a hit nor a miss failed, worded for the breaker's one warning.
+std::string status_error(std::string_view method, long status) {
+  if (status == 401 || status == 403) {
+    return fmt::format("{} answered HTTP {}: the server refused the credentials (KILN_REMOTE_HTTP_TOKEN_FILE, "
+                       "KILN_REMOTE_HTTP_USER and KILN_REMOTE_HTTP_PASSWORD_FILE)",
+                       method, status);
+  }
+  if (status == 405 || status == 501) {
+    return fmt::format("{} answered HTTP {}: the server does not take this method (nginx: dav_methods PUT DELETE)",
+                       method, status);
+  }
+  return fmt::format("{} answered HTTP {}", method, status);
+}
+
+class HttpTier final : public RemoteTier {
+ public:
+  explicit HttpTier(RemoteConfig config)
+      : m_config(std::move(config)),
+        m_display(m_config.display()),
+        m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
+        m_client(m_config),
+        m_thread([this] { run(); }) {
+    if (!m_config.verify_tls && m_config.tls) {
+      KILN_LOG(warn, "remote cache {}: TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1): anyone on "
+               "the path can serve or read this tier{}",
+               m_display, m_config.authenticated() ? "" : ", and entries are not authenticated either");
+    }
+  }
+
+  ~HttpTier() override {
+    {
+      const std::lock_guard lock(m_mutex);
+      m_stop = true;
+      m_close_deadline = Clock::now() + m_config.close_flush;
+    }
+    m_wake.notify_all();
+    m_thread.join();
+  }
+
+  HttpTier(const HttpTier&) = delete;
+  HttpTier& operator=(const HttpTier&) = delete;
+
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("http {}", std::string_view(m_display).substr(m_display.find("://") + 3));
+  }
+
+  [[nodiscard]] const RemoteConfig& config() const noexcept override { return m_config; }
+
+  [[nodiscard]] Counters counters() const noexcept override {
+    Counters counters;
+    counters.remote_hits = m_hits.load(std::memory_order_relaxed);
+    counters.remote_misses = m_misses.load(std::memory_order_relaxed);
+    counters.remote_errors = m_errors.load(std::memory_order_relaxed);
+    counters.remote_unauthenticated = m_unauthenticated.load(std::memory_order_relaxed);
+    return counters;
+  }
+
+  [[nodiscard]] RemoteStats remote_stats() const noexcept override {
+    RemoteStats s;
+    s.hits = m_hits.load();
+    s.misses = m_misses.load();
+    s.failures = m_breaker.failures();
+    s.skipped = m_breaker.skipped() + m_unloaded.load();
+    s.rejected = m_rejected.load();
+    s.unauthenticated = m_unauthenticated.load();
+    s.published = m_published.load();
+    s.publish_dropped = m_dropped.load();
+    s.get_nanoseconds = m_get_ns.load();
+    s.get_max_nanoseconds = m_get_max_ns.load();
+    return s;
+  }
+
+  [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
+    const auto start = std::chrono::steady_clock::now();
+    LookupResult result;
+    bool refused_unauthenticated = false;
+    try {
+      result = lookup(key, canonical_key, refused_unauthenticated);
+    } catch (...) {  // std::bad_alloc: answer io_error, never fail the request
+      result.outcome = LookupOutcome::io_error;
+      result.entry.reset();
+      result.detail.clear();
+    }
+    switch (result.outcome) {
+      case LookupOutcome::hit:
+        m_hits.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case LookupOutcome::miss:
+        m_misses.fetch_add(1, std::memory_order_relaxed);
+        break;
+      default:
+        if (!refused_unauthenticated) m_errors.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+    const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    m_get_ns.fetch_add(elapsed, std::memory_order_relaxed);
+    add_max(m_get_max_ns, elapsed);
+    return result;
+  }
+
+  void publish(const Entry& entry) noexcept override {
+    try {
+      if (m_breaker.is_open() || !usable()) {
+        m_dropped.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      bool room = false;
+      {
+        const std::lock_guard lock(m_mutex);
+        room = has_room(0);
+      }
+      if (room) {
+        std::vector<std::byte> bytes = serialize(entry);
+        const std::lock_guard lock(m_mutex);
+        if (has_room(bytes.size())) {
+          m_queued_bytes += bytes.size();
+          m_queue.push_back(Job{entry.key_hash, std::move(bytes)});
+          m_wake.notify_all();
+          return;
+        }
+      }
+      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      KILN_LOG(debug, "remote cache {}: entry {} not published: the publish queue is full", m_display,
+               entry.key_hash.hex());
+    } catch (...) {
+      m_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  bool ping(std::string* detail) noexcept override {
+    try {
+      std::string why;
+      if (!m_client.load(&why)) {
+        set_detail(detail, why);
+        return false;
+      }
+      // A HEAD of a name no entry has: any answer but a refusal or a server error means it serves.
+      const HttpResponse response = m_client.head(m_config.object_path(Hash128{}));
+      if (!response.answered) {
+        set_detail(detail, response.error);
+        return false;
+      }
+      const bool ok = response.status < 400 || response.status == 404;
+      if (ok) m_breaker.succeed();
+      set_detail(detail, ok ? fmt::format("HTTP {} in {:.2f} ms, {}, layout {}", response.status,
+                                          response.seconds * 1000, m_client.version(), to_string(m_config.layout))
+                            : status_error("HEAD", response.status));
+      return ok;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
+
+  bool put(const Entry& entry, std::string* detail) noexcept override {
+    try {
+      std::string why;
+      if (!m_client.load(&why)) {
+        set_detail(detail, why);
+        return false;
+      }
+      if (!m_breaker.admit()) {
+        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        return false;
+      }
+      const std::vector<std::byte> bytes = serialize(entry);
+      const bool ok = write(entry.key_hash, bytes, &why, false);
+      if (!ok) set_detail(detail, why);
+      return ok;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
+
+  bool flush(std::chrono::milliseconds max_wait) noexcept override {
+    try {
+      std::unique_lock lock(m_mutex);
+      return m_idle.wait_for(lock, max_wait, [this] { return m_queue.empty() && !m_writing; });
+    } catch (...) {
+      return false;
+    }
+  }
+
+  bool remove(const Hash128& key) noexcept override {
+    try {
+      if (!m_client.load(nullptr)) return false;
+      const HttpResponse response = m_client.remove(m_config.object_path(key));
+      return response.answered && (response.status < 300 || response.status == 404);
+    } catch (...) {
+      return false;
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Job {
+    Hash128 key;
+    std::vector<std::byte> bytes;
+  };
+
+  /// False when libcurl cannot be loaded: said once, then this tier is skipped.
+  bool usable() {
+    std::string why;
+    if (m_client.load(&why)) return true;
+    if (!m_warned_unloaded.exchange(true)) {
+      KILN_LOG(warn, "remote cache {}: {}; continuing without this tier", m_display, why);
+    }
+    return false;
+  }
+
+  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) {
+    if (!usable()) {
+      m_unloaded.fetch_add(1, std::memory_order_relaxed);
+      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: libcurl is not loaded", m_display)};
+    }
+    if (!m_breaker.admit()) {
+      return {LookupOutcome::io_error, std::nullopt,
+              fmt::format("remote cache {} not asked: it failed less than {} s ago", m_display,
+                          m_config.retry_after.count())};
+    }
+    const std::string path = m_config.object_path(key);
+    const HttpResponse response =
+        m_client.get(path, detail::kObjectHeaderBytes + static_cast<std::size_t>(m_config.limits.max_file_bytes));
+    if (!response.answered) {
+      m_breaker.fail(fmt::format("GET: {}", response.error));
+      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, response.error)};
+    }
+    if (response.status == 404) {
+      m_breaker.succeed();
+      return {LookupOutcome::miss, std::nullopt, {}};
+    }
+    if (response.status != 200) {
+      const std::string why = status_error("GET", response.status);
+      m_breaker.fail(why);
+      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
+    }
+    m_breaker.succeed();
+    if (response.too_large) {
+      return reject(key, path, fmt::format("larger than the entry size cap ({} bytes)", m_config.limits.max_file_bytes));
+    }
+    const detail::Unframed object = detail::unframe_object(response.body);
+    if (!object.error.empty()) return reject(key, path, object.error);
+    if (m_config.authenticated()) {
+      // Before anything else is believed: a value without the fleet's MAC may have been planted.
+      const std::string expected = detail::entry_mac(m_config.secret, key, object.entry.data(), object.entry.size());
+      if (!object.has_mac() || !kiln::detail::constant_time_equal(object.mac, expected)) {
+        refused_unauthenticated = true;
+        return refuse_unauthenticated(key, path, object.has_mac());
+      }
+    }
+    auto parsed = parse(std::span(reinterpret_cast<const std::byte*>(object.entry.data()), object.entry.size()),
+                        m_config.limits);
+    if (auto* error = std::get_if<ContentError>(&parsed)) return reject(key, path, error->reason);
+    Entry& entry = std::get<Entry>(parsed);
+    if (entry.key_hash != key) return reject(key, path, fmt::format("foreign entry for key {}", entry.key_hash.hex()));
+    if (entry.canonical_key != canonical_key) {
+      return reject(key, path, "foreign entry: its canonical key differs from the request's");
+    }
+    return {LookupOutcome::hit, std::move(entry), {}};
+  }
+
+  /// Deletes a refused object where the server allows it, and remembers the key: its next publish
+  /// overwrites without asking HEAD first (a server that refuses DELETE still has the bad object).
+  bool delete_refused(const Hash128& key, const std::string& path) {
+    {
+      const std::lock_guard lock(m_mutex);
+      if (m_refused.size() < 4096) m_refused.insert(key);
+    }
+    const HttpResponse deleted = m_client.remove(path);
+    return deleted.answered && deleted.status < 300;
+  }
+
+  LookupResult reject(const Hash128& key, const std::string& path, std::string_view why) {
+    const bool deleted = delete_refused(key, path);
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    KILN_LOG(warn, "remote cache {}: rejected the object at {} ({}); {} it, compiling instead", m_display, path, why,
+             deleted ? "deleted" : "could not delete");
+    return {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
+  }
+
+  LookupResult refuse_unauthenticated(const Hash128& key, const std::string& path, bool had_mac) {
+    const bool deleted = delete_refused(key, path);
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    m_unauthenticated.fetch_add(1, std::memory_order_relaxed);
+    const std::string why = had_mac ? "its MAC is wrong (written under another secret, or planted)"
+                                    : "it has no MAC (written by a node without KILN_REMOTE_SECRET_FILE, or planted)";
+    if (!m_warned_unauthenticated.exchange(true)) {
+      KILN_LOG(warn,
+               "remote cache {}: refused the object at {}: {}; {} it, compiling instead (this process counts "
+               "further refusals as remote_unauthenticated and does not print them)",
+               m_display, path, why, deleted ? "deleted" : "could not delete");
+    } else {
+      KILN_LOG(debug, "remote cache {}: refused the entry {}: {}", m_display, key.hex(), why);
+    }
+    return {LookupOutcome::corrupt_removed, std::nullopt,
+            fmt::format("remote cache {}: refused the entry: {}", m_display, why)};
+  }
+
+  /// Writes one entry: HEAD first when `ask_first` (an object already there is not uploaded again,
+  /// unless this process refused what was there), then PUT. False with `why` when the server failed,
+  /// which the breaker is told.
+  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why, bool ask_first) {
+    const std::string path = m_config.object_path(key);
+    bool refused_before = false;
+    {
+      const std::lock_guard lock(m_mutex);
+      refused_before = m_refused.erase(key) > 0;
+    }
+    const auto fail = [&](std::string text) {
+      m_breaker.fail(text);
+      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (why) *why = std::move(text);
+      return false;
+    };
+    if (ask_first && !refused_before) {
+      const HttpResponse present = m_client.head(path);
+      if (!present.answered) return fail(fmt::format("HEAD: {}", present.error));
+      if (present.status == 200) {
+        m_breaker.succeed();
+        m_published.fetch_add(1, std::memory_order_relaxed);  // the server has it
+        return true;
+      }
+      if (present.status != 404) return fail(status_error("HEAD", present.status));
+    }
+    const std::string object = detail::frame_object(bytes, key, m_config.secret);
+    const HttpResponse response =
+        m_client.put(path, std::span(reinterpret_cast<const std::byte*>(object.data()), object.size()));
+    if (!response.answered) return fail(fmt::format("PUT: {}", response.error));
+    if (response.status < 200 || response.status >= 300) return fail(status_error("PUT", response.status));
+    m_breaker.succeed();
+    m_published.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  [[nodiscard]] bool has_room(std::size_t bytes) const {  // caller holds m_mutex
+    return !m_stop && m_queue.size() < m_config.publish_queue_entries &&
+           m_queued_bytes + bytes <= m_config.publish_queue_bytes;
+  }
+
+  void run() noexcept {
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+      if (!m_queue.empty() && !(m_stop && Clock::now() >= m_close_deadline)) {
+        Job job = std::move(m_queue.front());
+        m_queue.pop_front();
+        m_queued_bytes -= job.bytes.size();
+        m_writing = true;
+        lock.unlock();
+        try {
+          if (m_breaker.admit()) {
+            (void)write(job.key, job.bytes, nullptr, true);
+          } else {
+            m_dropped.fetch_add(1, std::memory_order_relaxed);
+          }
+        } catch (...) {
+          m_dropped.fetch_add(1, std::memory_order_relaxed);
+        }
+        lock.lock();
+        m_writing = false;
+        if (m_queue.empty()) m_idle.notify_all();
+        continue;
+      }
+      if (m_stop) break;
+      m_wake.wait(lock);
+    }
+    m_dropped.fetch_add(m_queue.size(), std::memory_order_relaxed);
+    m_queue.clear();
+    m_queued_bytes = 0;
+    m_idle.notify_all();
+  }
+
+  const RemoteConfig m_config;
+  const std::string m_display;
+  CircuitBreaker m_breaker;
+  HttpClient m_client;
+  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_unauthenticated{0}, m_get_ns{0},
+      m_get_max_ns{0}, m_published{0}, m_dropped{0}, m_unloaded{0};
+  std::atomic<bool> m_warned_unauthenticated{false};
+  std::atomic<bool> m_warned_unloaded{false};
+
+  std::mutex m_mutex;  ///< guards the queue, the thread's state and m_refused
+  std::condition_variable m_wake;
+  std::condition_variable m_idle;
+  std::deque<Job> m_queue;
+  std::uint64_t m_queued_bytes = 0;
+  bool m_writing = false;
+  bool m_stop = false;
+  Clock::time_point m_close_deadline{};
+  std::unordered_set<Hash128, Hash128Hasher> m_refused;  ///< keys whose object this process refused
+
+  std::thread m_thread;  ///< last: starts after every member above exists
+};
+
+}  // namespace
+
+std::unique_ptr<RemoteTier> detail::open_http_remote(const RemoteConfig& config) {
+  return std::make_unique<HttpTier>(config);
+}
+
+#endif  // KILN_HAVE_CURL_HEADERS
+
+}  // namespace kiln::cache
