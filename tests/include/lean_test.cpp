@@ -139,6 +139,8 @@ TEST_CASE("the evaluator: what it knows, and what it leaves unknown", "[include]
   CHECK(eval(state, "PICK_FIRST VERSION(NVRTC) == 13") == Tri::unknown);  // not a call: the name came first
   // NVRTC's predefined macros for this target, standard and version.
   CHECK(eval(state, "__CUDA_ARCH__ == 800 && __cplusplus == 202002L") == Tri::yes);
+  CHECK(eval(state, "__cpp_concepts >= 201907L && !defined(__cpp_explicit_this_parameter)") == Tri::yes);
+  CHECK(eval(state, "defined(__CUDA_ARCH_FEAT_SM80_ALL) || defined(__CUDA_ARCH_SPECIFIC__)") == Tri::no);
   CHECK(eval(state, "defined(__CUDACC_RTC__) && defined(__CUDACC__) && __CUDACC_VER_MAJOR__ == 13") == Tri::yes);
   CHECK(eval(state, "defined(_MSC_VER) || defined(__clang__) || defined(__GNUC__) || defined(__NVCC__)") == Tri::no);
   // An ordinary name nothing defined is 0; a name a compiler may predefine is unknown.
@@ -288,6 +290,20 @@ TEST_CASE("the lean set compiles to the same binary as the full set, with fewer 
   // No compile failed: the walk judged every branch these kernels take.
   CHECK(lean->stats().compile_failures == 0);
   CHECK(lean->stats().compiles == kernels.size());
+
+  // HIPRTC (gfx90a), where present: the same tree, the same binary both ways.
+  const Source tree = Source::from_text(kernels[0].name, kernels[0].text);
+  const kiln::Options tree_options(kernels[0].options);
+  kiln::CompiledBinary hip_lean;
+  try {
+    hip_lean = lean->compile(tree, tree_options, {}, "gfx90a");
+  } catch (const kiln::Error& e) {
+    WARN("HIPRTC is not available here: the gfx90a half is skipped (" << e.what() << ")");
+    return;
+  }
+  const kiln::CompiledBinary hip_full = full->compile(tree, tree_options, {}, "gfx90a");
+  CHECK(bytes_of(hip_lean) == bytes_of(hip_full));
+  CHECK(lean->stats().compile_failures == 0);
 }
 
 TEST_CASE("a branch the walk judges wrongly costs one retry with every branch, once per prelude; a missing header "
@@ -344,6 +360,26 @@ TEST_CASE("a branch the walk judges wrongly costs one retry with every branch, o
   }
   CHECK(user->stats().compile_failures == 2);  // at most two compiler runs for the miss
   CHECK(user->stats().compiles == 0);
+
+  // HIPRTC, where present: clang's words for the untaken name are recognised the same way (the walk has
+  // no list of HIPRTC's predefined macros: __HIPCC__ is unknown to it, defined for the compiler).
+  const std::string hip_prelude =
+      "#if !defined(__HIPCC__)\n#include <h.h>\n#endif\n#define MODE 1\n#if defined(__HIPCC__)\n#include <h.h>\n#endif\n";
+  const auto hip = make_engine(dir.path() / "hip-cache", true);
+  kiln::CompiledBinary hip_binary;
+  try {
+    hip_binary = hip->compile(
+        Source::from_text("wrong_hip.cu", hip_prelude + "extern \"C\" __global__ void PICKED(int* o) { *o = 1; }\n"),
+        options, {}, "gfx90a");
+  } catch (const kiln::CompileError&) {
+    throw;
+  } catch (const kiln::Error& e) {
+    WARN("HIPRTC is not available here: the gfx90a half is skipped (" << e.what() << ")");
+    return;
+  }
+  CHECK(contains(hip_binary, "picked_y"));
+  CHECK(hip->stats().compile_failures == 1);
+  CHECK(hip->stats().compiles == 1);
 }
 
 TEST_CASE("a header edited in an untaken branch that becomes taken is never served stale", "[include][lean]") {

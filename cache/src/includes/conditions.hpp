@@ -49,6 +49,8 @@ struct Macro {
 struct MacroContext {
   std::unordered_map<std::string, Macro> initial;
   bool ordinary_unknown = false;  ///< a flag may define macros kiln did not read: no name is known undefined
+  /// NVRTC for an -arch without a suffix (sm_90, not sm_90a or sm_100f): no `__CUDA_ARCH_FEAT_*` is defined.
+  bool plain_arch = false;
 
   /// The context of a compile with these vendor flags (the request's complete flags) by this compiler
   /// (its identity: "nvrtc 13.0" gives __CUDACC_VER_MAJOR__ and __CUDACC_VER_MINOR__).
