@@ -345,8 +345,8 @@ TEST_CASE("a branch the walk judges wrongly costs one retry with every branch, o
   CHECK(blank_internal_tags(bytes_of(first)) == blank_internal_tags(bytes_of(reference)));
   CHECK(full->stats().compile_failures == 0);
 
-  // A header missing from every folder: the lean compile fails on it, the retry with every branch too,
-  // and the error names the header the user wrote (never an untaken name).
+  // A header missing from every folder: the lean compile fails on it, and no folder has it for a retry
+  // either: the user's error at once, naming the header the user wrote (never an untaken name).
   const auto user = make_engine(dir.path() / "user-cache", true);
   try {
     (void)user->compile(Source::from_text("missing.cu", "#include <h.h>\n#include <not_there.h>\n"
@@ -358,7 +358,21 @@ TEST_CASE("a branch the walk judges wrongly costs one retry with every branch, o
     CHECK(what.find("not_there.h") != std::string::npos);
     CHECK(what.find("kiln-untaken") == std::string::npos);
   }
-  CHECK(user->stats().compile_failures == 2);  // at most two compiler runs for the miss
+  CHECK(user->stats().compile_failures == 1);
+  CHECK(user->stats().compiles == 0);
+  // A missing header the walk left behind (it judged the branch untaken): one retry with every branch,
+  // which fails on the header the user wrote: two compiler runs, the user's error.
+  try {
+    (void)user->compile(Source::from_text("missing2.cu", prelude + "#if MODE\n#include <not_there.h>\n#endif\n"
+                                                         "extern \"C\" __global__ void k(int* o) { *o = 1; }\n"),
+                        options, {}, "sm_90");
+    FAIL("a missing header compiled");
+  } catch (const kiln::CompileError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("not_there.h") != std::string::npos);
+    CHECK(what.find("kiln-untaken") == std::string::npos);
+  }
+  CHECK(user->stats().compile_failures == 3);
   CHECK(user->stats().compiles == 0);
 
   // HIPRTC, where present: clang's words for the untaken name are recognised the same way (the walk has

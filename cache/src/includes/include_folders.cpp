@@ -91,15 +91,23 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
     }
     std::vector<std::string> names(input.retry_names.begin(), input.retry_names.end());
     std::string name;
-    if (!untaken_include_name(*missing) && names.size() < kMaxRetries &&
-        std::find(names.begin(), names.end(), *missing) == names.end()) {
+    const bool untaken = untaken_include_name(*missing);
+    if (!untaken && names.size() < kMaxRetries && std::find(names.begin(), names.end(), *missing) == names.end()) {
       name = *missing;
       names.push_back(name);
+    }
+    Settled settled = resolve(input, std::move(names), /*full=*/true);
+    // A real name that no folder has either: the compiler reached that include through includes the lean
+    // set handed over as the full set does (an untaken one would have failed first, and the compilers stop
+    // at a header they cannot open), so the full set's compile would fail on it too: the error stands.
+    if (!untaken && std::find(settled.includes->unresolved.begin(), settled.includes->unresolved.end(), *missing) !=
+                        settled.includes->unresolved.end()) {
+      return std::nullopt;
     }
     KILN_LOG(debug, "{}: the compiler asked for '{}', which the lean header set left out; compiling again with every "
              "branch's headers",
              input.source_name, *missing);
-    return Retry{std::move(name), true, resolve(input, std::move(names), /*full=*/true)};
+    return Retry{std::move(name), true, std::move(settled)};
   }
   if (!missing || input.retry_names.size() >= kMaxRetries ||
       std::find(input.retry_names.begin(), input.retry_names.end(), *missing) != input.retry_names.end()) {

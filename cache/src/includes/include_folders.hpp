@@ -95,10 +95,10 @@ class IncludeFolders {
   };
   /// The retry, when the log names a header that this request has not retried yet, fewer than
   /// kMaxRetries were made, and a folder has it (the new resolve read more headers than `resolved`);
-  /// else nullopt (the error stands). After a lean set (ResolvedIncludes::lean) whose compile asked for
-  /// any header, the retry is once with every branch (`full`), with the name unless it is an untaken
-  /// one: at most one more compile, which gives the user's own error where the header is missing
-  /// indeed. Throws IncludeError (from the resolve).
+  /// else nullopt (the error stands). After a lean set (ResolvedIncludes::lean) whose compile asked for a
+  /// header, the retry is once with every branch (`full`), with the name unless it is an untaken one:
+  /// at most one more compile. A real name that no folder has is the user's error at once (the full set's
+  /// compile would stop at the same include). Throws IncludeError (from the resolve).
   [[nodiscard]] std::optional<Retry> retry(const SettleInput& input, const ResolvedIncludes& resolved,
                                            std::string_view compile_log);
 
