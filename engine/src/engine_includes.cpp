@@ -49,6 +49,9 @@ cache::detail::SettleInput EngineCore::include_request(const Request& r,
   input.folders = r.include_folders;
   input.vendor = r.target.vendor;
   input.retry_names = r.retry_names;
+  input.flags = r.flags;
+  input.compiler = r.compiler;
+  input.full = r.full_headers;
   return input;
 }
 
@@ -78,7 +81,8 @@ std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const R
       config_errors([&] { return m_includes->retry(input, *r.includes, error.log()); });
   if (!retry) return std::nullopt;
   Request retried = r;
-  retried.retry_names.push_back(std::move(retry->name));
+  if (!retry->name.empty()) retried.retry_names.push_back(std::move(retry->name));
+  retried.full_headers = retried.full_headers || retry->full;
   retried.dependency_part = std::move(retry->settled.dependency_part);
   retried.includes = std::move(retry->settled.includes);
   key_with_dependencies(retried);

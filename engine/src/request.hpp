@@ -44,6 +44,8 @@ struct EngineCore::Request {
   std::shared_ptr<const cache::detail::ResolvedIncludes> includes;
   /// Headers a failed compile asked for that the scan could not see (retry_with_missing_header).
   std::vector<std::string> retry_names;
+  /// Resolve every branch, not the lean walk's: its compile asked for a header the lean set left out.
+  bool full_headers = false;
   cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "kiln/base/log.hpp"
 #include "stat_memo.hpp"
@@ -11,7 +12,18 @@
 namespace kiln::cache::detail {
 
 IncludeFolders::IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters)
-    : m_manifests(manifests), m_counters(counters) {}
+    : m_manifests(manifests), m_counters(counters), m_lean(lean_from_environment()) {}
+
+bool IncludeFolders::lean_from_environment() {
+  const char* setting = std::getenv("KILN_LEAN_HEADERS");
+  if (setting == nullptr || setting[0] == '\0') return true;
+  const std::string_view value = setting;
+  if (value == "0" || value == "off") return false;
+  if (value != "1" && value != "on") {
+    KILN_LOG(warn, "KILN_LEAN_HEADERS='{}' is not 0 or 1: lean header sets on", value);
+  }
+  return true;
+}
 
 std::vector<std::filesystem::path> IncludeFolders::folders(std::span<const std::filesystem::path> include_dirs,
                                                            const std::filesystem::path* toolkit_library) const {
@@ -51,25 +63,65 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
                input.request_hash.hex(), result->hex(), entry.hex());
     }
   }
-  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()));
+  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()), input.full);
 }
 
 std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& input, const ResolvedIncludes& resolved,
                                                            std::string_view compile_log) {
   std::optional<std::string> missing = missing_include_from_log(compile_log);
+  if (missing && resolved.lean) {
+    // The lean set's compile asked for a header: a branch the walk judged untaken was taken (an untaken
+    // name), or the header is missing from every branch's set too. Once, with every branch; and the
+    // requests with this walk's signature are resolved in full from now on.
+    {
+      ScanResult source_scan;
+      scan_includes(input.source_text, source_scan);
+      const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
+      IncludeInput in{.source_name = input.source_name,
+                      .source_text = input.source_text,
+                      .memory_headers = input.memory_headers,
+                      .folders = {input.folders.begin(), input.folders.end()},
+                      .vendor = input.vendor,
+                      .retry_names = {input.retry_names.begin(), input.retry_names.end()}};
+      in.lean = true;
+      in.macros = &macros;
+      const Hash128 signature = ResolvedSets::signature(in, source_scan);
+      const std::lock_guard lock(m_lean_failed_mutex);
+      m_lean_failed.insert(signature);
+    }
+    std::vector<std::string> names(input.retry_names.begin(), input.retry_names.end());
+    std::string name;
+    const bool untaken = untaken_include_name(*missing);
+    if (!untaken && names.size() < kMaxRetries && std::find(names.begin(), names.end(), *missing) == names.end()) {
+      name = *missing;
+      names.push_back(name);
+    }
+    Settled settled = resolve(input, std::move(names), /*full=*/true);
+    // A real name that no folder has either: the compiler reached that include through includes the lean
+    // set handed over as the full set does (an untaken one would have failed first, and the compilers stop
+    // at a header they cannot open), so the full set's compile would fail on it too: the error stands.
+    if (!untaken && std::find(settled.includes->unresolved.begin(), settled.includes->unresolved.end(), *missing) !=
+                        settled.includes->unresolved.end()) {
+      return std::nullopt;
+    }
+    KILN_LOG(debug, "{}: the compiler asked for '{}', which the lean header set left out; compiling again with every "
+             "branch's headers",
+             input.source_name, *missing);
+    return Retry{std::move(name), true, std::move(settled)};
+  }
   if (!missing || input.retry_names.size() >= kMaxRetries ||
       std::find(input.retry_names.begin(), input.retry_names.end(), *missing) != input.retry_names.end()) {
     return std::nullopt;
   }
   std::vector<std::string> names(input.retry_names.begin(), input.retry_names.end());
   names.push_back(*missing);
-  Settled settled = resolve(input, std::move(names));
+  Settled settled = resolve(input, std::move(names), input.full);
   if (settled.includes->dependencies.headers.size() <= resolved.dependencies.headers.size()) {
     return std::nullopt;  // no folder has it (only new absent probes): the error stands
   }
   KILN_LOG(debug, "{}: the compiler asked for '{}', which the include scan could not see; compiling again with it",
            input.source_name, *missing);
-  return Retry{std::move(*missing), std::move(settled)};
+  return Retry{std::move(*missing), false, std::move(settled)};
 }
 
 void IncludeFolders::record(const Hash128& request_hash, std::string_view request_canonical,
@@ -78,13 +130,19 @@ void IncludeFolders::record(const Hash128& request_hash, std::string_view reques
   if (resolved != nullptr) m_manifests.record(request_hash, request_canonical, resolved->dependencies, entry_hash);
 }
 
-Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names) {
+Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full) {
   IncludeInput in{.source_name = input.source_name,
                   .source_text = input.source_text,
                   .memory_headers = input.memory_headers,
                   .folders = {input.folders.begin(), input.folders.end()},
                   .vendor = input.vendor,
                   .retry_names = std::move(retry_names)};
+  // The lean walk, unless it is off, this is a retry, or a lean walk of this signature missed a header.
+  const MacroContext macros = m_lean && !full && in.retry_names.empty()
+                                  ? MacroContext::from_flags(input.flags, input.vendor, input.compiler)
+                                  : MacroContext{};
+  in.lean = m_lean && !full && in.retry_names.empty();
+  in.macros = &macros;
   in.file_cache = &m_files;
   in.stat_memo = &ManifestsAccess::stat_memo(m_manifests);
   in.trust_window = m_manifests.config().trust_window;
@@ -95,7 +153,12 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   ScanResult source_scan;
   scan_includes(input.source_text, source_scan);
   in.source_scan = &source_scan;
-  const Hash128 signature = ResolvedSets::signature(in, source_scan);
+  Hash128 signature = ResolvedSets::signature(in, source_scan);
+  if (in.lean) {
+    const std::lock_guard lock(m_lean_failed_mutex);
+    if (m_lean_failed.contains(signature)) in.lean = false;
+  }
+  if (!in.lean) signature = ResolvedSets::signature(in, source_scan);
   FileWork checked;
   if (std::optional<ResolvedSets::Set> set = m_sets.find(signature, *in.stat_memo, realtime_now_ns(), checked)) {
     auto resolved = for_source(*set->resolved, input.source_text, source_scan, checked);
@@ -110,9 +173,11 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
   std::string dependency_part = canonical_dependencies(resolved->dependencies);
   m_sets.remember(signature, ResolvedSets::Set{resolved, dependency_part});
-  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms: {} header(s) ({} unchanged since an earlier resolve), {} "
+  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms ({}): {} header(s) ({} unchanged since an earlier resolve), {} "
            "path(s) probed absent; {} stat, {} from the stat memo, {} file(s) read; {} byte(s) handed to the compiler",
-           input.source_name, elapsed_ms(), resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
+           input.source_name, elapsed_ms(),
+           resolved->lean ? fmt::format("lean, {} include(s) left untaken", resolved->untaken) : std::string("every branch"),
+           resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
            resolved->dependencies.absent.size(), resolved->work.stats, resolved->work.memo_hits, resolved->work.reads, [&] {
              std::size_t bytes = resolved->compiler_source.size();
              for (const CompilerHeader& h : resolved->compiler_headers) bytes += h.text.size();

@@ -10,12 +10,15 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
+#include "conditions.hpp"
 #include "header_files.hpp"
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/dep_manifest.hpp"
@@ -38,6 +41,11 @@ struct SettleInput {
   std::span<const std::filesystem::path> folders;  ///< checked, in search order (IncludeFolders::folders)
   Vendor vendor = Vendor::cuda;
   std::span<const std::string> retry_names;  ///< headers earlier compiles asked for (IncludeInput::retry_names)
+  /// The request's complete compiler flags: its -D/-U, -std= and -arch= decide the lean walk's macros.
+  std::span<const std::string> flags;
+  std::string_view compiler;  ///< the compiler's identity the request key names ("nvrtc 13.0")
+  /// Resolve every branch (a retry after a lean set's compile asked for a header it did not have).
+  bool full = false;
   /// settle(): keys the request with a dependency part the manifest names and returns the entry key's
   /// hash. The manifest's answer is taken only when it is that hash (another format, or not ours, is not).
   std::function<Hash128(const std::string& dependency_part)> key_with;
@@ -81,12 +89,16 @@ class IncludeFolders {
   /// the scan cannot follow, e.g. through a function-like macro), and the request resolved again with
   /// it among the retry names.
   struct Retry {
-    std::string name;
+    std::string name;   ///< the header asked for, to add to the retry names; empty for none
+    bool full = false;  ///< the retry resolves every branch (IncludeInput::lean off for this request)
     Settled settled;
   };
   /// The retry, when the log names a header that this request has not retried yet, fewer than
   /// kMaxRetries were made, and a folder has it (the new resolve read more headers than `resolved`);
-  /// else nullopt (the error stands). Throws IncludeError (from the resolve).
+  /// else nullopt (the error stands). After a lean set (ResolvedIncludes::lean) whose compile asked for a
+  /// header, the retry is once with every branch (`full`), with the name unless it is an untaken one:
+  /// at most one more compile. A real name that no folder has is the user's error at once (the full set's
+  /// compile would stop at the same include). Throws IncludeError (from the resolve).
   [[nodiscard]] std::optional<Retry> retry(const SettleInput& input, const ResolvedIncludes& resolved,
                                            std::string_view compile_log);
 
@@ -97,12 +109,20 @@ class IncludeFolders {
               const Hash128& entry_hash) noexcept;
 
  private:
-  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names);
+  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full);
+
+  /// Whether requests take the lean walk: KILN_LEAN_HEADERS (on unless 0 or off).
+  [[nodiscard]] static bool lean_from_environment();
 
   DependencyManifests& m_manifests;
   AtomicCounters& m_counters;
   HeaderFileCache m_files;  ///< headers the resolves of this engine read (by path and stat)
   ResolvedSets m_sets;      ///< its resolves, for later requests over the same includes
+  const bool m_lean;        ///< lean walks (KILN_LEAN_HEADERS)
+  /// Signatures of lean walks whose compile asked for a header the walk left behind: the requests with
+  /// them are resolved in full at once (one failed compile per prelude, not per kernel).
+  std::mutex m_lean_failed_mutex;
+  std::unordered_set<Hash128, Hash128Hasher> m_lean_failed;
 };
 
 }  // namespace kiln::cache::detail

@@ -64,9 +64,55 @@ struct Unit {
   std::shared_ptr<const HeaderFileCache::File> file;  ///< disk: the file read (bytes, record, scan)
   std::string compiler_name;          ///< disk: the name the compiler gets it under
   bool named_by_include = false;      ///< disk: compiler_name is a name a computed include asks for
-  std::vector<std::pair<IncludeRef, std::size_t>> links;  ///< includes that lead to a disk unit
+  std::vector<std::pair<IncludeRef, std::size_t>> links;  ///< includes that lead to a disk unit (or kUntaken)
   std::shared_ptr<const std::string> rewritten;           ///< the text the compiler gets
+  // The lean walk's:
+  std::shared_ptr<const ScanResult> own_scan;  ///< source/memory: its scan
+  std::vector<std::size_t> ref_targets;        ///< per ref: the unit it leads to, kNotTaken or kNoTarget
+  bool walked_certain = false, walked_uncertain = false;  ///< entered where the walk was (not) sure it is
+  bool once = false;                                      ///< #pragma once
+  std::string guard;                                      ///< its include guard's macro, if it has one
 };
+
+constexpr std::size_t kNotTaken = npos;      ///< a ref the lean walk did not take
+constexpr std::size_t kNoTarget = npos - 1;  ///< a ref taken that leads nowhere (unresolved)
+constexpr std::size_t kUntaken = npos - 2;   ///< a link to the untaken name (Unit::links)
+
+/// The name an untaken include is rewritten to (no '"': it goes between quotes).
+std::string untaken_name(std::string_view name) {
+  std::string out(kUntakenPrefix);
+  for (const char c : name) out += c == '"' ? '_' : c;
+  return out;
+}
+
+/// The lean walk went too deep or too long: the resolve is made in full instead.
+struct LeanGiveUp {};
+
+/// The macro a file's include guard tests (#ifndef G / #if !defined(G), then #define G, and the matching
+/// #endif last), or "".
+std::string include_guard(const std::vector<Directive>& d) {
+  using K = Directive::Kind;
+  if (d.size() < 3 || d[1].kind != K::define || d[1].function_like || d.back().kind != K::endif) return {};
+  std::string name;
+  if (d[0].kind == K::ifndef) {
+    name = d[0].name;
+  } else if (d[0].kind == K::if_) {
+    std::string text;
+    for (const char c : d[0].text) {
+      if (c != ' ' && c != '\t') text += c;
+    }
+    if (text.starts_with("!defined(") && text.ends_with(")")) name = text.substr(9, text.size() - 10);
+    else if (text.starts_with("!defined")) name = text.substr(8);
+  }
+  if (name.empty() || name != d[1].name) return {};
+  int depth = 0;  // the #endif that closes d[0] must be the last directive
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const K k = d[i].kind;
+    if (k == K::if_ || k == K::ifdef || k == K::ifndef) ++depth;
+    if (k == K::endif && --depth == 0) return i + 1 == d.size() ? name : std::string();
+  }
+  return {};
+}
 
 /// The folder as an absolute, normal path; IncludeError when it is empty, missing or not a folder. With
 /// `memo`, a folder it saw as a folder moments ago is not stat'ed again (a request names the same few
@@ -129,6 +175,49 @@ class Resolver {
   }
 
   ResolvedIncludes run() {
+    if (m_input.lean && m_input.macros != nullptr && m_input.retry_names.empty()) {
+      walk_all();
+    } else {
+      scan_all();
+    }
+
+    // Names are final now: rewrite every include that leads to a file from disk.
+    for (const Unit& unit : m_units) {
+      if (unit.kind == Unit::Kind::disk) m_records.push_back(unit.file->record);
+    }
+    if (m_state) lean_links();
+    for (Unit& unit : m_units) rewrite(unit);
+    ResolvedIncludes out;
+    out.compiler_source = *m_units.front().rewritten;
+    out.source_links.reserve(m_source_links.size());
+    for (const auto& [ref, target] : m_source_links) out.source_links.emplace_back(ref, m_units[target].compiler_name);
+    for (auto& [ref, name] : m_source_untaken) out.source_links.emplace_back(ref, std::move(name));
+    if (!m_source_untaken.empty()) std::sort(out.source_links.begin(), out.source_links.end());
+    out.compiler_headers.reserve(m_units.size() - 1 + m_aliases.size());
+    const auto hand_over = [&](const std::string& name, const std::shared_ptr<const std::string>& text) {
+      out.compiler_headers.push_back({name, *text, text});
+    };
+    for (std::size_t i = 1; i < m_units.size(); ++i) {
+      if (m_units[i].kind == Unit::Kind::memory) hand_over(m_units[i].name, m_units[i].rewritten);
+    }
+    for (const auto& [name, index] : m_aliases) hand_over(name, m_units[index].rewritten);
+    for (std::size_t i = 1; i < m_units.size(); ++i) {
+      if (m_units[i].kind == Unit::Kind::disk) hand_over(m_units[i].compiler_name, m_units[i].rewritten);
+    }
+    out.dependencies.headers = std::move(m_records);
+    out.dependencies.absent = sorted_unique(std::move(m_absent));
+    out.unresolved = sorted_unique(std::move(m_unresolved));
+    for (Computed& computed : m_computed) out.computed.push_back(std::move(computed.operand));
+    out.computed = sorted_unique(std::move(out.computed));
+    out.work = m_work;
+    out.lean = m_state.has_value();
+    out.untaken = m_untaken;
+    return out;
+  }
+
+ private:
+  /// Every include of every file reached, in every branch (the full set).
+  void scan_all() {
     // Retry names are looked up as <name> from the source; the compiler gets them under that name.
     for (const std::string& name : m_input.retry_names) add_alias(m_units.front(), name, true, true);
     // Breadth first from the source and every memory header (a memory header no include reaches
@@ -153,37 +242,8 @@ class Resolver {
       }
       if (!guessed && scanned == m_units.size()) break;
     }
-
-    // Names are final now: rewrite every include that leads to a file from disk.
-    for (const Unit& unit : m_units) {
-      if (unit.kind == Unit::Kind::disk) m_records.push_back(unit.file->record);
-    }
-    for (Unit& unit : m_units) rewrite(unit);
-    ResolvedIncludes out;
-    out.compiler_source = *m_units.front().rewritten;
-    out.source_links.reserve(m_source_links.size());
-    for (const auto& [ref, target] : m_source_links) out.source_links.emplace_back(ref, m_units[target].compiler_name);
-    out.compiler_headers.reserve(m_units.size() - 1 + m_aliases.size());
-    const auto hand_over = [&](const std::string& name, const std::shared_ptr<const std::string>& text) {
-      out.compiler_headers.push_back({name, *text, text});
-    };
-    for (std::size_t i = 1; i < m_units.size(); ++i) {
-      if (m_units[i].kind == Unit::Kind::memory) hand_over(m_units[i].name, m_units[i].rewritten);
-    }
-    for (const auto& [name, index] : m_aliases) hand_over(name, m_units[index].rewritten);
-    for (std::size_t i = 1; i < m_units.size(); ++i) {
-      if (m_units[i].kind == Unit::Kind::disk) hand_over(m_units[i].compiler_name, m_units[i].rewritten);
-    }
-    out.dependencies.headers = std::move(m_records);
-    out.dependencies.absent = sorted_unique(std::move(m_absent));
-    out.unresolved = sorted_unique(std::move(m_unresolved));
-    for (Computed& computed : m_computed) out.computed.push_back(std::move(computed.operand));
-    out.computed = sorted_unique(std::move(out.computed));
-    out.work = m_work;
-    return out;
   }
 
- private:
   enum class Where { none, memory, disk };
   struct Found {
     Where where = Where::none;
@@ -323,15 +383,15 @@ class Resolver {
   /// every include of the file, rewritten or computed, names one in-memory header (#pragma once
   /// tells files apart by name). A second such name for the same file gets a copy. A name some other
   /// header already has is left to that header.
-  void add_alias(const Unit& includer, const std::string& name, bool angled, bool unresolved_if_none) {
+  Found add_alias(const Unit& includer, const std::string& name, bool angled, bool unresolved_if_none) {
     IncludeRef ref;
     ref.name = name;
     ref.angled = angled;
     const Found found = resolve(includer, ref);
     if (found.where == Where::none && unresolved_if_none) m_unresolved.push_back(name);
-    if (found.where != Where::disk) return;
+    if (found.where != Where::disk) return found;
     Unit& target = m_units[found.index];
-    if (target.compiler_name == name || !m_names.insert(name).second) return;
+    if (target.compiler_name == name || !m_names.insert(name).second) return found;
     if (target.named_by_include) {
       m_aliases.emplace_back(name, found.index);
     } else {
@@ -339,6 +399,7 @@ class Resolver {
       target.compiler_name = name;
       target.named_by_include = true;
     }
+    return found;
   }
 
   void scan(std::size_t index) {
@@ -365,6 +426,221 @@ class Resolver {
     }
   }
 
+
+  // ---- the lean walk ----------------------------------------------------------------------------
+
+  static constexpr std::size_t kMaxWalkDirectives = 2'000'000;  ///< directives walked in all, repeats included
+  static constexpr int kMaxWalkDepth = 200;                    ///< nested includes (the compilers stop near there)
+
+  /// The name a link gives its include: the target's compiler name, or the untaken name.
+  [[nodiscard]] std::string link_name(const std::pair<IncludeRef, std::size_t>& link) const {
+    return link.second == kUntaken ? untaken_name(link.first.name) : m_units[link.second].compiler_name;
+  }
+
+  /// The scan of a unit: a disk file's was made when it was read; the source's and a memory header's here.
+  const ScanResult& scan_of(Unit& unit, std::size_t index) {
+    if (unit.file) return unit.file->scan;
+    if (!unit.own_scan) {
+      if (index == 0 && m_input.source_scan != nullptr) {
+        unit.own_scan = std::shared_ptr<const ScanResult>(std::shared_ptr<const ScanResult>(), m_input.source_scan);
+      } else {
+        auto scanned = std::make_shared<ScanResult>();
+        scan_includes(unit.text, *scanned);
+        unit.own_scan = std::move(scanned);
+      }
+    }
+    return *unit.own_scan;
+  }
+
+  /// Walks the source as the compiler reads it, then the memory headers no walk entered (a computed
+  /// include may name one: they are walked as if maybe entered), then reads the files found only by
+  /// __has_include (handed over, never entered).
+  void walk_all() {
+    m_state.emplace(*m_input.macros);
+    walk(0, true, 0);
+    for (std::size_t i = 1; i < m_units.size(); ++i) {
+      if (m_units[i].kind == Unit::Kind::memory && !m_units[i].walked_certain && !m_units[i].walked_uncertain) {
+        walk(i, false, 0);
+      }
+    }
+    load_unread(0);
+  }
+
+  /// What the first entry of a file notes: its definitions (for computed includes), computed operands,
+  /// include guard or #pragma once, and every __has_include operand resolved, in any branch (a header the
+  /// compiler probes must be there whether or not kiln thinks the branch is taken).
+  void first_entry(Unit& unit, std::size_t index, const ScanResult& scan) {
+    unit.ref_targets.assign(scan.refs.size(), kNotTaken);
+    for (const auto& [name, text] : scan.defines) m_defines[name].push_back(text);
+    for (const std::string& operand : scan.computed) m_computed.push_back({index, operand});
+    unit.guard = include_guard(scan.directives);
+    int depth = 0;
+    for (const Directive& d : scan.directives) {
+      using K = Directive::Kind;
+      if (d.kind == K::if_ || d.kind == K::ifdef || d.kind == K::ifndef) ++depth;
+      if (d.kind == K::endif) --depth;
+      if (d.kind == K::pragma_once && depth == 0) unit.once = true;
+    }
+    for (std::size_t i = 0; i < scan.refs.size(); ++i) {
+      if (scan.refs[i].has_include) take(unit, scan.refs[i], i);
+    }
+  }
+
+  /// Resolves a ref the walk takes; the target (or kNoTarget) is noted for the rewrite.
+  Found take(Unit& unit, const IncludeRef& ref, std::size_t i) {
+    const Found target = resolve(unit, ref);
+    if (target.where == Where::none) {
+      m_unresolved.push_back(ref.name);
+      unit.ref_targets[i] = kNoTarget;
+    } else {
+      unit.ref_targets[i] = target.index;
+    }
+    return target;
+  }
+
+  Tri condition(const Directive& d) const {
+    using K = Directive::Kind;
+    switch (d.kind) {
+      case K::if_:
+      case K::elif:
+        return m_state->evaluate(d.text);
+      case K::ifdef:
+      case K::elifdef:
+        return m_state->defined(d.name);
+      case K::ifndef:
+      case K::elifndef: {
+        const Tri t = m_state->defined(d.name);
+        return t == Tri::unknown ? t : (t == Tri::yes ? Tri::no : Tri::yes);
+      }
+      default:
+        return Tri::yes;  // #else
+    }
+  }
+
+  /// Enters a unit as the compiler would, `certain` when every conditional around the include is known
+  /// to be taken. A file entered before whose include guard is defined (or that has #pragma once) adds
+  /// nothing; one entered before only where the walk was unsure is walked again where it is sure.
+  void walk(std::size_t index, bool certain, int depth) {
+    if (depth > kMaxWalkDepth) throw LeanGiveUp{};
+    Unit& unit = m_units[index];  // (m_units is a deque: references stay valid as it grows)
+    if (unit.kind == Unit::Kind::disk && !unit.file) {
+      std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, m_access);
+      if (!file) throw Vanished{};
+      unit.text = file->bytes;
+      unit.file = std::move(file);
+    }
+    const ScanResult& scan = scan_of(unit, index);
+    if (unit.walked_certain || unit.walked_uncertain) {
+      const bool seen_here = unit.walked_certain || !certain;  // entered before at least as surely as now
+      if (unit.once && seen_here) return;
+      if (!unit.guard.empty()) {
+        const Tri guarded = m_state->defined(unit.guard);
+        if (guarded == Tri::yes || (guarded == Tri::unknown && seen_here)) return;
+      }
+    } else {
+      first_entry(unit, index, scan);
+    }
+    (certain ? unit.walked_certain : unit.walked_uncertain) = true;
+    m_walked += scan.directives.size();
+    if (m_walked > kMaxWalkDirectives) throw LeanGiveUp{};
+
+    struct Group {
+      bool parent_live, parent_certain;
+      bool live = false, certain = false;
+      bool done = false;   ///< a branch known to be taken was seen: the rest are not
+      bool maybe = false;  ///< a branch that may be taken was seen: the rest are not certain
+    };
+    std::vector<Group> groups;
+    bool live = true, here = certain;
+    const auto enter = [](Group& g, Tri c) {
+      g.live = c != Tri::no;
+      g.certain = g.parent_certain && !g.maybe && c == Tri::yes;
+      if (c == Tri::yes) g.done = true;
+      if (c == Tri::unknown) g.maybe = true;
+    };
+    using K = Directive::Kind;
+    for (const Directive& d : scan.directives) {
+      switch (d.kind) {
+        case K::if_:
+        case K::ifdef:
+        case K::ifndef: {
+          Group g{live, here};
+          if (live && &d == &scan.directives.front() && !unit.guard.empty() && !m_state->tracked(unit.guard)) {
+            // A file's include guard that nothing defined yet: not defined, whatever its form (a compiler
+            // that predefined a header's guard would compile the header empty).
+            enter(g, Tri::yes);
+          } else if (live) {
+            enter(g, condition(d));
+          } else {
+            g.done = true;
+          }
+          groups.push_back(g);
+          break;
+        }
+        case K::elif:
+        case K::elifdef:
+        case K::elifndef:
+        case K::else_: {
+          if (groups.empty()) break;  // a stray one: the compiler reports it
+          Group& g = groups.back();
+          if (!g.parent_live || g.done) {
+            g.live = false;
+          } else {
+            enter(g, condition(d));
+          }
+          break;
+        }
+        case K::endif:
+          if (!groups.empty()) groups.pop_back();
+          break;
+        default:
+          if (!live) break;
+          if (d.kind == K::define) {
+            m_state->define(d.name, d.text, d.function_like, here);
+          } else if (d.kind == K::undef) {
+            m_state->undefine(d.name, here);
+          } else if (d.kind == K::include) {
+            const Found target = take(unit, scan.refs[d.index], d.index);
+            if (target.where != Where::none) walk(target.index, here, depth + 1);
+          } else if (d.kind == K::computed) {
+            // Every name its operand may expand to, walked as maybe entered (the engine retries for a name
+            // no guess reaches).
+            for (const Guess& guess : guess_computed(scan.computed[d.index], m_defines)) {
+              const Found target = add_alias(unit, guess.name, guess.angled, false);
+              if (target.where != Where::none) walk(target.index, false, depth + 1);
+            }
+          }
+          continue;
+      }
+      live = groups.empty() ? true : groups.back().live;
+      here = groups.empty() ? certain : groups.back().certain;
+    }
+  }
+
+  /// The links of every unit from what the walk took: an include taken that leads to a file from disk
+  /// names it; one not taken (in a branch the walk skipped, or in a file never entered) names the untaken
+  /// name, so a compile that reaches it fails rather than read a header kiln did not hand over.
+  void lean_links() {
+    for (std::size_t index = 0; index < m_units.size(); ++index) {
+      Unit& unit = m_units[index];
+      const ScanResult& scan = scan_of(unit, index);
+      unit.links.clear();
+      for (std::size_t i = 0; i < scan.refs.size(); ++i) {
+        const IncludeRef& ref = scan.refs[i];
+        const std::size_t target = unit.ref_targets.empty() ? kNotTaken : unit.ref_targets[i];
+        if (target == kNotTaken) {
+          if (ref.has_include) continue;  // in a file never entered: nothing asks
+          unit.links.emplace_back(ref, kUntaken);
+          ++m_untaken;
+          if (index == 0) m_source_untaken.emplace_back(i, untaken_name(ref.name));
+        } else if (target != kNoTarget && m_units[target].kind == Unit::Kind::disk) {
+          unit.links.emplace_back(ref, target);
+          if (index == 0) m_source_links.emplace_back(i, target);
+        }
+      }
+    }
+  }
+
   void rewrite(Unit& unit) {
     if (unit.file) {
       // A file from disk: the text an earlier resolve built, when its includes lead to the same names.
@@ -372,19 +648,19 @@ class Resolver {
       const std::lock_guard lock(unit.file->rewrite_mutex);
       if (last.text && last.names.size() == unit.links.size() &&
           std::equal(unit.links.begin(), unit.links.end(), last.names.begin(), [&](const auto& link, const auto& name) {
-            return link.first.operand_begin == name.first && m_units[link.second].compiler_name == name.second;
+            return link.first.operand_begin == name.first && link_name(link) == name.second;
           })) {
         unit.rewritten = last.text;
       }
     }
     if (!unit.rewritten) {
       std::vector<Edit> edits;
-      for (const auto& [ref, target] : unit.links) add_link_edits(edits, ref, m_units[target].compiler_name);
+      for (const auto& link : unit.links) add_link_edits(edits, link.first, link_name(link));
       unit.rewritten = std::make_shared<const std::string>(apply_edits(unit.text, edits));
       if (unit.file) {
         HeaderFileCache::File::Rewrite built;
         built.names.reserve(unit.links.size());
-        for (const auto& [ref, target] : unit.links) built.names.emplace_back(ref.operand_begin, m_units[target].compiler_name);
+        for (const auto& link : unit.links) built.names.emplace_back(link.first.operand_begin, link_name(link));
         built.text = unit.rewritten;
         const std::lock_guard lock(unit.file->rewrite_mutex);
         unit.file->last_rewrite = std::move(built);
@@ -408,6 +684,10 @@ class Resolver {
   std::vector<std::pair<std::size_t, std::size_t>> m_source_links;  ///< the source's include (ref index) -> disk unit
   Defines m_defines;
   std::vector<Computed> m_computed;
+  std::optional<MacroState> m_state;  ///< the lean walk's
+  std::size_t m_walked = 0;           ///< directives it walked
+  std::size_t m_untaken = 0;          ///< includes it left behind
+  std::vector<std::pair<std::size_t, std::string>> m_source_untaken;  ///< the source's (ref index, untaken name)
   std::vector<std::string> m_absent;
   std::vector<std::string> m_unresolved;
 };
@@ -428,9 +708,16 @@ std::optional<std::string> quoted_after(std::string_view log, std::string_view m
 ResolvedIncludes resolve_includes(const IncludeInput& input) {
   // A header that vanished between its stat and its read: the tree changed under the resolve, which
   // starts again (the second sees the tree as it is now). A tree that keeps changing is an error.
+  // A lean walk that went too deep or too long gives way to the full resolve.
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
-      return Resolver(input).run();
+      try {
+        return Resolver(input).run();
+      } catch (const LeanGiveUp&) {
+        IncludeInput full = input;
+        full.lean = false;
+        return Resolver(full).run();
+      }
     } catch (const Vanished&) {
     }
   }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "conditions.hpp"
 #include "header_files.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
@@ -59,7 +60,18 @@ struct IncludeInput {
   /// A header whose mtime or ctime lies within this window of the resolve's start is not trusted by
   /// its stat (HeaderRecord::trusted_stat): the dependency manifests' window (ManifestConfig::trust_window).
   std::chrono::nanoseconds trust_window = kStatTrustWindow;
+  /// The lean walk (conditions.hpp): follow only the includes the compile can reach, with `macros` (the
+  /// request's macro context, required then). Without retry names only (a retry is resolved in full).
+  /// The includes a lean walk leaves behind are rewritten to a name under kUntakenPrefix, which no
+  /// compiler has: a compile that reaches one fails, and the engine retries with the full set.
+  bool lean = false;
+  const MacroContext* macros = nullptr;
 };
+
+/// The name an include the lean walk did not take is rewritten to: this, then the name as written.
+inline constexpr std::string_view kUntakenPrefix = "kiln-untaken/";
+/// Whether a name a failed compile asked for is one the lean walk left behind.
+[[nodiscard]] inline bool untaken_include_name(std::string_view name) { return name.starts_with(kUntakenPrefix); }
 
 /// A header as the compiler gets it. Its text is shared: a file's rewritten text stays with the file in
 /// the HeaderFileCache and serves every later resolve that rewrites it the same way, so a burst of
@@ -100,6 +112,10 @@ struct ResolvedIncludes {
   std::vector<std::string> computed;
   /// What the resolve asked the file system.
   FileWork work;
+  /// Made by the lean walk: includes it did not take are rewritten to kUntakenPrefix names (`untaken` of
+  /// them). False for a full resolve (every branch), and for a lean one that gave up (too deep, too long).
+  bool lean = false;
+  std::size_t untaken = 0;
 };
 
 /// Resolves every include of the source and of the memory headers, transitively. Each file is opened

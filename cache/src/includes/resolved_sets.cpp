@@ -51,6 +51,20 @@ Hash128 ResolvedSets::signature(const IncludeInput& input, const ScanResult& sou
     const char flags[3] = {ref.angled ? 'a' : 'q', ref.next ? 'n' : '-', ref.has_include ? 'h' : 'i'};
     field(bytes, std::string_view(flags, sizeof flags));
   }
+  // A lean walk is decided by the macros too: the request's (its flags) and the source's directives.
+  const bool lean = input.lean && input.macros != nullptr && input.retry_names.empty();
+  field(bytes, lean ? "lean" : "full");
+  if (lean) {
+    field(bytes, input.macros->signature());
+    field(bytes, std::to_string(source_scan.directives.size()));
+    for (const Directive& d : source_scan.directives) {
+      const char flags[2] = {static_cast<char>('a' + static_cast<int>(d.kind)), d.function_like ? 'f' : 'o'};
+      field(bytes, std::string_view(flags, sizeof flags));
+      field(bytes, d.name);
+      field(bytes, d.text);
+      field(bytes, std::to_string(d.index));
+    }
+  }
   field(bytes, std::to_string(source_scan.computed.size()));
   for (const std::string& operand : source_scan.computed) field(bytes, operand);
   field(bytes, std::to_string(source_scan.defines.size()));
@@ -140,6 +154,8 @@ std::shared_ptr<const ResolvedIncludes> for_source(const ResolvedIncludes& set, 
   out->unresolved = set.unresolved;
   out->computed = set.computed;
   out->work = work;
+  out->lean = set.lean;  // (a retry after its compile must know it was lean)
+  out->untaken = set.untaken;
   return out;
 }
 

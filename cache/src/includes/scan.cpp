@@ -272,24 +272,62 @@ class Scanner {
   }
 
   /// After the '#' that starts a line. #include and #include_next are read here, and #define's
-  /// name and text are noted (for computed includes); the tokens of any other directive, and of a
-  /// definition, go back to the main loop (so __has_include in #if, #elif or a macro is found there).
+  /// name and text are noted (for computed includes); the conditionals, #define, #undef and #pragma once
+  /// are listed for the lean walk (Directive). The tokens of an #if, #elif or a definition go back to the
+  /// main loop (so __has_include there is found).
   void directive() {
     skip_blanks_and_comments();
     if (!is_ident_start(peek())) return;
     const std::size_t begin = logical(m_pos);
     const std::string word = read_identifier();
     if (word == "if" || word == "elif") m_line = Line::condition;
+    std::vector<Directive>& directives = m_found->directives;
     if (word == "define") {
       m_line = Line::definition;
       skip_blanks_and_comments();
       if (!is_ident_start(peek())) return;
       std::string name = read_identifier();
-      if (peek() == '(') return;  // function-like: not followed for computed includes
+      if (peek() == '(') {  // function-like: the parameters and replacement; not followed for computed includes
+        const std::size_t parameters = m_pos;
+        std::string text = rest_of_line();
+        m_pos = parameters;
+        directives.push_back({Directive::Kind::define, std::move(name), std::move(text), true, 0});
+        return;
+      }
       const std::size_t replacement = m_pos;
       std::string text = rest_of_line();
       m_pos = replacement;
+      directives.push_back({Directive::Kind::define, name, text, false, 0});
       m_found->defines.emplace_back(std::move(name), std::move(text));
+      return;
+    }
+    if (word == "if" || word == "elif") {
+      const std::size_t expression = m_pos;
+      std::string text = rest_of_line();
+      m_pos = expression;  // its tokens go back to the main loop (__has_include)
+      directives.push_back({word == "if" ? Directive::Kind::if_ : Directive::Kind::elif, {}, std::move(text), false, 0});
+      return;
+    }
+    if (word == "ifdef" || word == "ifndef" || word == "elifdef" || word == "elifndef" || word == "undef") {
+      skip_blanks_and_comments();
+      if (!is_ident_start(peek())) return;
+      const Directive::Kind kind = word == "ifdef"     ? Directive::Kind::ifdef
+                                   : word == "ifndef"  ? Directive::Kind::ifndef
+                                   : word == "elifdef" ? Directive::Kind::elifdef
+                                   : word == "elifndef" ? Directive::Kind::elifndef
+                                                        : Directive::Kind::undef;
+      directives.push_back({kind, read_identifier(), {}, false, 0});
+      return;
+    }
+    if (word == "else" || word == "endif") {
+      directives.push_back({word == "else" ? Directive::Kind::else_ : Directive::Kind::endif, {}, {}, false, 0});
+      return;
+    }
+    if (word == "pragma") {
+      skip_blanks_and_comments();
+      if (is_ident_start(peek()) && read_identifier() == "once") {
+        directives.push_back({Directive::Kind::pragma_once, {}, {}, false, 0});
+      }
       return;
     }
     if (word != "include" && word != "include_next") return;
@@ -299,11 +337,15 @@ class Scanner {
     ref.next = word == "include_next";
     skip_blanks_and_comments();
     if (operand(ref)) {
+      directives.push_back({Directive::Kind::include, {}, {}, false, m_found->refs.size()});
       m_found->refs.push_back(std::move(ref));
       return;
     }
     // #include MACRO: the operand is computed by the preprocessor (see guess_computed).
-    if (std::string text = rest_of_line(); !text.empty()) m_found->computed.push_back(std::move(text));
+    if (std::string text = rest_of_line(); !text.empty()) {
+      directives.push_back({Directive::Kind::computed, {}, {}, false, m_found->computed.size()});
+      m_found->computed.push_back(std::move(text));
+    }
   }
 
   /// What the current line is: code, or a directive whose tokens may hold a wrapped __has_include.

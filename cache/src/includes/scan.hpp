@@ -26,10 +26,28 @@ struct IncludeRef {
   std::size_t operand_begin = 0, operand_end = 0;  ///< raw span of the operand, delimiters included
 };
 
+/// A preprocessing directive the lean walk (conditions.hpp, resolve.cpp) follows, in the order of the text.
+struct Directive {
+  enum class Kind : unsigned char {
+    if_, ifdef, ifndef, elif, elifdef, elifndef, else_, endif,  // conditionals
+    define, undef,                                              // macros
+    include,                                                    // #include / #include_next with a header name
+    computed,                                                   // #include MACRO
+    pragma_once,
+  };
+  Kind kind = Kind::if_;
+  std::string name;  ///< ifdef/ifndef/elifdef/elifndef/define/undef: the macro's name
+  std::string text;  ///< if/elif: the expression; define: the replacement ("(a, b) a + b" for a function-like one)
+  bool function_like = false;  ///< define: a function-like macro
+  std::size_t index = 0;       ///< include: into ScanResult::refs; computed: into ScanResult::computed
+};
+
 struct ScanResult {
   std::vector<IncludeRef> refs;
   std::vector<std::string> computed;                         ///< operands of #include MACRO, as written
   std::vector<std::pair<std::string, std::string>> defines;  ///< object-like #define: name, replacement
+  /// The directives that decide what a compile reads: conditionals, #define/#undef, includes, #pragma once.
+  std::vector<Directive> directives;
 };
 
 /// Fills `found` with the includes of `text` in order, the computed includes' operands and the

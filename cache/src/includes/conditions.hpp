@@ -1,0 +1,94 @@
+#pragma once
+// Private to the include home (cache/src/includes/): the macro state of the lean walk (resolve.cpp),
+// which hands the compiler the headers a compile can read rather than every branch's. It evaluates
+// #if/#ifdef/#ifndef/#elif with what it knows for certain: the request's -D/-U, the #define/#undef of
+// the text walked so far (object-like values; function-like macros known as defined), a short list of
+// what NVRTC predefines (checked against NVRTC 13.0: __CUDACC__, __CUDACC_RTC__, __CUDA_ARCH__ from
+// -arch, __cplusplus from -std, and the compilers it is not). `defined`, integer arithmetic, comparisons,
+// logical operators, the conditional operator and object-like macro expansion are evaluated; anything
+// else (a function-like macro called, __has_include and the other __has_ operators, a name the compiler
+// may predefine that is not known here, a value defined in a branch that may or may not have been taken)
+// is unknown, and the walk takes every branch of that conditional (today's over-approximation).
+// A name the compiler may predefine is a reserved one (`__x`, `_X`); any other name that no walked text
+// has defined and no -D gives is undefined (0), unless a flag might define macros in a way not read here.
+// Being wrong here never gives a wrong binary: an include the walk leaves behind is rewritten to a name
+// no compiler has (resolve.cpp), so a compile that reaches it fails and kiln retries with every branch.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/cache/types.hpp"
+
+namespace kiln::cache::detail {
+
+/// Yes, no, or unknown (the walk then takes both ways).
+enum class Tri : unsigned char { no, yes, unknown };
+
+/// What a macro name stands for at one point of the walk.
+struct Macro {
+  enum class State : unsigned char {
+    undefined,      ///< certainly not defined
+    object,         ///< certainly an object-like macro with `value`
+    function,       ///< certainly a function-like macro with `params` and `value`
+    defined,        ///< certainly defined; its value is not known (a predefined one)
+    unknown,        ///< may or may not be defined
+  };
+  State state = State::unknown;
+  std::string value;                ///< object, function: the replacement text
+  std::vector<std::string> params;  ///< function: its parameters (`__VA_ARGS__` last for `...`)
+  bool variadic = false;            ///< function: the last parameter takes the rest of the arguments
+};
+
+/// The macros a compile starts with, as far as kiln knows them: from the request's flags (-D, -U,
+/// -std=, -arch=) and the compiler (vendor). Names not listed: reserved ones unknown, others undefined
+/// (or unknown when `ordinary_unknown`).
+struct MacroContext {
+  std::unordered_map<std::string, Macro> initial;
+  bool ordinary_unknown = false;  ///< a flag may define macros kiln did not read: no name is known undefined
+  /// NVRTC for an -arch without a suffix (sm_90, not sm_90a or sm_100f): no `__CUDA_ARCH_FEAT_*` is defined.
+  bool plain_arch = false;
+
+  /// The context of a compile with these vendor flags (the request's complete flags) by this compiler
+  /// (its identity: "nvrtc 13.0" gives __CUDACC_VER_MAJOR__ and __CUDACC_VER_MINOR__).
+  [[nodiscard]] static MacroContext from_flags(std::span<const std::string> flags, Vendor vendor,
+                                               std::string_view compiler = {});
+  /// Bytes that differ between contexts that may decide a branch differently (for ResolvedSets).
+  [[nodiscard]] std::string signature() const;
+};
+
+/// Whether a name is reserved to the implementation: `__x` or `_X`.
+[[nodiscard]] bool reserved_macro_name(std::string_view name);
+/// Whether a compiler may predefine the name: a reserved name in a compiler's own forms (`__x__`, or one
+/// of the prefixes compilers predefine under: `__CUDA`, `__NV`, `__GNU`, `_MSC`, `__clang`, ...). A
+/// library's own reserved names (`_CCCL_X`, `__THRUST_X`, an include guard) are not.
+[[nodiscard]] bool may_be_predefined(std::string_view name);
+
+/// The macro state along the walk.
+class MacroState {
+ public:
+  explicit MacroState(const MacroContext& context) : m_context(context) {}
+
+  /// A definition; `certain` false in a branch that may not be taken (the name becomes unknown). A
+  /// function-like one's `value` is its parameter list and replacement, "(a, b) a + b" (Directive::text).
+  void define(const std::string& name, std::string_view value, bool function_like, bool certain);
+  void undefine(const std::string& name, bool certain);
+  /// What the name stands for now.
+  [[nodiscard]] const Macro& find(const std::string& name) const;
+  [[nodiscard]] Tri defined(const std::string& name) const;
+  /// Whether the walked text or the context says what the name is (else find() falls back on the name's form).
+  [[nodiscard]] bool tracked(const std::string& name) const {
+    return m_macros.contains(name) || m_context.initial.contains(name);
+  }
+  /// The truth of an #if / #elif expression.
+  [[nodiscard]] Tri evaluate(std::string_view expression) const;
+
+ private:
+  const MacroContext& m_context;
+  std::unordered_map<std::string, Macro> m_macros;  ///< what the walked text defined or undefined
+};
+
+}  // namespace kiln::cache::detail
