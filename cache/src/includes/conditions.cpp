@@ -399,6 +399,16 @@ bool reserved_macro_name(std::string_view name) {
 }
 
 bool may_be_predefined(std::string_view name) {
+  // NVRTC's own preinclude (the runtime header it reads before the source) defines ordinary names too;
+  // measured on NVRTC 13.0: CUDART_VERSION, CUDART_CB, CUDARTAPI, CUDART_DEVICE, NV_IF_TARGET, NV_IS_DEVICE,
+  // NV_PROVIDES_SM_90, NULL, assert, va_start. Taken as undefined, CCCL's _CCCL_CTK_AT_LEAST (CUDART_VERSION)
+  // sent its half-precision headers to kiln-untaken and every CCCL compile to its retry.
+  static constexpr std::string_view kOrdinaryPrefixes[] = {"CUDART", "CUDA_", "NV_", "va_"};
+  if (name == "NULL" || name == "assert" ||
+      std::any_of(std::begin(kOrdinaryPrefixes), std::end(kOrdinaryPrefixes),
+                  [&](std::string_view prefix) { return name.starts_with(prefix); })) {
+    return true;
+  }
   if (!reserved_macro_name(name)) return false;
   if (name.size() > 4 && name.ends_with("__")) return true;  // __x__: the compilers' own form
   // The prefixes of what NVRTC (EDG), clang (HIPRTC), GCC and MSVC predefine otherwise.
@@ -504,6 +514,9 @@ MacroContext MacroContext::from_flags(std::span<const std::string> flags, Vendor
       if (digits(major) && digits(minor)) {
         context.initial["__CUDACC_VER_MAJOR__"] = make_macro(Macro::State::object, std::string(major));
         context.initial["__CUDACC_VER_MINOR__"] = make_macro(Macro::State::object, std::string(minor));
+        // NVRTC's preinclude defines the runtime's version too: 13000 for NVRTC 13.0 (measured).
+        context.initial["CUDART_VERSION"] = make_macro(
+            Macro::State::object, std::to_string(std::stoi(std::string(major)) * 1000 + std::stoi(std::string(minor)) * 10));
       }
     }
   }

@@ -64,7 +64,8 @@ struct MacroContext {
 [[nodiscard]] bool reserved_macro_name(std::string_view name);
 /// Whether a compiler may predefine the name: a reserved name in a compiler's own forms (`__x__`, or one
 /// of the prefixes compilers predefine under: `__CUDA`, `__NV`, `__GNU`, `_MSC`, `__clang`, ...). A
-/// library's own reserved names (`_CCCL_X`, `__THRUST_X`, an include guard) are not.
+/// library's own reserved names (`_CCCL_X`, `__THRUST_X`, an include guard) are not. Also the ordinary names
+/// NVRTC's runtime preinclude defines (`CUDART*`, `CUDA_*`, `NV_*`, `va_*`, `NULL`, `assert`).
 [[nodiscard]] bool may_be_predefined(std::string_view name);
 
 /// The macro state along the walk.
