@@ -1,6 +1,8 @@
 #include "posix_util.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -31,6 +33,24 @@ std::string read_small(int fd, std::size_t max_bytes) {
   const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
   text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
   return text;
+}
+
+namespace {
+constexpr std::size_t kLockedTextMax = 64 * 1024;
+}  // namespace
+
+bool update_locked_text(const std::string& path, const std::function<std::string(const std::string&)>& update) {
+  const UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd || ::flock(fd.get(), LOCK_EX) != 0) return false;  // the lock goes with the descriptor
+  const std::string text = update(read_small(fd.get(), kLockedTextMax));
+  if (::pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return false;
+  return ::ftruncate(fd.get(), static_cast<off_t>(text.size())) == 0;
+}
+
+std::optional<std::string> read_locked_text(const std::string& path) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd || ::flock(fd.get(), LOCK_SH) != 0) return std::nullopt;
+  return read_small(fd.get(), kLockedTextMax);
 }
 
 }  // namespace kiln::cache::detail

@@ -1,6 +1,7 @@
 #pragma once
-// Private to cache/: small POSIX helpers shared by the store (store.cpp), the compile lease
-// (lease.cpp) and the dependency manifests (includes/manifest_store.cpp, includes/manifest_read.cpp).
+// Private to cache/: small POSIX helpers shared by the store (store.cpp), the lifetime counters (stats.cpp,
+// remote/tier_stats.cpp), the compile lease (lease.cpp) and the dependency manifests
+// (includes/manifest_store.cpp, includes/manifest_read.cpp).
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -69,5 +72,13 @@ inline ReadStatus read_exact(int fd, std::byte* out, std::size_t count, int& err
 
 /// Reads a small text file (lease, size file) from an open descriptor: at most `max_bytes`, from the start.
 [[nodiscard]] std::string read_small(int fd, std::size_t max_bytes);
+
+/// The lifetime-counter files under <root>/stats/ (stats.cpp's shards, remote/tier_stats.cpp's tiers), each
+/// changed by many processes: `update` gets the file's text (empty when new) under an exclusive flock and
+/// returns the new text, written in place. Creates the file (0600) but not its folder. False when it could
+/// not be opened, locked or written; throws what `update` throws.
+bool update_locked_text(const std::string& path, const std::function<std::string(const std::string&)>& update);
+/// The text of such a file read under a shared flock (at most 64 KiB); nullopt when it cannot be opened.
+[[nodiscard]] std::optional<std::string> read_locked_text(const std::string& path);
 
 }  // namespace kiln::cache::detail

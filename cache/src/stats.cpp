@@ -1,4 +1,5 @@
 #include "kiln/cache/stats.hpp"
+#include "posix_util.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -47,18 +48,6 @@ std::string format_shard(const Counters& counters) {
   return text;
 }
 
-std::string read_all(int fd) {
-  std::string text;
-  char buffer[1024];
-  for (off_t offset = 0;;) {
-    const ssize_t n = ::pread(fd, buffer, sizeof(buffer), offset);
-    if (n <= 0 || text.size() > 64 * 1024) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-    offset += n;
-  }
-  return text;
-}
-
 }  // namespace
 
 Counters& Counters::operator+=(const Counters& other) noexcept {
@@ -101,17 +90,11 @@ void PersistentStats::add(const Counters& delta) noexcept {
   try {
     if (::mkdir(m_dir.c_str(), 0700) != 0 && errno != EEXIST) return;
     const std::string path = fmt::format("{}/shard-{}", m_dir.string(), ::getpid() % kShards);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return;
-    if (::flock(fd, LOCK_EX) == 0) {
-      Counters total = parse_shard(read_all(fd));
+    (void)detail::update_locked_text(path, [&](const std::string& text) {
+      Counters total = parse_shard(text);
       total += delta;
-      const std::string text = format_shard(total);
-      if (::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size())) {
-        (void)::ftruncate(fd, static_cast<off_t>(text.size()));
-      }
-    }
-    ::close(fd);  // releases the lock
+      return format_shard(total);
+    });
   } catch (...) {
     // A failed stats write is never an error.
   }
@@ -122,10 +105,7 @@ Counters PersistentStats::load_total() const noexcept {
   try {
     for (int shard = 0; shard < kShards; ++shard) {
       const std::string path = fmt::format("{}/shard-{}", m_dir.string(), shard);
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) continue;
-      if (::flock(fd, LOCK_SH) == 0) total += parse_shard(read_all(fd));
-      ::close(fd);
+      if (const auto text = detail::read_locked_text(path)) total += parse_shard(*text);
     }
   } catch (...) {
     // Out of memory: what was summed so far.

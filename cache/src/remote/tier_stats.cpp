@@ -1,9 +1,7 @@
 // Lifetime counters of each remote tier (remote.hpp: record_tier_stats / load_tier_stats): one small
 // text file per tier under <root>/stats/, named by a hash of the tier's URL (without its password),
 // added to under a file lock by every process that used the tier, like the cache's own shards.
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 
 #include "kiln/base/sha256.hpp"
 #include "kiln/cache/remote.hpp"
+#include "posix_util.hpp"
 
 namespace kiln::cache {
 namespace {
@@ -25,18 +24,6 @@ constexpr std::string_view kPrefix = "tier-";
 #define KILN_TIER_COUNTERS(X) \
   X(hits) X(misses) X(failures) X(skipped) X(rejected) X(unauthenticated) X(published) X(publish_dropped)
 // clang-format on
-
-std::string read_all(int fd) {
-  std::string text;
-  char buffer[1024];
-  for (off_t offset = 0;;) {
-    const ssize_t n = ::pread(fd, buffer, sizeof(buffer), offset);
-    if (n <= 0 || text.size() > 64 * 1024) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-    offset += n;
-  }
-  return text;
-}
 
 /// The file's tier: "url <url>" and "name value" lines after the header; bad lines are skipped.
 TierLifetime parse(std::string_view text) {
@@ -86,21 +73,16 @@ void record_tier_stats(const std::filesystem::path& root, const std::string& url
     if (!any) return;
     const std::filesystem::path dir = root / "stats";
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return;
-    const std::string name = fmt::format("{}{}", kPrefix, kiln::detail::to_hex(kiln::detail::sha256(url)).substr(0, 16));
-    const int fd = ::open((dir / name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return;
-    if (::flock(fd, LOCK_EX) == 0) {
-      TierLifetime total = parse(read_all(fd));
+    const std::string name =
+        fmt::format("{}{}", kPrefix, kiln::detail::to_hex(kiln::detail::sha256(url)).substr(0, 16));
+    (void)detail::update_locked_text((dir / name).string(), [&](const std::string& text) {
+      TierLifetime total = parse(text);
       total.url = url;
 #define KILN_ADD_TIER_FIELD(field) total.stats.field += delta.field;
       KILN_TIER_COUNTERS(KILN_ADD_TIER_FIELD)
 #undef KILN_ADD_TIER_FIELD
-      const std::string text = format(total);
-      if (::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size())) {
-        (void)::ftruncate(fd, static_cast<off_t>(text.size()));
-      }
-    }
-    ::close(fd);  // releases the lock
+      return format(total);
+    });
   } catch (...) {
     // A failed stats write is never an error.
   }
@@ -112,13 +94,10 @@ std::vector<TierLifetime> load_tier_stats(const std::filesystem::path& root) noe
     std::error_code error;
     for (const auto& item : std::filesystem::directory_iterator(root / "stats", error)) {
       if (!item.path().filename().string().starts_with(kPrefix)) continue;
-      const int fd = ::open(item.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) continue;
-      if (::flock(fd, LOCK_SH) == 0) {
-        TierLifetime tier = parse(read_all(fd));
-        if (!tier.url.empty()) tiers.push_back(std::move(tier));
-      }
-      ::close(fd);
+      const auto text = detail::read_locked_text(item.path().string());
+      if (!text) continue;
+      TierLifetime tier = parse(*text);
+      if (!tier.url.empty()) tiers.push_back(std::move(tier));
     }
   } catch (...) {
     // What was read so far.
