@@ -1,5 +1,7 @@
 #include "http_server.hpp"
 
+#include "server_process.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,30 +23,6 @@
 
 namespace kiln::test {
 namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-std::uint16_t any_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error(std::string("socket failed: ") + std::strerror(errno));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const int error = errno;
-    close(fd);
-    throw std::runtime_error(std::string("bind/getsockname failed: ") + std::strerror(error));
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 bool accepts(std::uint16_t port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -106,8 +84,8 @@ void wait_listening(pid_t& pid, std::uint16_t port, const std::string& what, con
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       pid = -1;
-      throw std::runtime_error(what + " exited during start-up (status " + std::to_string(status) + "): " +
-                               read_text(log));
+      throw std::runtime_error(what + " exited during start-up (status " + std::to_string(status) +
+                               "): " + read_text(log));
     }
     if (accepts(port)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -126,22 +104,7 @@ void run_checked(std::vector<std::string> args, const std::filesystem::path& log
 }  // namespace
 
 std::optional<std::filesystem::path> NginxServer::find_binary() {
-  if (const char* explicit_path = std::getenv("NGINX"); explicit_path != nullptr && *explicit_path != '\0') {
-    if (access(explicit_path, X_OK) == 0) return std::filesystem::path(explicit_path);
-    return std::nullopt;
-  }
-  if (const char* path = std::getenv("PATH"); path != nullptr) {
-    std::string_view rest(path);
-    while (!rest.empty()) {
-      const std::size_t colon = rest.find(':');
-      const std::filesystem::path candidate = std::filesystem::path(rest.substr(0, colon)) / "nginx";
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
-    }
-  }
-  if (access("/usr/sbin/nginx", X_OK) == 0) return std::filesystem::path("/usr/sbin/nginx");
-  return std::nullopt;
+  return find_executable("NGINX", "nginx", "/usr/sbin/nginx");
 }
 
 NginxServer::NginxServer(NginxOptions options) : m_tls(options.tls) {
@@ -150,7 +113,7 @@ NginxServer::NginxServer(NginxOptions options) : m_tls(options.tls) {
   const std::filesystem::path dir = m_dir.path();
   std::filesystem::create_directories(dir / "www");
   std::filesystem::create_directories(dir / "tmp");
-  m_port = any_free_port();
+  m_port = free_loopback_port();
 
   std::string auth;
   if (!options.basic_password.empty()) {
@@ -163,10 +126,10 @@ NginxServer::NginxServer(NginxOptions options) : m_tls(options.tls) {
   std::string listen = "127.0.0.1:" + std::to_string(m_port);
   std::string tls;
   if (m_tls) {
-    run_checked({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", (dir / "key.pem").string(), "-out",
-                 cert_path().string()},
-                dir / "openssl.log");
+    run_checked(
+        {"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+         "subjectAltName=IP:127.0.0.1", "-keyout", (dir / "key.pem").string(), "-out", cert_path().string()},
+        dir / "openssl.log");
     listen += " ssl";
     tls = "    ssl_certificate " + cert_path().string() + ";\n    ssl_certificate_key " + (dir / "key.pem").string() +
           ";\n";
@@ -187,9 +150,9 @@ NginxServer::NginxServer(NginxOptions options) : m_tls(options.tls) {
   config += "      dav_access user:rw;\n      client_max_body_size 0;\n" + auth + "    }\n  }\n}\n";
   m_dir.write_file("nginx.conf", config, 0600);
 
-  m_pid = spawn({binary->string(), "-p", dir.string(), "-c", (dir / "nginx.conf").string(), "-e",
-                 (dir / "error.log").string()},
-                dir / "nginx.out");
+  m_pid = spawn(
+      {binary->string(), "-p", dir.string(), "-c", (dir / "nginx.conf").string(), "-e", (dir / "error.log").string()},
+      dir / "nginx.out");
   wait_listening(m_pid, m_port, "nginx", dir / "error.log");
 }
 
@@ -202,12 +165,12 @@ std::string NginxServer::url(std::string_view path) const {
 }
 
 FaultServer::FaultServer(std::string_view mode, std::string_view body) {
-  m_port = any_free_port();
+  m_port = free_loopback_port();
   const std::string body_file = m_dir.write_file("body", body, 0600);
   const std::string script = std::string(KILN_SOURCE_DIR) + "/tests/remote/fault_server.py";
-  m_pid = spawn({"python3", script, std::string(mode), std::to_string(m_port), (m_dir.path() / "requests").string(),
-                 body_file},
-                m_dir.path() / "output");
+  m_pid = spawn(
+      {"python3", script, std::string(mode), std::to_string(m_port), (m_dir.path() / "requests").string(), body_file},
+      m_dir.path() / "output");
   wait_listening(m_pid, m_port, "fault_server.py", m_dir.path() / "output");
 }
 

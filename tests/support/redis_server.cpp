@@ -1,5 +1,7 @@
 #include "redis_server.hpp"
 
+#include "server_process.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -20,16 +22,7 @@
 #include <thread>
 
 namespace kiln::test {
-namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 RedisReply redis_command(redisContext* context, const std::vector<std::string>& args) {
   std::vector<const char*> argv;
@@ -43,41 +36,10 @@ RedisReply redis_command(redisContext* context, const std::vector<std::string>& 
 }
 
 std::optional<std::filesystem::path> RedisServer::find_binary() {
-  if (const char* explicit_path = std::getenv("REDIS_SERVER"); explicit_path != nullptr && *explicit_path != '\0') {
-    if (access(explicit_path, X_OK) == 0) return std::filesystem::path(explicit_path);
-    return std::nullopt;
-  }
-  if (const char* path = std::getenv("PATH"); path != nullptr) {
-    std::string_view rest(path);
-    while (!rest.empty()) {
-      const std::size_t colon = rest.find(':');
-      const std::filesystem::path candidate = std::filesystem::path(rest.substr(0, colon)) / "redis-server";
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
-    }
-  }
-  if (access("/usr/bin/redis-server", X_OK) == 0) return std::filesystem::path("/usr/bin/redis-server");
-  return std::nullopt;
+  return find_executable("REDIS_SERVER", "redis-server", "/usr/bin/redis-server");
 }
 
-std::uint16_t RedisServer::free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error(std::string("socket failed: ") + std::strerror(errno));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const int error = errno;
-    close(fd);
-    throw std::runtime_error(std::string("bind/getsockname failed: ") + std::strerror(error));
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
+std::uint16_t RedisServer::free_port() { return free_loopback_port(); }
 
 RedisServer::RedisServer(RedisServerOptions options) : m_password(std::move(options.password)) {
   const auto binary = find_binary();
