@@ -231,6 +231,30 @@ bool Storage::remove(const Hash128& key) noexcept {
   return removed;
 }
 
+bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept {
+  for (std::size_t i = 0; i < m_remotes.size(); ++i) {
+    const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key);
+    if (fetched.outcome != ManifestFetch::Outcome::hit) continue;
+    // The tier checked that the bytes parse as this request's manifest; the install checks it all again
+    // against the canonical key, and refuses when a manifest was recorded here meanwhile.
+    const std::string refused = m_manifests->install(request_key, request_canonical, fetched.bytes);
+    try {
+      KILN_LOG(debug, "{} served the dependency manifest of {} ({} bytes): {}", m_remotes[i]->describe(),
+               request_key.hex(), fetched.bytes.size(), refused.empty() ? "installed, every stat untrusted" : refused);
+    } catch (...) {
+    }
+    if (!refused.empty()) return false;
+    for (std::size_t j = 0; j < i; ++j) m_remotes[j]->publish_manifest(request_key, fetched.bytes);
+    return true;
+  }
+  return false;
+}
+
+void Storage::publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept {
+  if (bytes.empty()) return;
+  for (RemoteTier* remote : m_remotes) remote->publish_manifest(request_key, bytes);
+}
+
 void Storage::discard(const Hash128& key) noexcept {
   m_local.remove(key);
   m_counters.add({.corrupt_removed = 1});

@@ -74,7 +74,7 @@ void ProgramState::unload() noexcept {
 EngineCore::EngineCore(EngineConfig config)
     : m_config(std::move(config)),
       m_storage(m_config.storage_config()),
-      m_includes(std::make_unique<cache::detail::IncludeFolders>(m_storage.manifests(), m_counters)),
+      m_includes(std::make_unique<cache::detail::IncludeFolders>(m_storage, m_counters)),
       m_cuda(std::make_unique<Lane>()),
       m_hip(std::make_unique<Lane>()) {
   m_cuda->vendor = Vendor::cuda;

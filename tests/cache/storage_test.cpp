@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <variant>
 
 #include "cache_test_support.hpp"
@@ -96,6 +97,21 @@ class FakeRemote final : public kiln::cache::RemoteTier {
   bool put(const Entry& /*entry*/, std::string* /*detail*/) noexcept override { return true; }
   bool flush(std::chrono::milliseconds /*max_wait*/) noexcept override { return true; }
   bool remove(const Hash128& /*key*/) noexcept override { return false; }
+  [[nodiscard]] kiln::cache::ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
+    const auto it = manifests.find(request_key);
+    if (it == manifests.end()) return {};
+    return {kiln::cache::ManifestFetch::Outcome::hit, it->second, {}};
+  }
+  void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
+    manifests[request_key].assign(bytes.begin(), bytes.end());
+  }
+  bool put_manifest(const Hash128& request_key, std::span<const std::byte> bytes, std::string* /*detail*/) noexcept override {
+    publish_manifest(request_key, bytes);
+    return true;
+  }
+
+  /// The manifests it holds, by request key.
+  std::unordered_map<Hash128, std::vector<std::byte>, kiln::cache::Hash128Hasher> manifests;
 
  private:
   FakeTier m_tier;

@@ -14,6 +14,9 @@ namespace kiln::cache::detail {
 IncludeFolders::IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters)
     : m_manifests(manifests), m_counters(counters), m_lean(lean_from_environment()) {}
 
+IncludeFolders::IncludeFolders(Storage& storage, AtomicCounters& counters)
+    : m_manifests(storage.manifests()), m_storage(&storage), m_counters(counters), m_lean(lean_from_environment()) {}
+
 bool IncludeFolders::lean_from_environment() {
   const char* setting = std::getenv("KILN_LEAN_HEADERS");
   if (setting == nullptr || setting[0] == '\0') return true;
@@ -34,25 +37,43 @@ std::vector<std::filesystem::path> IncludeFolders::folders(std::span<const std::
   return checked_include_folders(folders, &ManifestsAccess::stat_memo(m_manifests));
 }
 
+std::optional<Hash128> IncludeFolders::look_up(const SettleInput& input, LookupStats& looked,
+                                               std::string& dependency_part) {
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<Hash128> result = m_manifests.lookup(input.request_hash, input.request_canonical, &looked, &dependency_part);
+  KILN_LOG(debug,
+           "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms, of "
+           "which {:.3f} ms settling paths on {} thread(s): {} stat, {} absent under an absent folder, {} from the stat "
+           "memo, {} header(s) re-read{})",
+           input.source_name, input.request_hash.hex(), to_string(looked.outcome),
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+           looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6,
+           looked.settle_ns / 1e6, looked.settle_threads, looked.stats, looked.inferred_absent, looked.memo_hits,
+           looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
+  return result;
+}
+
 Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
   if (use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
     // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
     std::string dependency_part;
     LookupStats looked;
-    const auto started = std::chrono::steady_clock::now();
-    const std::optional<Hash128> result =
-        m_manifests.lookup(input.request_hash, input.request_canonical, &looked, &dependency_part);
-    KILN_LOG(debug,
-             "{}: dependency manifest {}: {} in {:.3f} ms (read {} of {} bytes {:.3f}, parse {:.3f}, check {:.3f} ms, of "
-             "which {:.3f} ms settling paths on {} thread(s): {} stat, {} absent under an absent folder, {} from the stat "
-             "memo, {} header(s) re-read{})",
-             input.source_name, input.request_hash.hex(), to_string(looked.outcome),
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
-             looked.bytes_read, looked.manifest_bytes, looked.read_ns / 1e6, looked.parse_ns / 1e6, looked.check_ns / 1e6,
-             looked.settle_ns / 1e6, looked.settle_threads, looked.stats, looked.inferred_absent, looked.memo_hits,
-             looked.reads, looked.validated_hits != 0 ? "; a set checked moments ago" : "");
+    std::optional<Hash128> result = look_up(input, looked, dependency_part);
+    // None here: a node with the same tree may have recorded one. Fetched, it is installed with every
+    // stat untrusted, so this lookup reads and hashes each header it names (no resolve).
+    if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr &&
+        m_storage->fetch_manifest(input.request_hash, input.request_canonical)) {
+      result = look_up(input, looked, dependency_part);
+    }
     if (result) {
+      // The answer is taken only when it is the hash of this request keyed with the dependency part of
+      // the result that matched: canonical_dependencies() of a set whose every header was found here
+      // with its recorded digest and every absent path found absent. So whatever a manifest says, even
+      // a hostile one with a valid MAC from a remote, it can only name the key of this request with
+      // header bytes that are on this machine now: a set no honest resolve made has no entry (a miss,
+      // and the compile resolves first); a set one made is what this request reads. At worst a miss,
+      // never a wrong binary.
       const Hash128 entry = input.key_with(dependency_part);
       if (entry == *result) {
         m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
@@ -127,7 +148,10 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
 void IncludeFolders::record(const Hash128& request_hash, std::string_view request_canonical,
                             const ResolvedIncludes* resolved, const Hash128& entry_hash) noexcept {
   // Only what the resolver read is recorded: a manifest hit is already recorded (and refreshed).
-  if (resolved != nullptr) m_manifests.record(request_hash, request_canonical, resolved->dependencies, entry_hash);
+  if (resolved == nullptr) return;
+  const std::vector<std::byte> bytes =
+      m_manifests.record(request_hash, request_canonical, resolved->dependencies, entry_hash);
+  if (m_storage != nullptr) m_storage->publish_manifest(request_hash, bytes);
 }
 
 Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full) {

@@ -4,8 +4,10 @@
 // key (every input but the headers' bytes) names a dependency manifest; the entry key adds the
 // dependency part, what the compile reads. IncludeFolders settles that part once per request, by stat
 // from the manifest when it still matches, else by resolving every include (resolve.hpp), and records
-// what a resolve read once the entry is found or compiled. The engine builds the keys (make_key) and
-// rethrows an IncludeError as its ConfigError.
+// what a resolve read once the entry is found or compiled. With the storage front end (the engine's),
+// manifests travel through its remote tiers: a recorded manifest is published, and a request with no
+// manifest here asks the remotes for one before resolving (Storage::fetch_manifest). The engine builds
+// the keys (make_key) and rethrows an IncludeError as its ConfigError.
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/stats.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/cache/types.hpp"
 #include "paths.hpp"
 #include "resolve.hpp"
@@ -69,7 +72,10 @@ class IncludeFolders {
   /// Retries of one request with a header its failed compile asked for (each costs a compiler run).
   static constexpr std::size_t kMaxRetries = 8;
 
+  /// Manifests of this machine only.
   IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters);
+  /// The storage's manifests, and its remote tiers for them (both borrowed: they outlive this object).
+  IncludeFolders(Storage& storage, AtomicCounters& counters);
   IncludeFolders(const IncludeFolders&) = delete;
   IncludeFolders& operator=(const IncludeFolders&) = delete;
 
@@ -81,8 +87,9 @@ class IncludeFolders {
 
   /// Settles which files the request reads: from its dependency manifest when `use_manifest` and every
   /// recorded header still has its stat (or its digest) and every path probed empty is still empty (no
-  /// header is read; `key_with` has keyed the request), else by resolving the includes. Throws
-  /// IncludeError (from a resolve).
+  /// header is read; `key_with` has keyed the request), else by resolving the includes. With no manifest
+  /// here, the storage's remotes are asked for one first (installed with every stat untrusted, so each
+  /// header is read and hashed once, but not resolved). Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
 
   /// A retry after a failed compile: the header its log says the compiler could not open (an include
@@ -103,18 +110,23 @@ class IncludeFolders {
                                            std::string_view compile_log);
 
   /// Records what a resolve read in the request's manifest, after its entry (`entry_hash`) was found or
-  /// compiled, so the next request is settled by stat. Nothing for null `resolved` (settled by the
-  /// manifest, which is recorded and refreshed already). Never throws.
+  /// compiled, so the next request is settled by stat, and publishes the manifest to the storage's
+  /// remotes (queued). Nothing for null `resolved` (settled by the manifest, which is recorded and
+  /// refreshed already). Never throws.
   void record(const Hash128& request_hash, std::string_view request_canonical, const ResolvedIncludes* resolved,
               const Hash128& entry_hash) noexcept;
 
  private:
   Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full);
+  /// The manifest's lookup for the request (said at debug level): the result key, with its dependency
+  /// part in `dependency_part`, or nullopt (`looked` says why).
+  std::optional<Hash128> look_up(const SettleInput& input, LookupStats& looked, std::string& dependency_part);
 
   /// Whether requests take the lean walk: KILN_LEAN_HEADERS (on unless 0 or off).
   [[nodiscard]] static bool lean_from_environment();
 
   DependencyManifests& m_manifests;
+  Storage* const m_storage = nullptr;  ///< the remotes' way, when constructed with a storage
   AtomicCounters& m_counters;
   HeaderFileCache m_files;  ///< headers the resolves of this engine read (by path and stat)
   ResolvedSets m_sets;      ///< its resolves, for later requests over the same includes

@@ -154,6 +154,17 @@ std::optional<DependencySet> DependencyManifests::recorded(const Hash128& reques
   return std::nullopt;
 }
 
+std::optional<std::vector<std::byte>> DependencyManifests::bytes(const Hash128& request_key) const {
+  const State& s = *m_state;
+  if (s.mode.load() == StoreMode::memory_only) return std::nullopt;
+  const RawManifest raw = read_raw(s.path_of(request_key), m_config.limits);
+  if (raw.kind != RawManifest::Kind::ok) return std::nullopt;
+  const std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), m_config.limits, nullptr);
+  const ManifestView* view = std::get_if<ManifestView>(&parsed);
+  if (view == nullptr || view->request_key != request_key) return std::nullopt;
+  return std::vector<std::byte>(raw.span().begin(), raw.span().end());
+}
+
 ManifestExplanation DependencyManifests::explain(const Hash128& request_key, std::string_view request_canonical) const {
   const State& s = *m_state;
   ManifestExplanation out;

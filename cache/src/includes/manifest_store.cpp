@@ -496,31 +496,31 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
   }
 }
 
-void DependencyManifests::record(const Hash128& request_key, std::string_view request_canonical,
-                                 const DependencySet& dependencies, const Hash128& result_key) noexcept {
+std::vector<std::byte> DependencyManifests::record(const Hash128& request_key, std::string_view request_canonical,
+                                                   const DependencySet& dependencies, const Hash128& result_key) noexcept {
   State& s = *m_state;
-  if (s.mode.load() != StoreMode::read_write) return;
+  if (s.mode.load() != StoreMode::read_write) return {};
   try {
     const ManifestLimits& limits = m_config.limits;
     if (hash128(request_canonical, kKeySeed) != request_key) {
       s.warn_refusal(fmt::format("request {}: the key is not the hash of its canonical key", request_key.hex()));
-      return;
+      return {};
     }
     if (request_canonical.size() > limits.max_canonical_bytes) {
       s.warn_refusal(fmt::format("request {}: canonical key of {} bytes exceeds the limit {}", request_key.hex(),
                                  request_canonical.size(), limits.max_canonical_bytes));
-      return;
+      return {};
     }
     for (const HeaderRecord& header : dependencies.headers) {
       if (auto why = bad_path(header.path, limits.max_path_bytes)) {
         s.warn_refusal(fmt::format("request {}: header \"{}\": {}", request_key.hex(), header.path, *why));
-        return;
+        return {};
       }
     }
     for (const std::string& path : dependencies.absent) {
       if (auto why = bad_path(path, limits.max_path_bytes)) {
         s.warn_refusal(fmt::format("request {}: absent path \"{}\": {}", request_key.hex(), path, *why));
-        return;
+        return {};
       }
     }
     const std::string path = s.path_of(request_key);
@@ -528,7 +528,7 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
     if (raw.kind == RawManifest::Kind::io_error) {
       // Overwriting a manifest that could not be read would drop its results for a transient error.
       s.warn_write_failure(fmt::format("{}: {}", path, raw.error));
-      return;
+      return {};
     }
     std::optional<ManifestView> old;
     if (raw.kind == RawManifest::Kind::ok) {
@@ -556,7 +556,7 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
     merger.add_result(result_key, files, absent);
     if (std::string why = merger.over_limits(limits); !why.empty()) {
       s.warn_refusal(fmt::format("request {}: {}", request_key.hex(), why));
-      return;
+      return {};
     }
     const std::size_t max_results =
         std::max<std::size_t>(1, std::min<std::size_t>(m_config.max_results, limits.max_results));
@@ -579,13 +579,39 @@ void DependencyManifests::record(const Hash128& request_key, std::string_view re
         }
       }
     }
-    const std::vector<std::byte> bytes = serialize_view(merger.view());
-    (void)s.publish(path, bytes);
+    std::vector<std::byte> bytes = serialize_view(merger.view());
+    if (!s.publish(path, bytes)) return {};
+    return bytes;
   } catch (const std::exception& error) {
     try {
       s.warn_write_failure(fmt::format("request {}: {}", request_key.hex(), error.what()));
     } catch (...) {
     }
+  }
+  return {};
+}
+
+std::string DependencyManifests::install(const Hash128& request_key, std::string_view request_canonical,
+                                         std::span<const std::byte> bytes) noexcept {
+  State& s = *m_state;
+  try {
+    if (s.mode.load() != StoreMode::read_write) return "the dependency manifests are not writable here";
+    const ExpectedRequest expected{request_key, request_canonical};
+    std::variant<ManifestView, ContentError> parsed = parse_view(bytes, m_config.limits, &expected);
+    if (auto* error = std::get_if<ContentError>(&parsed)) return error->reason;
+    ManifestView& view = std::get<ManifestView>(parsed);
+    for (FileInfo& info : view.files) {
+      info.stat = FileStat{};
+      info.trusted = false;
+    }
+    const std::string path = s.path_of(request_key);
+    // Only where none is: a manifest recorded here meanwhile knows more than one from elsewhere.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) return "a manifest exists here";
+    if (!s.publish(path, serialize_view(view))) return "cannot write it";
+    return {};
+  } catch (const std::exception& error) {
+    return error.what();
   }
 }
 

@@ -34,6 +34,7 @@
 #include "kiln/base/log.hpp"
 #include "kiln/base/sha256.hpp"
 #include "remote_mac.hpp"
+#include "remote_manifest.hpp"
 #include "remote_object.hpp"
 #endif
 
@@ -139,6 +140,7 @@ class HttpTier final : public RemoteTier {
     s.unauthenticated = m_unauthenticated.load();
     s.published = m_published.load();
     s.publish_dropped = m_dropped.load();
+    m_manifests.report(s);
     s.get_nanoseconds = m_get_ns.load();
     s.get_max_nanoseconds = m_get_max_ns.load();
     return s;
@@ -179,21 +181,7 @@ class HttpTier final : public RemoteTier {
         m_dropped.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      bool room = false;
-      {
-        const std::lock_guard lock(m_mutex);
-        room = has_room(0);
-      }
-      if (room) {
-        std::vector<std::byte> bytes = serialize(entry);
-        const std::lock_guard lock(m_mutex);
-        if (has_room(bytes.size())) {
-          m_queued_bytes += bytes.size();
-          m_queue.push_back(Job{entry.key_hash, std::move(bytes)});
-          m_wake.notify_all();
-          return;
-        }
-      }
+      if (push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) return;
       m_dropped.fetch_add(1, std::memory_order_relaxed);
       KILN_LOG(debug, "remote cache {}: entry {} not published: the publish queue is full", m_display,
                entry.key_hash.hex());
@@ -228,24 +216,29 @@ class HttpTier final : public RemoteTier {
   }
 
   bool put(const Entry& entry, std::string* detail) noexcept override {
+    return put_now(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); }, detail);
+  }
+
+  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
+    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
+  }
+
+  void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
+    // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
     try {
-      std::string why;
-      if (!m_client.load(&why)) {
-        set_detail(detail, why);
-        return false;
+      if (!m_breaker.is_open() && usable() &&
+          push(detail::manifest_object_key(request_key), RemoteValue::manifest,
+               [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+        return;
       }
-      if (!m_breaker.admit()) {
-        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
-        return false;
-      }
-      const std::vector<std::byte> bytes = serialize(entry);
-      const bool ok = write(entry.key_hash, bytes, &why, false);
-      if (!ok) set_detail(detail, why);
-      return ok;
-    } catch (const std::exception& e) {
-      set_detail(detail, e.what());
-      return false;
+      KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published (the server failed moments ago, or "
+               "the publish queue is full)", m_display, request_key.hex());
+    } catch (...) {
     }
+  }
+
+  bool put_manifest(const Hash128& request_key, std::span<const std::byte> bytes, std::string* detail) noexcept override {
+    return put_now(detail::manifest_object_key(request_key), RemoteValue::manifest, [bytes] { return bytes; }, detail);
   }
 
   bool flush(std::chrono::milliseconds max_wait) noexcept override {
@@ -269,10 +262,53 @@ class HttpTier final : public RemoteTier {
 
  private:
   using Clock = std::chrono::steady_clock;
+  using RemoteValue = detail::RemoteValue;
   struct Job {
-    Hash128 key;
+    Hash128 key;  ///< the entry's key, or manifest_object_key() of a manifest's request key
     std::vector<std::byte> bytes;
+    RemoteValue what = RemoteValue::entry;
   };
+
+  /// Queues a job whose bytes `make` returns (called only when the queue has room, so a full queue
+  /// costs the caller no copy); false when it is full.
+  template <class Make>
+  bool push(const Hash128& key, RemoteValue what, const Make& make) {
+    {
+      const std::lock_guard lock(m_mutex);
+      if (!has_room(0)) return false;
+    }
+    std::vector<std::byte> bytes = make();
+    const std::lock_guard lock(m_mutex);
+    if (!has_room(bytes.size())) return false;
+    m_queued_bytes += bytes.size();
+    m_queue.push_back(Job{key, std::move(bytes), what});
+    m_wake.notify_all();
+    return true;
+  }
+
+  /// put() and put_manifest(): one write now, without HEAD first; `make` gives the bytes once the server
+  /// may be asked. False with `detail` when it was not written. Never throws.
+  template <class Make>
+  bool put_now(const Hash128& key, RemoteValue what, const Make& make, std::string* detail) noexcept {
+    try {
+      std::string why;
+      if (!m_client.load(&why)) {
+        set_detail(detail, why);
+        return false;
+      }
+      if (!m_breaker.admit()) {
+        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        return false;
+      }
+      const auto bytes = make();
+      const bool ok = write(key, std::span<const std::byte>(bytes), &why, false, what);
+      if (!ok) set_detail(detail, why);
+      return ok;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
 
   /// False when libcurl cannot be loaded: said once, then this tier is skipped.
   bool usable() {
@@ -284,48 +320,93 @@ class HttpTier final : public RemoteTier {
     return false;
   }
 
-  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) {
+  /// What one GET of an object found (filled in place: `payload` views into `response`).
+  struct Fetch {
+    enum class Kind { failed, absent, bad, unauthenticated, value } kind = Kind::failed;
+    std::string path;          ///< the object's
+    HttpResponse response;     ///< holds the body
+    std::string_view payload;  ///< value: the entry's (or manifest's) bytes, MAC verified with a secret
+    std::string why;           ///< failed: the lookup's detail; bad: why the object is not one
+    bool had_mac = false;      ///< unauthenticated: it had a MAC (a wrong one)
+  };
+
+  /// One GET of the object of `key`, taken apart (remote_object.hpp) and, with a secret, its MAC
+  /// (under `what`'s label) verified before anything else is believed: a value without the fleet's MAC
+  /// may have been planted. Server failures are told to the breaker.
+  void fetch_object(const Hash128& key, RemoteValue what, Fetch& out) {
+    out.path = m_config.object_path(key);
     if (!usable()) {
       m_unloaded.fetch_add(1, std::memory_order_relaxed);
-      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: libcurl is not loaded", m_display)};
+      out.why = fmt::format("remote cache {}: libcurl is not loaded", m_display);
+      return;
     }
     if (!m_breaker.admit()) {
-      return {LookupOutcome::io_error, std::nullopt,
-              fmt::format("remote cache {} not asked: it failed less than {} s ago", m_display,
-                          m_config.retry_after.count())};
+      out.why = fmt::format("remote cache {} not asked: it failed less than {} s ago", m_display,
+                            m_config.retry_after.count());
+      return;
     }
-    const std::string path = m_config.object_path(key);
-    const HttpResponse response =
-        m_client.get(path, detail::kObjectHeaderBytes + static_cast<std::size_t>(m_config.limits.max_file_bytes));
+    out.response =
+        m_client.get(out.path, detail::kObjectHeaderBytes + static_cast<std::size_t>(m_config.limits.max_file_bytes));
+    const HttpResponse& response = out.response;
     if (!response.answered) {
       m_breaker.fail(fmt::format("GET: {}", response.error));
-      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, response.error)};
+      out.why = fmt::format("remote cache {}: {}", m_display, response.error);
+      return;
     }
     if (response.status == 404) {
       m_breaker.succeed();
-      return {LookupOutcome::miss, std::nullopt, {}};
+      out.kind = Fetch::Kind::absent;
+      return;
     }
     if (response.status != 200) {
       const std::string why = status_error("GET", response.status);
       m_breaker.fail(why);
-      return {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
+      out.why = fmt::format("remote cache {}: {}", m_display, why);
+      return;
     }
     m_breaker.succeed();
+    out.kind = Fetch::Kind::bad;
     if (response.too_large) {
-      return reject(key, path, fmt::format("larger than the entry size cap ({} bytes)", m_config.limits.max_file_bytes));
+      out.why = fmt::format("larger than the entry size cap ({} bytes)", m_config.limits.max_file_bytes);
+      return;
     }
     const detail::Unframed object = detail::unframe_object(response.body);
-    if (!object.error.empty()) return reject(key, path, object.error);
+    if (!object.error.empty()) {
+      out.why = object.error;
+      return;
+    }
     if (m_config.authenticated()) {
-      // Before anything else is believed: a value without the fleet's MAC may have been planted.
-      const std::string expected = detail::entry_mac(m_config.secret, key, object.entry.data(), object.entry.size());
+      const std::string expected =
+          detail::remote_mac(m_config.secret, what, key, object.entry.data(), object.entry.size());
       if (!object.has_mac() || !kiln::detail::constant_time_equal(object.mac, expected)) {
-        refused_unauthenticated = true;
-        return refuse_unauthenticated(key, path, object.has_mac());
+        out.kind = Fetch::Kind::unauthenticated;
+        out.had_mac = object.has_mac();
+        return;
       }
     }
-    auto parsed = parse(std::span(reinterpret_cast<const std::byte*>(object.entry.data()), object.entry.size()),
-                        m_config.limits);
+    out.kind = Fetch::Kind::value;
+    out.payload = object.entry;
+  }
+
+  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) {
+    Fetch fetched;
+    fetch_object(key, RemoteValue::entry, fetched);
+    const std::string& path = fetched.path;
+    switch (fetched.kind) {
+      case Fetch::Kind::failed:
+        return {LookupOutcome::io_error, std::nullopt, std::move(fetched.why)};
+      case Fetch::Kind::absent:
+        return {LookupOutcome::miss, std::nullopt, {}};
+      case Fetch::Kind::bad:
+        return reject(key, path, fetched.why);
+      case Fetch::Kind::unauthenticated:
+        refused_unauthenticated = true;
+        return refuse_unauthenticated(key, path, fetched.had_mac);
+      case Fetch::Kind::value:
+        break;
+    }
+    const std::string_view bytes = fetched.payload;
+    auto parsed = parse(std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()), m_config.limits);
     if (auto* error = std::get_if<ContentError>(&parsed)) return reject(key, path, error->reason);
     Entry& entry = std::get<Entry>(parsed);
     if (entry.key_hash != key) return reject(key, path, fmt::format("foreign entry for key {}", entry.key_hash.hex()));
@@ -333,6 +414,35 @@ class HttpTier final : public RemoteTier {
       return reject(key, path, "foreign entry: its canonical key differs from the request's");
     }
     return {LookupOutcome::hit, std::move(entry), {}};
+  }
+
+  /// The manifest of `request_key`: one GET of its object, the MAC first (fetch_object), then the shared
+  /// check (remote_manifest.hpp). What fails is deleted where the server allows it.
+  ManifestFetch fetch_manifest(const Hash128& request_key) {
+    using Outcome = ManifestFetch::Outcome;
+    Fetch fetched;
+    fetch_object(detail::manifest_object_key(request_key), RemoteValue::manifest, fetched);
+    std::string why;
+    switch (fetched.kind) {
+      case Fetch::Kind::failed:
+        return {Outcome::error, {}, std::move(fetched.why)};
+      case Fetch::Kind::absent:
+        return {Outcome::miss, {}, {}};
+      case Fetch::Kind::bad:
+        why = std::move(fetched.why);
+        break;
+      case Fetch::Kind::unauthenticated:
+        why = fetched.had_mac ? "its MAC is wrong" : "it has no MAC";
+        break;
+      case Fetch::Kind::value: {
+        const std::span bytes(reinterpret_cast<const std::byte*>(fetched.payload.data()), fetched.payload.size());
+        why = detail::manifest_refusal(bytes, request_key);
+        if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
+        break;
+      }
+    }
+    const HttpResponse deleted = m_client.remove(fetched.path);
+    return m_manifests.refuse(m_display, fetched.path, why, deleted.answered && deleted.status < 300);
   }
 
   /// Deletes a refused object where the server allows it, and remembers the key: its next publish
@@ -375,7 +485,10 @@ class HttpTier final : public RemoteTier {
   /// Writes one entry: HEAD first when `ask_first` (an object already there is not uploaded again,
   /// unless this process refused what was there), then PUT. False with `why` when the server failed,
   /// which the breaker is told.
-  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why, bool ask_first) {
+  /// A manifest (`what`) is written the same way, its MAC under its own label, counted apart.
+  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why, bool ask_first,
+             RemoteValue what = RemoteValue::entry) {
+    const bool entry = what == RemoteValue::entry;
     const std::string path = m_config.object_path(key);
     bool refused_before = false;
     {
@@ -384,7 +497,7 @@ class HttpTier final : public RemoteTier {
     }
     const auto fail = [&](std::string text) {
       m_breaker.fail(text);
-      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
       if (why) *why = std::move(text);
       return false;
     };
@@ -398,13 +511,13 @@ class HttpTier final : public RemoteTier {
       }
       if (present.status != 404) return fail(status_error("HEAD", present.status));
     }
-    const std::string object = detail::frame_object(bytes, key, m_config.secret);
+    const std::string object = detail::frame_object(bytes, key, m_config.secret, what);
     const HttpResponse response =
         m_client.put(path, std::span(reinterpret_cast<const std::byte*>(object.data()), object.size()));
     if (!response.answered) return fail(fmt::format("PUT: {}", response.error));
     if (response.status < 200 || response.status >= 300) return fail(status_error("PUT", response.status));
     m_breaker.succeed();
-    m_published.fetch_add(1, std::memory_order_relaxed);
+    (entry ? m_published : m_manifests.published).fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
@@ -422,14 +535,16 @@ class HttpTier final : public RemoteTier {
         m_queued_bytes -= job.bytes.size();
         m_writing = true;
         lock.unlock();
+        const bool entry = job.what == RemoteValue::entry;
         try {
+          // A manifest is always uploaded: what one name holds changes as results are recorded.
           if (m_breaker.admit()) {
-            (void)write(job.key, job.bytes, nullptr, true);
-          } else {
+            (void)write(job.key, job.bytes, nullptr, entry, job.what);
+          } else if (entry) {
             m_dropped.fetch_add(1, std::memory_order_relaxed);
           }
         } catch (...) {
-          m_dropped.fetch_add(1, std::memory_order_relaxed);
+          if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
         }
         lock.lock();
         m_writing = false;
@@ -439,7 +554,9 @@ class HttpTier final : public RemoteTier {
       if (m_stop) break;
       m_wake.wait(lock);
     }
-    m_dropped.fetch_add(m_queue.size(), std::memory_order_relaxed);
+    m_dropped.fetch_add(static_cast<std::uint64_t>(std::count_if(
+                            m_queue.begin(), m_queue.end(), [](const Job& job) { return job.what == RemoteValue::entry; })),
+                        std::memory_order_relaxed);
     m_queue.clear();
     m_queued_bytes = 0;
     m_idle.notify_all();
@@ -453,6 +570,7 @@ class HttpTier final : public RemoteTier {
       m_get_max_ns{0}, m_published{0}, m_dropped{0}, m_unloaded{0};
   std::atomic<bool> m_warned_unauthenticated{false};
   std::atomic<bool> m_warned_unloaded{false};
+  detail::ManifestCounters m_manifests;
 
   std::mutex m_mutex;  ///< guards the queue, the thread's state and m_refused
   std::condition_variable m_wake;

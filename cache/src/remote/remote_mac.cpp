@@ -17,8 +17,9 @@ namespace kiln::cache::detail {
 namespace {
 
 /// What the MAC covers before the key and the bytes: names the use and its version, so a MAC made for
-/// anything else under the same secret is never a valid entry MAC.
-constexpr std::string_view kMacLabel{"kiln-remote-entry/1\0", 20};
+/// anything else under the same secret (a manifest's for an entry, or the other way) is never valid.
+constexpr std::string_view kEntryMacLabel{"kiln-remote-entry/1\0", 20};
+constexpr std::string_view kManifestMacLabel{"kiln-remote-manifest/1\0", 23};
 
 /// Closes a descriptor on every path out.
 class Descriptor {
@@ -100,9 +101,10 @@ std::string read_credential_file(std::string_view variable, const std::string& p
   return text;
 }
 
-std::string entry_mac(std::string_view secret, const Hash128& key, const void* bytes, std::size_t size) {
+std::string remote_mac(std::string_view secret, RemoteValue what, const Hash128& key, const void* bytes,
+                       std::size_t size) {
   kiln::detail::HmacSha256 mac(secret);
-  mac.update(kMacLabel);
+  mac.update(what == RemoteValue::manifest ? kManifestMacLabel : kEntryMacLabel);
   mac.update(key.hex());
   mac.update("\0", 1);
   mac.update(bytes, size);

@@ -4,6 +4,7 @@
 // key and the entry's bytes, stored as 64 lower-case hex digits under RemoteConfig::mac_key(). Plain
 // code: compiled with or without hiredis.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,8 +27,21 @@ inline constexpr std::size_t kMaxSecretFileBytes = 4096;
 /// as read_secret_file but at least 1 byte, and one line only.
 [[nodiscard]] std::string read_credential_file(std::string_view variable, const std::string& path);
 
-/// The MAC of the entry `bytes` stored under `key`: 64 lower-case hex digits. Never throws except
-/// std::bad_alloc.
-[[nodiscard]] std::string entry_mac(std::string_view secret, const Hash128& key, const void* bytes, std::size_t size);
+/// What a remote value holds. Each has its own MAC label, so a MAC made for one is never valid for the
+/// other, whatever key it stands under.
+enum class RemoteValue : std::uint8_t {
+  entry,     ///< a cache entry (cache::serialize()), under its key: label "kiln-remote-entry/1"
+  manifest,  ///< a dependency manifest, under manifest_object_key(): label "kiln-remote-manifest/1"
+};
+
+/// The MAC of the `what` bytes stored under `key`: HMAC-SHA-256 under the secret of the label, NUL, the
+/// key's 32 hex digits, NUL and the bytes; 64 lower-case hex digits. Never throws except std::bad_alloc.
+[[nodiscard]] std::string remote_mac(std::string_view secret, RemoteValue what, const Hash128& key, const void* bytes,
+                                     std::size_t size);
+/// remote_mac() of an entry.
+[[nodiscard]] inline std::string entry_mac(std::string_view secret, const Hash128& key, const void* bytes,
+                                           std::size_t size) {
+  return remote_mac(secret, RemoteValue::entry, key, bytes, size);
+}
 
 }  // namespace kiln::cache::detail

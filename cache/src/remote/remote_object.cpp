@@ -9,12 +9,13 @@
 
 namespace kiln::cache::detail {
 
-std::string frame_object(std::span<const std::byte> entry, const Hash128& key, std::string_view secret) {
+std::string frame_object(std::span<const std::byte> entry, const Hash128& key, std::string_view secret,
+                         RemoteValue what) {
   std::string object;
   object.reserve(kObjectHeaderBytes + entry.size());
   object += kObjectMagic;
   object += fmt::format("{:016x}", entry.size());
-  object += secret.empty() ? std::string(64, '-') : entry_mac(secret, key, entry.data(), entry.size());
+  object += secret.empty() ? std::string(64, '-') : remote_mac(secret, what, key, entry.data(), entry.size());
   object.append(reinterpret_cast<const char*>(entry.data()), entry.size());
   return object;
 }

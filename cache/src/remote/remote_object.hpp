@@ -1,7 +1,8 @@
 #pragma once
 // Private to cache/: the self-authenticating object an HTTP tier stores per entry. A plain HTTP server
 // has no atomic multi-key write (Redis's MULTI/EXEC of the entry and its MAC), so the MAC travels in the
-// same object as the entry, and the object says its own size:
+// same object as the entry, and the object says its own size (a dependency manifest travels in the same
+// frame, its bytes in place of the entry's and its MAC under the manifest label: remote_mac.hpp):
 //
 //   object := "KILNOBJ1" size mac entry
 //   size   := 16 lower-case hex digits: the entry's byte count (the object is 88 + size bytes)
@@ -16,14 +17,17 @@
 #include <string_view>
 
 #include "kiln/base/hash.hpp"
+#include "remote_mac.hpp"
 
 namespace kiln::cache::detail {
 
 inline constexpr std::string_view kObjectMagic = "KILNOBJ1";
 inline constexpr std::size_t kObjectHeaderBytes = 8 + 16 + 64;
 
-/// The object for `entry` (serialized bytes) under `key`; with a non-empty `secret`, MAC'd under it.
-[[nodiscard]] std::string frame_object(std::span<const std::byte> entry, const Hash128& key, std::string_view secret);
+/// The object for `entry` (serialized bytes, or a manifest's: `what`) under `key`; with a non-empty
+/// `secret`, MAC'd under it.
+[[nodiscard]] std::string frame_object(std::span<const std::byte> entry, const Hash128& key, std::string_view secret,
+                                       RemoteValue what = RemoteValue::entry);
 
 /// An object taken apart. `error` is empty when the header is well formed and the size matches.
 struct Unframed {

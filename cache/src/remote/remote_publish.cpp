@@ -5,16 +5,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kiln/base/log.hpp"
 #include "remote_mac.hpp"
 
 namespace kiln::cache::detail {
 
-Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases)
+Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases,
+                     ManifestCounters& manifests)
     : m_config(config),
       m_pool(pool),
       m_breaker(breaker),
       m_leases(leases),
+      m_manifests(manifests),
       m_display(config.display()),
       m_thread([this] { run(); }) {}
 
@@ -33,6 +37,22 @@ bool Publisher::has_room(std::size_t bytes) const {
          m_queued_bytes + bytes <= m_config.publish_queue_bytes;
 }
 
+template <class Make>
+bool Publisher::push(const Hash128& key, RemoteValue what, const Make& make) {
+  {
+    const std::lock_guard lock(m_mutex);
+    if (!has_room(0)) return false;
+  }
+  // Asked first so that a full queue costs the caller no copy.
+  std::vector<std::byte> bytes = make();
+  const std::lock_guard lock(m_mutex);
+  if (!has_room(bytes.size())) return false;
+  m_queued_bytes += bytes.size();
+  m_queue.push_back(Job{key, std::move(bytes), what});
+  m_wake.notify_all();
+  return true;
+}
+
 void Publisher::enqueue(const Entry& entry) noexcept {
   try {
     if (m_breaker.is_open()) {
@@ -40,24 +60,25 @@ void Publisher::enqueue(const Entry& entry) noexcept {
       release_lease_soon(entry.key_hash);
       return;
     }
-    bool room = false;
-    {
-      const std::lock_guard lock(m_mutex);
-      room = has_room(0);
+    if (!push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
+      drop(entry.key_hash, "the publish queue is full");
     }
-    if (room) {  // asked first so that a full queue costs the caller no serialized copy
-      std::vector<std::byte> bytes = serialize(entry);
-      const std::lock_guard lock(m_mutex);
-      if (has_room(bytes.size())) {
-        m_queued_bytes += bytes.size();
-        m_queue.push_back(Job{entry.key_hash, std::move(bytes)});
-        m_wake.notify_all();
-        return;
-      }
-    }
-    drop(entry.key_hash, "the publish queue is full");
   } catch (...) {
     m_dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Publisher::enqueue_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept {
+  // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
+  try {
+    if (!m_breaker.is_open() &&
+        push(manifest_object_key(request_key), RemoteValue::manifest,
+             [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+      return;
+    }
+    KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published: {}", m_display, request_key.hex(),
+             m_breaker.is_open() ? "the server failed moments ago" : "the publish queue is full");
+  } catch (...) {
   }
 }
 
@@ -87,7 +108,8 @@ std::string transaction_error(const redisReply* reply) {
 
 }  // namespace
 
-bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std::string* why) {
+bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std::string* why, RemoteValue what) {
+  const bool entry = what == RemoteValue::entry;
   const std::string name = m_config.entry_key(key);
   const std::string_view value(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::string ttl = std::to_string(m_config.ttl.count());
@@ -98,7 +120,7 @@ bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std:
     // The entry and its MAC in one transaction: a reader (one MGET) sees both or neither, never one
     // publisher's entry with another's MAC.
     const std::string mac_name = m_config.mac_key(key);
-    const std::string mac = entry_mac(m_config.secret, key, bytes.data(), bytes.size());
+    const std::string mac = remote_mac(m_config.secret, what, key, bytes.data(), bytes.size());
     result = expires ? m_pool.run_transaction({{"SET", name, value, "EX", ttl}, {"SET", mac_name, mac, "EX", ttl}})
                      : m_pool.run_transaction({{"SET", name, value}, {"SET", mac_name, mac}});
     if (result.reply) failed = transaction_error(result.reply.get());
@@ -111,18 +133,18 @@ bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std:
   }
   if (!result.reply) {
     if (why) *why = result.error;
-    m_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   if (!failed.empty()) {
     std::string error = reply_error("SET", failed);
     m_breaker.fail(error);
     if (why) *why = std::move(error);
-    m_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   m_breaker.succeed();
-  m_published.fetch_add(1, std::memory_order_relaxed);
+  (entry ? m_published : m_manifests.published).fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -162,14 +184,15 @@ void Publisher::run() noexcept {
       m_writing = true;
       lock.unlock();
       try {
+        const bool entry = job.what == RemoteValue::entry;
         if (m_breaker.admit()) {
-          (void)write(job.key, job.bytes, nullptr);
-        } else {
+          (void)write(job.key, job.bytes, nullptr, job.what);
+        } else if (entry) {
           m_dropped.fetch_add(1, std::memory_order_relaxed);
         }
-        m_leases.release(job.key);
+        if (entry) m_leases.release(job.key);
       } catch (...) {
-        m_dropped.fetch_add(1, std::memory_order_relaxed);
+        if (job.what == RemoteValue::entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
       }
       lock.lock();
       m_writing = false;
@@ -190,7 +213,9 @@ void Publisher::run() noexcept {
     m_wake.wait_until(lock, next_renew);
   }
   // Closing: drop what could not be written in time, then free every lease still held.
-  m_dropped.fetch_add(m_queue.size(), std::memory_order_relaxed);
+  m_dropped.fetch_add(static_cast<std::uint64_t>(std::count_if(
+                          m_queue.begin(), m_queue.end(), [](const Job& job) { return job.what == RemoteValue::entry; })),
+                      std::memory_order_relaxed);
   m_queue.clear();
   m_queued_bytes = 0;
   m_idle.notify_all();

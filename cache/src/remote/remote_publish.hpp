@@ -4,7 +4,8 @@
 // thread writes the queue in order. The queue is bounded (entries and bytes): when the server is slower
 // than the compiles, entries are dropped rather than held. The same thread keeps this node's compile
 // leases (renews them while compiles run, releases those marked), because it is the one thread that
-// is always there to talk to the server in the background.
+// is always there to talk to the server in the background. Dependency manifests go through the same
+// queue, under their own name and MAC label (remote_manifest.hpp), and hold no lease.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,13 +23,17 @@
 #include "kiln/cache/remote.hpp"
 #include "redis_connection.hpp"
 #include "remote_lease.hpp"
+#include "remote_mac.hpp"
+#include "remote_manifest.hpp"
 
 namespace kiln::cache::detail {
 
 class Publisher {
  public:
-  /// All four are borrowed and must outlive the publisher. Starts the background thread.
-  Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases);
+  /// All five are borrowed and must outlive the publisher (`manifests` counts the manifests written).
+  /// Starts the background thread.
+  Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases,
+            ManifestCounters& manifests);
   /// Writes what is queued for at most close_flush, drops the rest, releases every lease still held.
   ~Publisher();
   Publisher(const Publisher&) = delete;
@@ -37,10 +42,13 @@ class Publisher {
   /// Queues `entry` for the background thread. Dropped (and its lease marked for release) while the
   /// breaker is open or when the queue is full. Never throws.
   void enqueue(const Entry& entry) noexcept;
-  /// Writes one serialized entry now (SET, with EX ttl when configured; with a fleet secret, the entry
-  /// and its MAC in one MULTI/EXEC). False with `why` (if given) when the server failed, which the
-  /// breaker is told.
-  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why);
+  /// Queues the manifest of `request_key` (its bytes copied) as enqueue() queues an entry. Never throws.
+  void enqueue_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept;
+  /// Writes one serialized entry (or manifest: `what`, under manifest_object_key()) now (SET, with EX
+  /// ttl when configured; with a fleet secret, the value and its MAC in one MULTI/EXEC). False with `why`
+  /// (if given) when the server failed, which the breaker is told.
+  bool write(const Hash128& key, std::span<const std::byte> bytes, std::string* why,
+             RemoteValue what = RemoteValue::entry);
   /// Marks the lease for `key` for release by the background thread (the caller does not wait for the
   /// server). Never throws.
   void release_lease_soon(const Hash128& key) noexcept;
@@ -53,11 +61,15 @@ class Publisher {
  private:
   using Clock = std::chrono::steady_clock;
   struct Job {
-    Hash128 key;
+    Hash128 key;  ///< the entry's key, or manifest_object_key() of a manifest's request key
     std::vector<std::byte> bytes;
+    RemoteValue what = RemoteValue::entry;
   };
 
   [[nodiscard]] bool has_room(std::size_t bytes) const;  // caller holds m_mutex
+  /// Queues a job whose bytes `make` returns (called only when the queue has room); false when it is full.
+  template <class Make>
+  bool push(const Hash128& key, RemoteValue what, const Make& make);
   void drop(const Hash128& key, std::string_view why) noexcept;
   void wake() noexcept;
   void run() noexcept;
@@ -66,6 +78,7 @@ class Publisher {
   ConnectionPool& m_pool;
   CircuitBreaker& m_breaker;
   CompileLeases& m_leases;
+  ManifestCounters& m_manifests;
   const std::string m_display;
 
   mutable std::mutex m_mutex;  ///< guards the queue and the thread's state

@@ -27,6 +27,8 @@
 #include "kiln/base/sha256.hpp"
 #include "redis_connection.hpp"
 #include "remote_lease.hpp"
+#include "remote_mac.hpp"
+#include "remote_manifest.hpp"
 #include "remote_publish.hpp"
 #endif
 
@@ -86,7 +88,7 @@ class RedisTier final : public RemoteTier {
         m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
         m_pool(m_config, m_breaker),
         m_leases(m_config, m_pool, m_breaker),
-        m_publisher(m_config, m_pool, m_breaker, m_leases) {}
+        m_publisher(m_config, m_pool, m_breaker, m_leases, m_manifests) {}
 
   RedisTier(const RedisTier&) = delete;
   RedisTier& operator=(const RedisTier&) = delete;
@@ -120,6 +122,7 @@ class RedisTier final : public RemoteTier {
     s.leases_taken = m_leases.taken();
     s.lease_waits = m_leases.waits();
     s.lease_wait_hits = m_leases.wait_hits();
+    m_manifests.report(s);
     s.get_nanoseconds = m_get_ns.load();
     s.get_max_nanoseconds = m_get_max_ns.load();
     return s;
@@ -204,7 +207,118 @@ class RedisTier final : public RemoteTier {
     }
   }
 
+  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
+    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
+  }
+
+  void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
+    m_publisher.enqueue_manifest(request_key, bytes);
+  }
+
+  bool put_manifest(const Hash128& request_key, std::span<const std::byte> bytes, std::string* detail) noexcept override {
+    try {
+      if (!m_breaker.admit()) {
+        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        return false;
+      }
+      std::string why;
+      const bool ok =
+          m_publisher.write(detail::manifest_object_key(request_key), bytes, &why, detail::RemoteValue::manifest);
+      if (!ok) set_detail(detail, why);
+      return ok;
+    } catch (const std::exception& e) {
+      set_detail(detail, e.what());
+      return false;
+    }
+  }
+
  private:
+  /// What one GET (with a secret: one MGET of the value and its MAC) answered.
+  struct Read {
+    enum class Kind { failed, absent, value } kind = Kind::failed;
+    CommandResult result;                ///< holds the replies below
+    const redisReply* value = nullptr;   ///< value: the value's reply (a string, or WRONGTYPE)
+    const redisReply* mac = nullptr;     ///< value, with a secret: the MAC's reply
+    std::string error;                   ///< failed: why (the breaker has been told)
+  };
+
+  /// Sends the GET or MGET of `name` (and `mac_name`), `sink` armed when given, and sorts the answer.
+  Read read(const std::string& name, const std::string& mac_name, ValueSink* sink) {
+    Read read;
+    const bool authenticated = m_config.authenticated();
+    const char* const command_name = authenticated ? "MGET" : "GET";
+    read.result = authenticated ? m_pool.run({"MGET", name, mac_name}, sink) : m_pool.run({"GET", name}, sink);
+    if (!read.result.reply) {
+      read.error = read.result.error;
+      return read;
+    }
+    // The value: the GET's reply, or the MGET's first element (the MAC its second).
+    const redisReply* reply = read.result.reply.get();
+    if (authenticated && reply->type == REDIS_REPLY_ARRAY) {
+      if (reply->elements != 2) {
+        read.error = fmt::format("MGET answered {} values for 2 keys", reply->elements);
+        m_breaker.fail(read.error);
+        return read;
+      }
+      read.mac = reply->element[1];
+      reply = reply->element[0];
+    } else if (authenticated && reply->type != REDIS_REPLY_ERROR) {
+      read.error = "MGET did not answer an array";
+      m_breaker.fail(read.error);
+      return read;
+    }
+    if (reply->type == REDIS_REPLY_NIL) {
+      m_breaker.succeed();
+      read.kind = Read::Kind::absent;
+      return read;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && !text_of(reply).starts_with("WRONGTYPE")) {
+      read.error = reply_error(command_name, text_of(reply));
+      m_breaker.fail(read.error);
+      return read;
+    }
+    m_breaker.succeed();
+    read.kind = Read::Kind::value;
+    read.value = reply;
+    return read;
+  }
+
+  /// Whether a value read with a secret carries the MAC `expected` (empty: none could be computed).
+  static bool mac_matches(const Read& read, std::string_view expected) {
+    const bool has_mac = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING;
+    return has_mac && !expected.empty() && kiln::detail::constant_time_equal(text_of(read.mac), expected);
+  }
+
+  /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the shared check
+  /// (remote_manifest.hpp). What fails is deleted with its MAC.
+  ManifestFetch fetch_manifest(const Hash128& request_key) {
+    using Outcome = ManifestFetch::Outcome;
+    if (!m_breaker.admit()) return {Outcome::error, {}, "not asked: it failed moments ago"};
+    const Hash128 key = detail::manifest_object_key(request_key);
+    const std::string name = m_config.entry_key(key);
+    const std::string mac_name = m_config.mac_key(key);
+    Read read = this->read(name, mac_name, nullptr);
+    if (read.kind == Read::Kind::failed) return {Outcome::error, {}, fmt::format("remote cache {}: {}", m_display, read.error)};
+    if (read.kind == Read::Kind::absent) return {Outcome::miss, {}, {}};
+    std::string why;
+    if (read.value->type != REDIS_REPLY_STRING) {
+      why = "the key does not hold a string value";
+    } else {
+      const std::span bytes(reinterpret_cast<const std::byte*>(read.value->str), read.value->len);
+      if (m_config.authenticated() &&
+          !mac_matches(read, detail::remote_mac(m_config.secret, detail::RemoteValue::manifest, key, bytes.data(),
+                                                bytes.size()))) {
+        why = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING ? "its MAC is wrong" : "it has no MAC";
+      } else {
+        why = detail::manifest_refusal(bytes, request_key);
+        if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
+      }
+    }
+    read.result.reply.reset();
+    const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
+    return m_manifests.refuse(m_display, name, why, deleted.reply != nullptr);
+  }
+
   LookupResult lookup(const Hash128& key, std::string_view canonical_key) {
     if (!m_breaker.admit()) {
       return {LookupOutcome::io_error, std::nullopt,
@@ -229,48 +343,20 @@ class RedisTier final : public RemoteTier {
       sink.secret = &m_config.secret;
       sink.key = key;
     }
-    const char* const command_name = authenticated ? "MGET" : "GET";
-    CommandResult result =
-        authenticated ? m_pool.run({"MGET", name, mac_name}, &sink) : m_pool.run({"GET", name}, &sink);
-    if (!result.reply) {
+    Read read = this->read(name, mac_name, &sink);
+    if (read.kind == Read::Kind::failed) {
       return {Found::failed,
-              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, result.error)}};
+              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, read.error)}};
     }
-    // `reply` is the entry's value: the GET's reply, or the MGET's first element (`mac` its second).
-    const redisReply* reply = result.reply.get();
-    const redisReply* mac = nullptr;
-    if (authenticated && reply->type == REDIS_REPLY_ARRAY) {
-      if (reply->elements != 2) {
-        const std::string why = fmt::format("MGET answered {} values for 2 keys", reply->elements);
-        m_breaker.fail(why);
-        return {Found::failed,
-                {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
-      }
-      mac = reply->element[1];
-      reply = reply->element[0];
-    } else if (authenticated && reply->type != REDIS_REPLY_ERROR) {
-      const std::string why = "MGET did not answer an array";
-      m_breaker.fail(why);
-      return {Found::failed,
-              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
-    }
-    if (reply->type == REDIS_REPLY_NIL) {
-      m_breaker.succeed();
-      return {Found::absent, {LookupOutcome::miss, std::nullopt, {}}};
-    }
-    if (reply->type == REDIS_REPLY_ERROR && !text_of(reply).starts_with("WRONGTYPE")) {
-      const std::string why = reply_error(command_name, text_of(reply));
-      m_breaker.fail(why);
-      return {Found::failed,
-              {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
-    }
-    m_breaker.succeed();
+    if (read.kind == Read::Kind::absent) return {Found::absent, {LookupOutcome::miss, std::nullopt, {}}};
+    const redisReply* reply = read.value;
+    CommandResult& result = read.result;
     std::string why;
     if (reply->type == REDIS_REPLY_STRING && !sink.captured) sink.capture(reply->str, reply->len);
     if (authenticated && reply->type == REDIS_REPLY_STRING) {
       // Before anything else is believed: a value without the fleet's MAC may have been planted.
-      const bool has_mac = mac != nullptr && mac->type == REDIS_REPLY_STRING;
-      if (!has_mac || sink.mac.empty() || !kiln::detail::constant_time_equal(text_of(mac), sink.mac)) {
+      if (!mac_matches(read, sink.mac)) {
+        const bool has_mac = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING;
         result.reply.reset();
         return refuse_unauthenticated(key, name, mac_name, has_mac);
       }
@@ -334,6 +420,7 @@ class RedisTier final : public RemoteTier {
   std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_unauthenticated{0}, m_get_ns{0},
       m_get_max_ns{0};
   std::atomic<bool> m_warned_unauthenticated{false};
+  detail::ManifestCounters m_manifests;
   Publisher m_publisher;
 };
 

@@ -22,7 +22,8 @@ constexpr std::string_view kPrefix = "tier-";
 
 // clang-format off
 #define KILN_TIER_COUNTERS(X) \
-  X(hits) X(misses) X(failures) X(skipped) X(rejected) X(unauthenticated) X(published) X(publish_dropped)
+  X(hits) X(misses) X(failures) X(skipped) X(rejected) X(unauthenticated) X(published) X(publish_dropped) \
+  X(manifest_hits) X(manifest_misses) X(manifest_refused) X(manifests_published)
 // clang-format on
 
 /// The file's tier: "url <url>" and "name value" lines after the header; bad lines are skipped.

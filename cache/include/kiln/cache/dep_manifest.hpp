@@ -297,9 +297,24 @@ class DependencyManifests {
   /// ManifestConfig::max_results the oldest are dropped; header infos are shared by path + digest). A header
   /// is stored trusted only when the set says so and its stat lies outside the trust window now. Refuses
   /// (warns once) a set whose paths are not absolute or exceed the limits, or a request key that is not
-  /// the hash of its canonical key. Never throws; a failed write warns once per instance.
-  void record(const Hash128& request_key, std::string_view request_canonical, const DependencySet& dependencies,
-              const Hash128& result_key) noexcept;
+  /// the hash of its canonical key. Never throws; a failed write warns once per instance. Returns the
+  /// manifest's bytes as written (empty when nothing was written), for the remote tiers.
+  std::vector<std::byte> record(const Hash128& request_key, std::string_view request_canonical,
+                                const DependencySet& dependencies, const Hash128& result_key) noexcept;
+
+  /// Installs a manifest that came from another machine (a remote tier) as the request's, when none is
+  /// here: parsed with every check of a local one, for this request (key and canonical key), then every
+  /// header's stat is cleared and untrusted before it is written. A stat of another machine means nothing
+  /// here, so the next lookup re-reads and re-hashes each header once and its digest decides (the same
+  /// bytes: a hit, and the stat is refreshed as for any re-read header; other bytes: that result does not
+  /// match); absent paths are checked as always. Read-write only. Returns why it was not installed
+  /// (empty when it was). Never throws.
+  std::string install(const Hash128& request_key, std::string_view request_canonical,
+                      std::span<const std::byte> bytes) noexcept;
+
+  /// The bytes of the request's manifest, when it exists and parses as the manifest of `request_key`
+  /// (`kiln prewarm --remote` publishes them). Reads only. Never throws but std::bad_alloc.
+  [[nodiscard]] std::optional<std::vector<std::byte>> bytes(const Hash128& request_key) const;
 
   /// Every result of the request's manifest checked against the file system now, each with its first
   /// mismatch. Reads, never writes or deletes. Never throws but std::bad_alloc.

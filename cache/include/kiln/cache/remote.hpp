@@ -55,6 +55,18 @@
 // overwritten by the next publish. Without the secret nothing changes: entries are written without a
 // MAC and read without looking for one (a deletion also removes the key's MAC).
 //
+// Dependency manifests (dep_manifest.hpp, the first level of an include-folder request's key) travel
+// too, so a node with the same tree at the same paths hits without resolving its includes: under a key
+// of their own (manifest_object_key(request key): XXH3-128 under another seed, so never an entry's key
+// but by a 128-bit collision) in the same layout (Redis: <prefix><32 hex> and <prefix>mac:<32 hex>;
+// HTTP: the same KILNOBJ1 frame at object_path()), with a MAC under a label of their own
+// ("kiln-remote-manifest/1": no entry's MAC is valid for a manifest, nor the other way). With a
+// fleet secret a manifest without a valid MAC is refused, deleted and counted (manifest_refused), never
+// handed on; without one, as entries. What a server returns is handed on only when parse_manifest()
+// takes it and it is the manifest of the request key asked for; anything else is refused the same way.
+// A manifest publish is always written (no HEAD first: a manifest under one name changes as results
+// are added); no lease is taken for a manifest.
+//
 // Counters: remote_hits = verified entries served; remote_misses = key absent (after any lease wait);
 // remote_errors = every other lookup (server unreachable, slow, refusing, breaker open, bad value);
 // remote_unauthenticated = those of the remote_errors that were refused for their MAC.
@@ -63,6 +75,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -168,6 +181,19 @@ struct RemoteConfig {
 /// std::bad_alloc.
 [[nodiscard]] std::string redact_remote_url(std::string_view url);
 
+/// What RemoteTier::get_manifest() found.
+struct ManifestFetch {
+  enum class Outcome : std::uint8_t {
+    hit,      ///< `bytes` hold a manifest of the request (MAC verified with a secret, parsed, its key checked)
+    miss,     ///< nothing under its name
+    refused,  ///< something that is not the request's authentic manifest: deleted where the server allows
+    error,    ///< the server failed, or was not asked (breaker open, no libcurl)
+  };
+  Outcome outcome = Outcome::miss;
+  std::vector<std::byte> bytes;
+  std::string detail;  ///< why, when it is not a hit or a miss
+};
+
 /// What the remote tier did, beyond the three numbers in Counters.
 struct RemoteStats {
   std::uint64_t hits = 0;                 ///< verified entries served
@@ -181,13 +207,17 @@ struct RemoteStats {
   std::uint64_t leases_taken = 0;         ///< misses for which this node took the compile lease
   std::uint64_t lease_waits = 0;          ///< misses that waited for a peer's compile
   std::uint64_t lease_wait_hits = 0;      ///< ... and got the peer's entry
+  std::uint64_t manifest_hits = 0;        ///< dependency manifests served (get_manifest)
+  std::uint64_t manifest_misses = 0;      ///< ... not there
+  std::uint64_t manifest_refused = 0;     ///< ... refused: no or a wrong MAC, not a manifest, another request's
+  std::uint64_t manifests_published = 0;  ///< manifests written (publish_manifest, put_manifest)
   std::uint64_t get_nanoseconds = 0;      ///< total time callers spent in get() (incl. lease waits)
   std::uint64_t get_max_nanoseconds = 0;  ///< the slowest get()
 };
 
 /// One remote tier's lifetime counters (every process that used it from this cache root, summed): the
-/// hits, misses, failures, skipped, rejected, unauthenticated, published and publish_dropped fields of
-/// RemoteStats (others 0), under the tier's URL without its password.
+/// hits, misses, failures, skipped, rejected, unauthenticated, published, publish_dropped and manifest
+/// fields of RemoteStats (others 0), under the tier's URL without its password.
 struct TierLifetime {
   std::string url;
   RemoteStats stats;
@@ -219,6 +249,18 @@ class RemoteTier : public Tier {
   virtual bool flush(std::chrono::milliseconds max_wait) noexcept = 0;
   /// Deletes the entry for `key` from the server. False when it could not. Never throws.
   virtual bool remove(const Hash128& key) noexcept = 0;
+
+  /// The dependency manifest of the request key (see "Dependency manifests" above): a hit holds bytes
+  /// that parse as the manifest of `request_key`; the caller installs them (with every stat untrusted).
+  /// No lease is taken. Counted in manifest_hits / manifest_misses / manifest_refused. Never throws.
+  [[nodiscard]] virtual ManifestFetch get_manifest(const Hash128& request_key) noexcept = 0;
+  /// Queues a manifest's bytes (as recorded locally) for writing under the request key's name. Must not
+  /// delay the caller; dropped when the queue is full or the breaker is open. Never throws.
+  virtual void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept = 0;
+  /// Writes one manifest now (`kiln prewarm --remote`). False (with `detail`) when the server fails or
+  /// the breaker is open. Never throws.
+  virtual bool put_manifest(const Hash128& request_key, std::span<const std::byte> bytes,
+                            std::string* detail) noexcept = 0;
 };
 
 /// True when this build has the Redis client (hiredis); open_remote() of a redis:// tier throws

@@ -17,8 +17,12 @@
 // Requests that read header files from include folders have a two-level key (dep_manifest.hpp): the
 // request's own key names a dependency manifest, which names the entry's key once the recorded headers
 // are checked by stat. The manifests live beside the local store (<root>/manifests) and follow its mode:
-// a memory-only store keeps none, a read-only one only reads them. They are local to a machine (their
-// stats mean nothing elsewhere): packs and the remotes hold entries only, under the full key.
+// a memory-only store keeps none, a read-only one only reads them. The remotes hold them too (packs do
+// not): a manifest recorded here is published to every remote (publish_manifest), and a request whose
+// manifest is not here asks the remotes in order (fetch_manifest); the first authentic one (remote.hpp,
+// "Dependency manifests") is installed with every header's stat untrusted (a stat means nothing on
+// another machine), so the lookup that follows reads and hashes each header once, and the digests
+// decide. What it saves is the resolve.
 //
 // Remote tiers form a chain (KILN_REMOTE_CACHE="redis://...,https://..."), asked in order after the
 // packs. A hit in one is back-filled into every remote before it (publish(), queued) and copied into
@@ -32,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -177,6 +182,15 @@ class Storage {
   /// The dependency manifests of this cache root (two-level keys: dep_manifest.hpp).
   [[nodiscard]] DependencyManifests& manifests() noexcept { return *m_manifests; }
   [[nodiscard]] const DependencyManifests& manifests() const noexcept { return *m_manifests; }
+
+  /// A request with no dependency manifest here: asks every remote in order for the manifest of
+  /// `request_key`; the first that answers one (authentic, parsed, the request's) is installed into
+  /// manifests() with every stat untrusted (DependencyManifests::install) and published to the remotes
+  /// asked before it (back-fill, queued). True when one was installed. Never throws.
+  bool fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept;
+  /// Offers a manifest's bytes, as recorded here, to every remote (queued: the caller does not wait).
+  /// Never throws.
+  void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept;
 
   /// Removes the local entry of `key` because its content was refused after it was read (e.g. a
   /// binary the driver rejects); counted as corrupt_removed. Never throws.
