@@ -30,15 +30,8 @@ std::string entry_refusal(const cache::Store& store, const cache::Hash128& key, 
 std::optional<cache::DependencySet> recorded_dependencies(const cache::Store& store,
                                                           const std::vector<cache::KeyPart>& parts,
                                                           const cache::Hash128& entry_key) {
-  cache::CanonicalKey request_key;  // every part but the dependencies: the first level of the key
   bool two_level = false;
-  for (const cache::KeyPart& part : parts) {
-    if (part.name == "dependencies") {
-      two_level = true;
-    } else {
-      request_key.add(part.name, part.value);
-    }
-  }
+  const cache::CanonicalKey request_key = cache::request_key_of(parts, &two_level);
   if (!two_level || store.mode() == cache::StoreMode::memory_only) return std::nullopt;
   const cache::DependencyManifests manifests(store.config().root, /*read_only=*/true);
   return manifests.recorded(request_key.hash(), request_key.bytes(), entry_key);

@@ -227,9 +227,10 @@ const cache::TierLifetime* lifetime_of(const std::vector<cache::TierLifetime>& r
 }
 
 std::string tier_counters_text(const cache::RemoteStats& s) {
-  return fmt::format("{} hits, {} misses, {} published ({} not), {} refused ({} for the MAC), {} failures, {} skipped",
+  return fmt::format("{} hits, {} misses, {} published ({} not), {} refused ({} for the MAC), {} failures, {} skipped; "
+                     "dependency manifests: {} hits, {} misses, {} refused, {} published",
                      s.hits, s.misses, s.published, s.publish_dropped, s.rejected, s.unauthenticated, s.failures,
-                     s.skipped);
+                     s.skipped, s.manifest_hits, s.manifest_misses, s.manifest_refused, s.manifests_published);
 }
 
 /// The configured tiers, two lines each: "  remote http  https://c/k  ok: HTTP 404 in 0.4 ms ...", then
@@ -266,7 +267,11 @@ json tier_counters_json(const cache::RemoteStats& s) {
           {"rejected", s.rejected},
           {"unauthenticated", s.unauthenticated},
           {"failures", s.failures},
-          {"skipped", s.skipped}};
+          {"skipped", s.skipped},
+          {"manifest_hits", s.manifest_hits},
+          {"manifest_misses", s.manifest_misses},
+          {"manifest_refused", s.manifest_refused},
+          {"manifests_published", s.manifests_published}};
 }
 
 json tiers_json(const std::vector<TierReport>& tiers, const std::vector<cache::TierLifetime>& recorded) {

@@ -129,7 +129,8 @@ void print_json_report(const Outcome& outcome) {
                 {"wall_seconds", outcome.wall_seconds},
                 {"compile_seconds", sum.compile_seconds},
                 {"remote_written", remote ? remote->written : 0},
-                {"remote_failed", remote ? remote->failed : 0}}}});
+                {"remote_failed", remote ? remote->failed : 0},
+                {"remote_manifests", remote ? remote->manifests : 0}}}});
 }
 
 void print_text_report(const Outcome& outcome) {
@@ -163,8 +164,9 @@ void print_text_report(const Outcome& outcome) {
                                 [](const JobResult& result) { return result.status == Status::failed && !result.log.empty(); });
   if (logs && !outcome.verbose) std::cout << "(--verbose prints the compiler logs)\n";
   if (const std::optional<RemoteFill>& remote = outcome.remote) {
-    std::cout << fmt::format("remote: {} entries written to {}{}\n", remote->written, remote->url,
-                             remote->failed ? fmt::format(", {} failed", remote->failed) : std::string());
+    std::cout << fmt::format("remote: {} entries{} written to {}{}\n", remote->written,
+                             remote->manifests ? fmt::format(" and {} dependency manifests", remote->manifests) : "",
+                             remote->url, remote->failed ? fmt::format(", {} failed", remote->failed) : std::string());
     for (const std::string& why : remote->reasons) std::cout << "  remote failure: " << why << '\n';
   }
 }

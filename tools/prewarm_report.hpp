@@ -41,6 +41,7 @@ struct RemoteFill {
   std::string url;  ///< without the password
   std::size_t written = 0;
   std::size_t failed = 0;
+  std::size_t manifests = 0;  ///< dependency manifests written (requests with include folders)
   std::set<std::string> reasons;
 };
 

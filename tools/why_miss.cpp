@@ -221,10 +221,7 @@ int run_why_miss(const WhyMissArgs& args) {
   // 4. With include folders: the request's dependency manifest, each recorded result against the files now.
   std::optional<cache::ManifestExplanation> explanation;
   if (find_part(*request_parts, "include-folders") != nullptr) {
-    cache::CanonicalKey request_key;  // every part but the dependencies: the first level of the key
-    for (const cache::KeyPart& part : *request_parts) {
-      if (part.name != "dependencies") request_key.add(part.name, part.value);
-    }
+    const cache::CanonicalKey request_key = cache::request_key_of(*request_parts);
     const cache::DependencyManifests manifests(store.mode() == cache::StoreMode::memory_only ? fs::path()
                                                                                             : store.config().root,
                                                /*read_only=*/true);

@@ -117,6 +117,20 @@ KILN_HOT void CanonicalKey::add(std::string_view name, std::string_view value) {
 
 KILN_HOT Hash128 CanonicalKey::hash() const noexcept { return hash128(m_bytes, kKeySeed); }
 
+CanonicalKey request_key_of(const std::vector<KeyPart>& parts, bool* two_level) {
+  CanonicalKey request_key;
+  bool found = false;
+  for (const KeyPart& part : parts) {
+    if (part.name == "dependencies") {
+      found = true;
+    } else {
+      request_key.add(part.name, part.value);
+    }
+  }
+  if (two_level != nullptr) *two_level = found;
+  return request_key;
+}
+
 std::optional<std::vector<KeyPart>> CanonicalKey::parse(std::string_view bytes) {
   try {
     if (bytes.substr(0, kKeyMagic.size()) != kKeyMagic) return std::nullopt;

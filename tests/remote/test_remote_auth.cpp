@@ -298,13 +298,7 @@ std::string run_cli(const std::vector<std::string>& environment, const std::stri
   std::string command = "env";
   for (const std::string& assignment : environment) command += " '" + assignment + "'";
   command += " '" KILN_CLI_PATH "' " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-  pclose(pipe);
-  return output;
+  return kiln::test::shell_output(command);
 }
 
 /// The line of `text` that starts with `prefix` (empty if none).

@@ -665,12 +665,7 @@ TEST_CASE("http: each tier's lifetime counters are recorded per cache root and s
 #ifdef KILN_CLI_PATH
   const std::string command = "KILN_CACHE_DIR=" + dir_a.path().string() + " KILN_REMOTE_CACHE=" + server.url() +
                               " " + KILN_CLI_PATH + " cache stats 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-  pclose(pipe);
+  const std::string output = kiln::test::shell_output(command);
   INFO(output);
   CHECK(output.find("remote http  " + a[0].url + "  ok: HTTP 404") != std::string::npos);
   CHECK(output.find("0 hits, 1 misses, 1 published (0 not), 0 refused") != std::string::npos);

@@ -306,23 +306,69 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
     return "KILNOBJ1" + std::string(size) + (mac.empty() ? std::string(64, '-') : mac) + bytes;
   };
 
-  Storage node(node_config(dir / "node", server.url()));
-  REQUIRE(node.remote() != nullptr);
+  auto node = std::make_unique<Storage>(node_config(dir / "node", server.url()));
+  REQUIRE(node->remote() != nullptr);
   write_file(file, frame({}));
   {
     StderrCapture capture;
-    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical));
+    CHECK_FALSE(node->fetch_manifest(request.key, request.canonical));
   }
-  CHECK(node.remote()->remote_stats().manifest_refused == 1);
-  CHECK_FALSE(node.manifests().bytes(request.key));
+  CHECK(node->remote()->remote_stats().manifest_refused == 1);
+  CHECK_FALSE(node->manifests().bytes(request.key));
   CHECK_FALSE(fs::exists(file));  // deleted (nginx takes DELETE)
 
-  // Published by a node with the secret: the documented frame and MAC, and installed on another node.
+  // Published by a node with the secret: the documented frame and MAC, and installed on another node->
   Storage publisher(node_config(dir / "publisher", server.url()));
   publisher.publish_manifest(request.key, std::as_bytes(std::span(bytes)));
   REQUIRE(publisher.remote()->flush(10s));
   CHECK(publisher.remote()->remote_stats().manifests_published == 1);
   CHECK(read_file(file) == frame(documented_mac(kSecret, "kiln-remote-manifest/1", object, bytes)));
-  CHECK(node.fetch_manifest(request.key, request.canonical));
-  CHECK(node.remote()->remote_stats().manifest_hits == 1);
+  CHECK(node->fetch_manifest(request.key, request.canonical));
+  CHECK(node->remote()->remote_stats().manifest_hits == 1);
+
+  // The tier's lifetime counters (recorded when the node closes) and kiln cache stats.
+  node.reset();
+  const auto lifetime = kiln::cache::load_tier_stats(dir / "node");
+  REQUIRE(lifetime.size() == 1);
+  CHECK(lifetime[0].stats.manifest_hits == 1);
+  CHECK(lifetime[0].stats.manifest_refused == 1);
+#ifdef KILN_CLI_PATH
+  const std::string command = "KILN_CACHE_DIR=" + (dir / "node").string() + " KILN_REMOTE_CACHE=" + server.url() +
+                              " " + KILN_CLI_PATH + " cache stats 2>&1";
+  const std::string output = kiln::test::shell_output(command);
+  INFO(output);
+  CHECK(output.find("dependency manifests: 1 hits, 0 misses, 1 refused, 0 published") != std::string::npos);
+#endif
 }
+
+#ifdef KILN_CLI_PATH
+TEST_CASE("kiln prewarm --remote writes the dependency manifests too", "[remote][manifest]") {
+  const RedisServer server;
+  const TempDir dir;
+  write_file(dir / "k.cu", "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n");
+  write_file(dir / "inc/lib/value.h", "#pragma once\n#define VALUE 3\n");
+  const auto kiln = [&](const std::string& cache, const std::string& remote, const std::string& args) {
+    const std::string command = "KILN_CACHE_PACKS= KILN_CACHE_DIR=" + (dir / cache).string() +
+                                " KILN_REMOTE_CACHE=" + remote + " " + KILN_CLI_PATH + " " + args + " 2>&1";
+    int status = 0;
+    std::string output = kiln::test::shell_output(command, &status);
+    CHECK(status == 0);
+    return output;
+  };
+  const std::string request =
+      " --source " + (dir / "k.cu").string() + " --kernel k --target sm_90 -I " + (dir / "inc").string();
+  // Compiled with no remote, then written by --remote alone (the second run is settled by the manifest,
+  // so the engine records and publishes nothing itself).
+  (void)kiln("a", "", "prewarm --json" + request);
+  const std::string written = kiln("a", server.url(), "prewarm --remote --json" + request);
+  INFO(written);
+  CHECK(written.find("\"remote_manifests\":1") != std::string::npos);
+  // A node with an empty cache and the same tree: no resolve.
+  (void)kiln("b", server.url(), "prewarm --json" + request);
+  const std::string stats = kiln("b", "", "cache stats --json");
+  INFO(stats);
+  CHECK(stats.find("\"include_resolves\":0") != std::string::npos);
+  CHECK(stats.find("\"manifest_hits\":0") == std::string::npos);
+  CHECK(stats.find("\"remote_hits\":1") != std::string::npos);
+}
+#endif

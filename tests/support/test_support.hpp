@@ -71,4 +71,20 @@ class LiveChild {
   std::_Exit(77);
 }
 
+/// Runs `command` with /bin/sh (popen) and returns what it printed on stdout (add " 2>&1" for stderr
+/// too); `status` (if given) gets pclose()'s status, -1 when it could not be started.
+inline std::string shell_output(const std::string& command, int* status = nullptr) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    if (status != nullptr) *status = -1;
+    return output;
+  }
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  const int closed = ::pclose(pipe);
+  if (status != nullptr) *status = closed;
+  return output;
+}
+
 }  // namespace kiln::test

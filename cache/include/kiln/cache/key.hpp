@@ -65,6 +65,11 @@ struct KeyDifference {
   std::string name;         ///< part name, e.g. "target" or "header:kiln/rtc.h"
   std::string description;  ///< e.g. "sm_80 -> sm_90", "4120 bytes differ (hash 3f.. -> 9a..)", "only in request"
 };
+/// The first level of a two-level key (a request that reads include folders: dep_manifest.hpp): the key
+/// of every part but the "dependencies" part, which names its manifest. `two_level` (if given) says
+/// whether `parts` had that part.
+[[nodiscard]] CanonicalKey request_key_of(const std::vector<KeyPart>& parts, bool* two_level = nullptr);
+
 /// Parts that differ between two keys, in the order of `a`, then parts only in `b`. Parts are matched
 /// by name (the n-th part of a name in `a` with the n-th of that name in `b`). Descriptions read from
 /// `a` to `b`: "sm_80 -> sm_90" for short values; "removed -DN=4; added -DN=8" for small multi-line
