@@ -31,6 +31,7 @@
 
 #include "circuit_breaker.hpp"
 #include "http_client.hpp"
+#include "publish_queue.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/base/sha256.hpp"
 #include "remote_mac.hpp"
@@ -94,6 +95,7 @@ class HttpTier final : public RemoteTier {
         m_display(m_config.display()),
         m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
         m_client(m_config),
+      m_queue(m_config),
         m_thread([this] { run(); }) {
     if (!m_config.verify_tls && m_config.tls) {
       KILN_LOG(warn, "remote cache {}: TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1): anyone on "
@@ -105,7 +107,7 @@ class HttpTier final : public RemoteTier {
   ~HttpTier() override {
     {
       const std::lock_guard lock(m_mutex);
-      m_stop = true;
+      m_queue.close();
       m_close_deadline = Clock::now() + m_config.close_flush;
     }
     m_wake.notify_all();
@@ -181,7 +183,9 @@ class HttpTier final : public RemoteTier {
         m_dropped.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      if (push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) return;
+      if (m_queue.push(m_mutex, m_wake, entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
+        return;
+      }
       m_dropped.fetch_add(1, std::memory_order_relaxed);
       KILN_LOG(debug, "remote cache {}: entry {} not published: the publish queue is full", m_display,
                entry.key_hash.hex());
@@ -227,8 +231,8 @@ class HttpTier final : public RemoteTier {
     // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
     try {
       if (!m_breaker.is_open() && usable() &&
-          push(detail::manifest_object_key(request_key), RemoteValue::manifest,
-               [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+          m_queue.push(m_mutex, m_wake, detail::manifest_object_key(request_key), RemoteValue::manifest,
+                       [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
         return;
       }
       KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published (the server failed moments ago, or "
@@ -263,28 +267,6 @@ class HttpTier final : public RemoteTier {
  private:
   using Clock = std::chrono::steady_clock;
   using RemoteValue = detail::RemoteValue;
-  struct Job {
-    Hash128 key;  ///< the entry's key, or manifest_object_key() of a manifest's request key
-    std::vector<std::byte> bytes;
-    RemoteValue what = RemoteValue::entry;
-  };
-
-  /// Queues a job whose bytes `make` returns (called only when the queue has room, so a full queue
-  /// costs the caller no copy); false when it is full.
-  template <class Make>
-  bool push(const Hash128& key, RemoteValue what, const Make& make) {
-    {
-      const std::lock_guard lock(m_mutex);
-      if (!has_room(0)) return false;
-    }
-    std::vector<std::byte> bytes = make();
-    const std::lock_guard lock(m_mutex);
-    if (!has_room(bytes.size())) return false;
-    m_queued_bytes += bytes.size();
-    m_queue.push_back(Job{key, std::move(bytes), what});
-    m_wake.notify_all();
-    return true;
-  }
 
   /// put() and put_manifest(): one write now, without HEAD first; `make` gives the bytes once the server
   /// may be asked. False with `detail` when it was not written. Never throws.
@@ -521,18 +503,12 @@ class HttpTier final : public RemoteTier {
     return true;
   }
 
-  [[nodiscard]] bool has_room(std::size_t bytes) const {  // caller holds m_mutex
-    return !m_stop && m_queue.size() < m_config.publish_queue_entries &&
-           m_queued_bytes + bytes <= m_config.publish_queue_bytes;
-  }
 
   void run() noexcept {
     std::unique_lock lock(m_mutex);
     for (;;) {
-      if (!m_queue.empty() && !(m_stop && Clock::now() >= m_close_deadline)) {
-        Job job = std::move(m_queue.front());
-        m_queue.pop_front();
-        m_queued_bytes -= job.bytes.size();
+      if (!m_queue.empty() && !(m_queue.closed() && Clock::now() >= m_close_deadline)) {
+        detail::PublishJob job = m_queue.pop();
         m_writing = true;
         lock.unlock();
         const bool entry = job.what == RemoteValue::entry;
@@ -551,14 +527,10 @@ class HttpTier final : public RemoteTier {
         if (m_queue.empty()) m_idle.notify_all();
         continue;
       }
-      if (m_stop) break;
+      if (m_queue.closed()) break;
       m_wake.wait(lock);
     }
-    m_dropped.fetch_add(static_cast<std::uint64_t>(std::count_if(
-                            m_queue.begin(), m_queue.end(), [](const Job& job) { return job.what == RemoteValue::entry; })),
-                        std::memory_order_relaxed);
-    m_queue.clear();
-    m_queued_bytes = 0;
+    m_dropped.fetch_add(m_queue.clear(), std::memory_order_relaxed);
     m_idle.notify_all();
   }
 
@@ -575,10 +547,8 @@ class HttpTier final : public RemoteTier {
   std::mutex m_mutex;  ///< guards the queue, the thread's state and m_refused
   std::condition_variable m_wake;
   std::condition_variable m_idle;
-  std::deque<Job> m_queue;
-  std::uint64_t m_queued_bytes = 0;
+  detail::PublishQueue m_queue;  ///< guarded by m_mutex
   bool m_writing = false;
-  bool m_stop = false;
   Clock::time_point m_close_deadline{};
   std::unordered_set<Hash128, Hash128Hasher> m_refused;  ///< keys whose object this process refused
 

@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "kiln/base/log.hpp"
 #include "remote_mac.hpp"
 
@@ -20,37 +18,17 @@ Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBr
       m_leases(leases),
       m_manifests(manifests),
       m_display(config.display()),
+      m_queue(config),
       m_thread([this] { run(); }) {}
 
 Publisher::~Publisher() {
   {
     const std::lock_guard lock(m_mutex);
-    m_stop = true;
+    m_queue.close();
     m_close_deadline = Clock::now() + m_config.close_flush;
   }
   m_wake.notify_all();
   m_thread.join();
-}
-
-bool Publisher::has_room(std::size_t bytes) const {
-  return !m_stop && m_queue.size() < m_config.publish_queue_entries &&
-         m_queued_bytes + bytes <= m_config.publish_queue_bytes;
-}
-
-template <class Make>
-bool Publisher::push(const Hash128& key, RemoteValue what, const Make& make) {
-  {
-    const std::lock_guard lock(m_mutex);
-    if (!has_room(0)) return false;
-  }
-  // Asked first so that a full queue costs the caller no copy.
-  std::vector<std::byte> bytes = make();
-  const std::lock_guard lock(m_mutex);
-  if (!has_room(bytes.size())) return false;
-  m_queued_bytes += bytes.size();
-  m_queue.push_back(Job{key, std::move(bytes), what});
-  m_wake.notify_all();
-  return true;
 }
 
 void Publisher::enqueue(const Entry& entry) noexcept {
@@ -60,7 +38,7 @@ void Publisher::enqueue(const Entry& entry) noexcept {
       release_lease_soon(entry.key_hash);
       return;
     }
-    if (!push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
+    if (!m_queue.push(m_mutex, m_wake, entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
       drop(entry.key_hash, "the publish queue is full");
     }
   } catch (...) {
@@ -72,8 +50,8 @@ void Publisher::enqueue_manifest(const Hash128& request_key, std::span<const std
   // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
   try {
     if (!m_breaker.is_open() &&
-        push(manifest_object_key(request_key), RemoteValue::manifest,
-             [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+        m_queue.push(m_mutex, m_wake, manifest_object_key(request_key), RemoteValue::manifest,
+                     [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
       return;
     }
     KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published: {}", m_display, request_key.hex(),
@@ -177,10 +155,8 @@ void Publisher::run() noexcept {
   std::unique_lock lock(m_mutex);
   for (;;) {
     const bool release_pending = m_leases.release_pending();
-    if (!m_queue.empty() && !(m_stop && Clock::now() >= m_close_deadline)) {
-      Job job = std::move(m_queue.front());
-      m_queue.pop_front();
-      m_queued_bytes -= job.bytes.size();
+    if (!m_queue.empty() && !(m_queue.closed() && Clock::now() >= m_close_deadline)) {
+      PublishJob job = m_queue.pop();
       m_writing = true;
       lock.unlock();
       try {
@@ -199,7 +175,7 @@ void Publisher::run() noexcept {
       if (m_queue.empty()) m_idle.notify_all();
       continue;
     }
-    if (m_stop) break;
+    if (m_queue.closed()) break;
     if (release_pending || Clock::now() >= next_renew) {
       lock.unlock();
       try {
@@ -213,11 +189,7 @@ void Publisher::run() noexcept {
     m_wake.wait_until(lock, next_renew);
   }
   // Closing: drop what could not be written in time, then free every lease still held.
-  m_dropped.fetch_add(static_cast<std::uint64_t>(std::count_if(
-                          m_queue.begin(), m_queue.end(), [](const Job& job) { return job.what == RemoteValue::entry; })),
-                      std::memory_order_relaxed);
-  m_queue.clear();
-  m_queued_bytes = 0;
+  m_dropped.fetch_add(m_queue.clear(), std::memory_order_relaxed);
   m_idle.notify_all();
   lock.unlock();
   try {

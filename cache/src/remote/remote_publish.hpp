@@ -21,6 +21,7 @@
 
 #include "circuit_breaker.hpp"
 #include "kiln/cache/remote.hpp"
+#include "publish_queue.hpp"
 #include "redis_connection.hpp"
 #include "remote_lease.hpp"
 #include "remote_mac.hpp"
@@ -60,16 +61,6 @@ class Publisher {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Job {
-    Hash128 key;  ///< the entry's key, or manifest_object_key() of a manifest's request key
-    std::vector<std::byte> bytes;
-    RemoteValue what = RemoteValue::entry;
-  };
-
-  [[nodiscard]] bool has_room(std::size_t bytes) const;  // caller holds m_mutex
-  /// Queues a job whose bytes `make` returns (called only when the queue has room); false when it is full.
-  template <class Make>
-  bool push(const Hash128& key, RemoteValue what, const Make& make);
   void drop(const Hash128& key, std::string_view why) noexcept;
   void wake() noexcept;
   void run() noexcept;
@@ -84,10 +75,8 @@ class Publisher {
   mutable std::mutex m_mutex;  ///< guards the queue and the thread's state
   std::condition_variable m_wake;
   std::condition_variable m_idle;
-  std::deque<Job> m_queue;
-  std::uint64_t m_queued_bytes = 0;
+  PublishQueue m_queue;
   bool m_writing = false;
-  bool m_stop = false;
   Clock::time_point m_close_deadline{};
 
   std::atomic<std::uint64_t> m_published{0};
