@@ -232,6 +232,8 @@ bool Storage::remove(const Hash128& key) noexcept {
 }
 
 bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept {
+  // A manifest could not be installed (memory-only or read-only): not worth a round trip per request.
+  if (m_manifests->mode() != StoreMode::read_write) return false;
   for (std::size_t i = 0; i < m_remotes.size(); ++i) {
     const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key);
     if (fetched.outcome != ManifestFetch::Outcome::hit) continue;

@@ -280,6 +280,17 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     // A second fetch finds the local one in the way: nothing is replaced.
     CHECK_FALSE(node.fetch_manifest(request.key, request.canonical));
   }
+  SECTION("a node whose manifests are read-only asks nothing (nothing could be installed)") {
+    server.set(name, bytes);
+    server.set(mac_name, valid_mac);
+    StorageConfig config = node_config(dir / "node", server.url());
+    config.local.read_only = true;
+    Storage read_only(config);
+    REQUIRE(read_only.remote() != nullptr);
+    CHECK_FALSE(read_only.fetch_manifest(request.key, request.canonical));
+    const kiln::cache::RemoteStats stats = read_only.remote()->remote_stats();
+    CHECK(stats.manifest_hits + stats.manifest_misses + stats.manifest_refused == 0);
+  }
   SECTION("nothing there is a miss") {
     CHECK_FALSE(node.fetch_manifest(other.key, other.canonical));
     CHECK(node.remote()->remote_stats().manifest_misses == 1);

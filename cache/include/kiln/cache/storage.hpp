@@ -186,7 +186,8 @@ class Storage {
   /// A request with no dependency manifest here: asks every remote in order for the manifest of
   /// `request_key`; the first that answers one (authentic, parsed, the request's) is installed into
   /// manifests() with every stat untrusted (DependencyManifests::install) and published to the remotes
-  /// asked before it (back-fill, queued). True when one was installed. Never throws.
+  /// asked before it (back-fill, queued). True when one was installed. Asks nothing when the manifests
+  /// are not writable here (memory-only or read-only: nothing could be installed). Never throws.
   bool fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept;
   /// Offers a manifest's bytes, as recorded here, to every remote (queued: the caller does not wait).
   /// Never throws.
