@@ -9,6 +9,8 @@
 #include <variant>
 
 #include "cache_test_support.hpp"
+#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/key.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/storage.hpp"
@@ -425,4 +427,49 @@ TEST_CASE("storage: a tier that cannot be opened is left out with one warning", 
     CHECK(opened[3].location.find("secret") == std::string::npos);
     CHECK(opened[3].error.find("secret") == std::string::npos);
   }
+}
+
+TEST_CASE("storage: a manifest is asked of the remotes in order, installed untrusted and back-filled", "[cache]") {
+  TempDir dir;
+  Storage storage(storage_config(dir.path() / "node"));
+  auto first = std::make_unique<FakeRemote>(std::make_shared<TierLog>());
+  auto second = std::make_unique<FakeRemote>(std::make_shared<TierLog>());
+  FakeRemote& a = *first;
+  FakeRemote& b = *second;
+  storage.add_tier(TierKind::remote, std::move(first));
+  storage.add_tier(TierKind::remote, std::move(second));
+
+  kiln::cache::CanonicalKey request;
+  request.add("format", "storage-test");
+  // Recorded on another machine: a header with a trusted stat.
+  kiln::cache::DependencyManifests elsewhere(dir.path() / "elsewhere", false);
+  kiln::cache::DependencySet set;
+  set.headers.push_back({"/nowhere/h.h", kiln::cache::FileStat{.size = 5, .mtime_ns = 1, .ctime_ns = 1, .inode = 7,
+                                                                .device = 1},
+                         true, kiln::cache::hash128("x")});
+  const std::vector<std::byte> bytes = elsewhere.record(request.hash(), request.bytes(), set, kiln::cache::hash128("r"));
+  REQUIRE_FALSE(bytes.empty());
+
+  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes()));  // no remote has it
+  b.manifests[request.hash()] = bytes;
+  REQUIRE(storage.fetch_manifest(request.hash(), request.bytes()));
+  CHECK(a.manifests.at(request.hash()) == bytes);  // back-filled into the remote asked first
+  const auto installed = storage.manifests().bytes(request.hash());
+  REQUIRE(installed);
+  auto parsed = kiln::cache::parse_manifest(*installed);
+  REQUIRE(std::holds_alternative<kiln::cache::Manifest>(parsed));
+  const kiln::cache::HeaderRecord& header = std::get<kiln::cache::Manifest>(parsed).files.at(0);
+  CHECK_FALSE(header.trusted_stat);
+  CHECK(header.stat == kiln::cache::FileStat{});
+  // Installed only where none is.
+  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes()));
+
+  // Offered to every remote; nothing for an empty record (nothing was written).
+  a.manifests.clear();
+  b.manifests.clear();
+  storage.publish_manifest(request.hash(), bytes);
+  CHECK(a.manifests.size() == 1);
+  CHECK(b.manifests.size() == 1);
+  storage.publish_manifest(kiln::cache::hash128("other"), {});
+  CHECK(a.manifests.size() == 1);
 }
