@@ -13,14 +13,12 @@ export KILN_CACHE_DIR=/tmp/kiln-h200-cache
 rm -rf "$KILN_CACHE_DIR"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$out/gpus.txt"
 cat /etc/os-release | head -2
-# KILN_H200_ONLY=wheel: no build here. The wheel scripts/build_wheel.sh made elsewhere (.carry/wheel/kiln-*.whl)
-# goes into a fresh venv that sees the machine's CuPy (--system-site-packages); from there, with no KILN_LIBRARY,
-# PYTHONPATH or build tree: import kiln, `kiln devices`, then cupy_bench (KILN_CUPY_BENCH_RUNS, 1 here; part 3's
-# `kiln prewarm` is the wheel's CLI, on PATH from the venv); KILN_WHEEL_PROGRAM=1 adds the program workload's cold cells.
-if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
+# Installs the wheel scripts/build_wheel.sh made elsewhere (.carry/wheel/kiln-*.whl) into a fresh venv that sees the
+# machine's Python packages, and puts that venv first on PATH (no KILN_LIBRARY, PYTHONPATH or build tree after this).
+use_wheel_venv() {
   wheel=$(ls "$root"/.carry/wheel/kiln-*.whl 2>/dev/null | head -1)
   [[ -n "$wheel" ]] || { echo "no .carry/wheel/kiln-*.whl (scripts/build_wheel.sh makes it)"; exit 1; }
-  venv=/tmp/kiln-wheel-venv; rm -rf "$venv" /tmp/kiln-cupy-bench-wheel
+  venv=/tmp/kiln-wheel-venv; rm -rf "$venv"
   python3 -m venv --system-site-packages --without-pip "$venv" || exit 1
   # The machine's CuPy and cuda.core sit in a virtual environment of their own (python3 is its interpreter), which
   # --system-site-packages does not reach: a .pth file adds its site-packages after the new venv's own.
@@ -31,6 +29,31 @@ if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
   cd /tmp && unset KILN_LIBRARY PYTHONPATH && export PATH="$venv/bin:$PATH"
   python -c 'import kiln; print("kiln", kiln.__version__, "from", kiln.__file__, "library", kiln.library_path)' \
     | tee "$out/wheel.txt"
+}
+# CuPy's own kernel tests (from CuPy's repository at the installed version's tag, in .carry/cupy_tests/tests;
+# KILN_CUPY_TESTS overrides the list), in the modes of KILN_CUPY_TESTS_MODES (default "plain kiln": as shipped and
+# through kiln.cupy), on KILN_CUPY_TESTS_WORKERS pytest workers (16); -vv (with the runner's -q: one line a test), so that a run cut by its time limit still
+# shows which tests finished. The counts of each and kiln.cupy's summed stats (scripts/h200_cupy_tests.py).
+run_cupy_tests() {
+  local python_bin=$1 tests_root="$root/.carry/cupy_tests/tests" tests mode
+  tests=${KILN_CUPY_TESTS:-$(cd "$tests_root" && find . -name 'test_*.py' | sort | tr '\n' ' ')}
+  for mode in ${KILN_CUPY_TESTS_MODES:-plain kiln}; do
+    echo "== CuPy's tests ($mode), $(date -u +%H:%M:%S)"
+    (cd "$tests_root" && timeout "${KILN_CUPY_TESTS_TIMEOUT:-240}" "$python_bin" "$root/scripts/h200_cupy_tests.py" "$mode" \
+      "$out/cupy_tests_stats_$mode" $tests -- -vv -n "${KILN_CUPY_TESTS_WORKERS:-16}" >"$out/cupy_tests_$mode.txt" 2>&1)
+    echo "exit $? at $(date -u +%H:%M:%S); per-test results: $(grep -oE ' (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) ' \
+      "$out/cupy_tests_$mode.txt" | sort | uniq -c | tr '\n' ' ')"
+    grep -E "^(FAILED|ERROR)|passed|failed|kiln.cupy stats" "$out/cupy_tests_$mode.txt" | tail -12
+  done
+}
+# KILN_H200_ONLY=wheel: no build here. The wheel goes into a fresh venv (use_wheel_venv); from there: import kiln,
+# `kiln devices`, then cupy_bench (KILN_CUPY_BENCH_RUNS, 1 here; part 3's `kiln prewarm` is the wheel's CLI, on PATH
+# from the venv); KILN_WHEEL_PROGRAM=1 adds the program workload's cold cells. KILN_WHEEL_CUPY_TESTS=1 runs CuPy's
+# kernel tests (run_cupy_tests) with the wheel's kiln instead, and nothing else.
+if [[ "${KILN_H200_ONLY:-}" == wheel ]]; then
+  use_wheel_venv
+  if [[ "${KILN_WHEEL_CUPY_TESTS:-0}" == 1 ]]; then run_cupy_tests "$venv/bin/python"; exit 0; fi
+  rm -rf /tmp/kiln-cupy-bench-wheel
   echo "== kiln devices ($(command -v kiln))"; kiln --version; kiln devices | tee -a "$out/wheel.txt"
   echo "== cupy_bench"
   timeout "${KILN_CUPY_BENCH_TIMEOUT:-540}" python "$root/bench/cupy_bench.py" --runs "${KILN_CUPY_BENCH_RUNS:-1}" \
@@ -128,20 +151,11 @@ if [[ "${KILN_H200_ONLY:-}" == runtimes ]]; then
     | tee "$out/cuda_core_bench.txt"
   exit 0
 fi
-# KILN_H200_ONLY=cupytests: CuPy's own kernel tests (from CuPy's repository at the installed version's tag, in
-# .carry/cupy_tests/tests; KILN_CUPY_TESTS overrides the list) as shipped and through kiln.cupy, on 8 pytest workers;
-# the counts of both and kiln.cupy's summed stats (scripts/h200_cupy_tests.py).
+# KILN_H200_ONLY=cupytests: CuPy's own kernel tests (run_cupy_tests) with kiln built here.
 if [[ "${KILN_H200_ONLY:-}" == cupytests ]]; then
   cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
-  tests_root="$root/.carry/cupy_tests/tests"
-  tests=${KILN_CUPY_TESTS:-$(cd "$tests_root" && find . -name 'test_*.py' | sort | tr '\n' ' ')}
-  for mode in plain kiln; do
-    echo "== CuPy's tests ($mode)"
-    (cd "$tests_root" && timeout "${KILN_CUPY_TESTS_TIMEOUT:-240}" python3 "$root/scripts/h200_cupy_tests.py" "$mode" \
-      "$out/cupy_tests_stats_$mode" $tests -- -n 8 >"$out/cupy_tests_$mode.txt" 2>&1)
-    grep -E "passed|failed|kiln.cupy stats" "$out/cupy_tests_$mode.txt" | tail -3
-  done
+  run_cupy_tests python3
   exit 0
 fi
 # KILN_H200_ONLY=program: cupy_bench's program workload (about 80 kernels, 1 in 5 CUB-based: a program's first run)

@@ -721,3 +721,43 @@ TEST_CASE("one rule reads a header: digest, stat, and trust by the window given 
   (void)resolve_includes(input);
   CHECK(cache.usage().files == 1);
 }
+
+TEST_CASE("prelude_end: past the last include outside every group that follows code, or 0", "[include]") {
+  using kiln::cache::detail::ScanResult;
+  using kiln::cache::detail::scan_includes;
+  const auto end_of = [](const std::string& text) {
+    ScanResult found;
+    scan_includes(text, found);
+    return found.prelude_end;
+  };
+  // Includes that all come first: NVRTC's PCH covers them already.
+  CHECK(end_of("#include <a.h>\n// c\n#include \"b.h\"\n#define X 1\nint x;\n") == 0);
+  CHECK(end_of("int x;\n") == 0);
+  // Code, then includes: up to and with the newline of the last one.
+  const std::string scipy = "#include <a.h>\ntypedef float W;\n#include <b.h>  // why\n#include <c.h>\nint x;\n";
+  CHECK(end_of(scipy) == scipy.find("int x;"));
+  // Code inside a group the compiler may skip counts as code.
+  const std::string grouped = "#if 0\nint y;\n#endif\n#include <a.h>\nint x;\n";
+  CHECK(end_of(grouped) == grouped.find("int x;"));
+  // An include inside a group is no cut; the one before the group is.
+  const std::string nested = "int a;\n#include <a.h>\n#ifdef X\n#include <b.h>\n#endif\nint x;\n";
+  CHECK(end_of(nested) == nested.find("#ifdef"));
+  // Comments and strings are not code; a block comment that ends on a later line extends the include's line.
+  CHECK(end_of("/* int a; */ // int b;\n#include <a.h>\nint x;\n") == 0);
+  const std::string comment = "int a;\n#include <a.h> /* one\ntwo */\nint x;\n";
+  CHECK(end_of(comment) == comment.find("int x;"));
+  // A spliced include line ends at its last physical newline.
+  const std::string spliced = "int a;\n#include \\\n<a.h>\nint x;\n";
+  CHECK(end_of(spliced) == spliced.find("int x;"));
+  // An include on the last line without a newline: no cut there (the one before stays).
+  const std::string last = "int a;\n#include <a.h>\n#include <b.h>";
+  CHECK(end_of(last) == last.find("#include <b.h>"));
+  // Text that would mean another thing inside a header: no cut from there on.
+  CHECK(end_of("int a;\n#line 40\n#include <a.h>\nint x;\n") == 0);
+  CHECK(end_of("int a;\n#include_next <a.h>\n#include <b.h>\nint x;\n") == 0);
+  CHECK(end_of("int a = __INCLUDE_LEVEL__;\n#include <a.h>\nint x;\n") == 0);
+  const std::string before = "int a;\n#include <a.h>\n#line 40\n#include <b.h>\nint x;\n";
+  CHECK(end_of(before) == before.find("#line"));
+  // A computed include is no cut.
+  CHECK(end_of("int a;\n#include HEADER\nint x;\n") == 0);
+}

@@ -101,6 +101,15 @@ std::unique_ptr<vendor::Compiler> pch_compiler() {
   return compiler;
 }
 
+/// The bytes of every file under `tmp`'s PCH roots.
+std::uintmax_t folder_bytes(const fs::path& tmp) {
+  std::uintmax_t bytes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(tmp)) {
+    if (e.is_regular_file()) bytes += e.file_size();
+  }
+  return bytes;
+}
+
 /// This process's PCH roots under `tmp`.
 std::vector<fs::path> roots_of(const fs::path& tmp, long pid) {
   std::vector<fs::path> out;
@@ -161,6 +170,73 @@ TEST_CASE("a header set's second compile makes a PCH, the third uses it, and all
   REQUIRE(roots_of(tmp.path(), ::getpid()).size() == 1);
   with.reset();
   CHECK(roots_of(tmp.path(), ::getpid()).empty());
+}
+
+TEST_CASE("a source that includes after code compiles with its prefix hoisted: the PCH is used, the bytes are the same",
+          "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  const std::unique_ptr<vendor::Compiler> without = load(false);
+  // CuPy's scipy-style shape: a typedef, then the includes; __LINE__, __FILE__ and an assert after them, and one
+  // in the prefix, show the hoisted source keeps its lines and name.
+  const auto source = [](int body) {
+    Request r;
+    r.source = fmt::format(
+        "typedef int T;\n"
+        "__device__ const int early = __LINE__;\n"
+        "#include \"/abs/heavy.h\"\n"
+        "#include \"/abs/light.h\"\n"
+        "__global__ void k(T* p) {{\n"
+        "  p[0] = f{}(p[0]) + FLAVOUR + LIGHT + __LINE__ + early;\n"
+        "  const char* file = __FILE__;\n"
+        "  p[1] = file[0] + file[1];\n"
+        "  assert(p[2] > 0);\n"
+        "}}\n",
+        body);
+    r.headers.push_back({"/abs/heavy.h", kHeavy});
+    r.headers.push_back({"/abs/light.h", "#pragma once\n#define LIGHT 3\n"});
+    return r;
+  };
+  const vendor::CompileOutput once = compile(*with, source(4));
+  const vendor::CompileOutput made = compile(*with, source(5));
+  const vendor::CompileOutput used = compile(*with, source(6));
+  CHECK_FALSE(once.pch_made);
+  CHECK(made.pch_made);
+  CHECK(used.pch_used);  // the PCH covers heavy.h, which follows code in the source
+  CHECK(used.log.empty());
+  // The PCH holds heavy.h: it is as large as the one made for the same headers included first (made without
+  // the hoist, NVRTC's PCH would stop at the typedef and hold none of them: several times smaller).
+  const std::uintmax_t hoisted_bytes = folder_bytes(tmp.path());
+  Request leading = source(8);
+  leading.source = "#include \"/abs/heavy.h\"\n#include \"/abs/light.h\"\ntypedef int T;\n"
+                   "__global__ void k(T* p) { p[0] = f8(p[0]) + FLAVOUR + LIGHT; }\n";
+  compile(*with, leading);
+  CHECK(compile(*with, leading).pch_made);
+  const std::uintmax_t leading_bytes = folder_bytes(tmp.path()) - hoisted_bytes;
+  CHECK(hoisted_bytes * 10 >= leading_bytes * 9);
+  for (const auto& [body, out] : {std::pair{4, &once}, std::pair{5, &made}, std::pair{6, &used}}) {
+    const vendor::CompileOutput plain = compile(*without, source(body));
+    CHECK(out->binary == plain.binary);
+    CHECK(out->ptx == plain.ptx);
+  }
+  // An error after the prefix names the source and its own line, as without PCH.
+  Request broken = source(7);
+  broken.source += "int broken = ;\n";
+  compile(*with, source(7));  // the set is known: the next compile of it plans a PCH
+  const auto error_text = [&](const vendor::Compiler& compiler) {
+    try {
+      compile(compiler, broken);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string with_error = error_text(*with);
+  CHECK(with_error.find("k.cu(11)") != std::string::npos);
+  CHECK(with_error.find("__kiln_prelude") == std::string::npos);
+  CHECK(error_text(*without).find("k.cu(11)") != std::string::npos);
 }
 
 TEST_CASE("a header handed again under its name with other bytes never meets the PCH of the old bytes", "[rtc][pch]") {

@@ -31,8 +31,10 @@ class Scanner {
     bool line_start = true;
     for (int c = peek(); c >= 0; c = peek()) {
       if (c == '\n') {
+        if (m_include_line && m_code_seen && !m_prelude_blocked) found.prelude_end = m_pos + 1;
         line_start = true;
         m_line = Line::code;
+        m_in_directive = m_include_line = false;
         advance();
       } else if (is_blank(c)) {
         advance();
@@ -42,10 +44,12 @@ class Scanner {
         skip_block_comment();  // a comment is one space: a line that starts with one still starts there
       } else if (c == '#' && line_start) {
         line_start = false;
+        m_in_directive = true;
         advance();
         directive();
       } else {
         line_start = false;
+        if (!m_in_directive) m_code_seen = true;
         token();
       }
     }
@@ -166,6 +170,7 @@ class Scanner {
       const std::size_t begin = logical(m_pos);
       const std::string word = read_identifier();
       const std::size_t end = m_identifier_end;
+      if (word == "__INCLUDE_LEVEL__") m_prelude_blocked = true;
       const int after = peek();
       if (after == '"' && (word == "R" || word == "u8R" || word == "uR" || word == "UR" || word == "LR")) {
         skip_raw_string();
@@ -281,6 +286,9 @@ class Scanner {
     const std::size_t begin = logical(m_pos);
     const std::string word = read_identifier();
     if (word == "if" || word == "elif") m_line = Line::condition;
+    if (word == "if" || word == "ifdef" || word == "ifndef") ++m_depth;
+    if (word == "endif" && m_depth > 0) --m_depth;
+    if (word == "line" || word == "include_next") m_prelude_blocked = true;
     std::vector<Directive>& directives = m_found->directives;
     if (word == "define") {
       m_line = Line::definition;
@@ -337,6 +345,7 @@ class Scanner {
     ref.next = word == "include_next";
     skip_blanks_and_comments();
     if (operand(ref)) {
+      m_include_line = m_depth == 0;
       directives.push_back({Directive::Kind::include, {}, {}, false, m_found->refs.size()});
       m_found->refs.push_back(std::move(ref));
       return;
@@ -354,6 +363,13 @@ class Scanner {
   std::string_view m_text;
   std::size_t m_pos = 0;
   Line m_line = Line::code;
+  // ScanResult::prelude_end: the conditional depth, whether the current line is a directive (and an #include
+  // at depth 0), whether code came before, and whether the text so far forbids moving it into a header.
+  int m_depth = 0;
+  bool m_in_directive = false;
+  bool m_include_line = false;
+  bool m_code_seen = false;
+  bool m_prelude_blocked = false;
   std::size_t m_identifier_end = 0;  ///< raw index after the last character read_identifier took
   ScanResult* m_found = nullptr;
 };

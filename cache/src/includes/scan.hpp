@@ -48,6 +48,14 @@ struct ScanResult {
   std::vector<std::pair<std::string, std::string>> defines;  ///< object-like #define: name, replacement
   /// The directives that decide what a compile reads: conditionals, #define/#undef, includes, #pragma once.
   std::vector<Directive> directives;
+  /// For a main source whose includes do not all come first: the raw offset just past the newline that ends
+  /// the last #include (a header name, outside every conditional group) that follows code (a token outside
+  /// a directive, including one in a group the compiler may skip); 0 when there is none, or when what comes
+  /// before it has an #include_next, a #line or the name __INCLUDE_LEVEL__ (text that would mean another
+  /// thing moved into a header). The NVRTC lane moves that prefix into an in-memory header, so that the
+  /// compiler's automatic precompiled header, which stops at the first declaration of the source, covers
+  /// the includes that follow code too (engine/src/lanes/nvrtc_pch.hpp).
+  std::size_t prelude_end = 0;
 };
 
 /// Fills `found` with the includes of `text` in order, the computed includes' operands and the

@@ -71,12 +71,16 @@ class Nvrtc final : public Compiler {
           "later has them); compile for sm_XY or compute_XY, or use a newer toolkit (KILN_CUDA_PATH)",
           input.target, m_version, m_library.path()));
     }
-    std::optional<pch::Plan> plan = m_pch->plan(input);
+    // With PCH, a source whose includes follow code compiles with its prefix in a header of its own (the
+    // same translation unit: nvrtc_pch.hpp); without, as it is.
+    const std::unique_ptr<pch::Hoisted> hoisted = m_pch->on() ? pch::Hoisted::make(input) : nullptr;
+    const CompileInput& with_pch = hoisted ? hoisted->input() : input;
+    std::optional<pch::Plan> plan = m_pch->plan(with_pch);
     if (!plan) return compile_once(input, nullptr);
     // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
     std::shared_lock heap(heap_mutex());
     std::optional<std::size_t> needed;
-    CompileOutput out = compile_once(input, &*plan, &needed);
+    CompileOutput out = compile_once(with_pch, &*plan, &needed);
     if (needed) {
       // The PCH did not fit the heap (the compile succeeded without making one, with a warning in its
       // log): grow the heap to what NVRTC asked for and compile again with a new program, once.
@@ -84,7 +88,7 @@ class Nvrtc final : public Compiler {
       grow_heap(*needed);
       heap.lock();
       needed.reset();
-      out = compile_once(input, &*plan, &needed);
+      out = compile_once(with_pch, &*plan, &needed);
       if (needed) out = compile_once(input, nullptr);  // another compile's PCH took the room: without PCH
     }
     return out;

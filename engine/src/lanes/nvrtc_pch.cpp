@@ -15,6 +15,7 @@
 
 #include "kiln/base/log.hpp"
 #include "kiln/base/xxh3.hpp"
+#include "scan.hpp"
 
 namespace kiln::vendor::pch {
 namespace {
@@ -68,6 +69,43 @@ std::pair<cache::Hash128, std::uint64_t> header_set(std::span<const HeaderText> 
 }
 
 }  // namespace
+
+std::unique_ptr<Hoisted> Hoisted::make(const CompileInput& input) {
+  // Debug and line information would name the prelude header in their tables.
+  for (std::string_view flag : input.flags) {
+    while (flag.starts_with('-')) flag.remove_prefix(1);
+    if (flag == "G" || flag.starts_with("device-debug") || flag.starts_with("lineinfo") ||
+        flag.starts_with("generate-line-info") || flag.starts_with("dopt")) {
+      return nullptr;
+    }
+  }
+  // The name goes into `#line N "<name>"`, which has no escapes for these.
+  if (input.source_name.empty() || input.source_name.find_first_of("\"\\\n\r") != std::string_view::npos) return nullptr;
+  if (input.source.find("include") == std::string_view::npos) return nullptr;
+  cache::detail::ScanResult scan;
+  cache::detail::scan_includes(input.source, scan);
+  if (scan.prelude_end == 0 || scan.prelude_end > input.source.size()) return nullptr;
+  return std::make_unique<Hoisted>(input, scan.prelude_end);
+}
+
+Hoisted::Hoisted(const CompileInput& input, std::size_t prelude_end) : m_input(input) {
+  const std::string_view prefix = input.source.substr(0, prelude_end);
+  const std::string_view rest = input.source.substr(prelude_end);
+  // Named by its text, so that the compiles sharing a prefix hand NVRTC the same header under the same name
+  // (the PCH is taken only then).
+  cache::detail::Xxh3Stream stream(kScopeSeed);
+  stream.update(prefix.data(), prefix.size());
+  m_prelude_name = fmt::format("__kiln_prelude_{}.h", stream.digest().hex());
+  // The prefix keeps its lines and the source's name; the rest starts at the line it had (the prefix ends
+  // with the newline of its last #include, so the rest's first line is the prefix's newlines plus one).
+  m_prelude_text = fmt::format("#line 1 \"{}\"\n{}", input.source_name, prefix);
+  const auto lines = static_cast<std::size_t>(std::count(prefix.begin(), prefix.end(), '\n'));
+  m_source = fmt::format("#include \"{}\"\n#line {} \"{}\"\n{}", m_prelude_name, lines + 1, input.source_name, rest);
+  m_headers.assign(input.headers.begin(), input.headers.end());
+  m_headers.push_back({m_prelude_name.c_str(), m_prelude_text.c_str()});
+  m_input.source = m_source;
+  m_input.headers = m_headers;
+}
 
 bool is_pch_flag(std::string_view flag) noexcept {
   while (flag.starts_with('-')) flag.remove_prefix(1);

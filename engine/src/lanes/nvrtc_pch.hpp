@@ -25,10 +25,24 @@
 // A header set's first compile in a process goes without PCH (making one costs more than that compile
 // saves); its second makes one, and the later ones use it.
 //
+// NVRTC's automatic PCH covers what the source includes before its first declaration. Sources that declare
+// something and then include more (CuPy's scipy-style filters: typedefs for the dtypes, then
+// `#include <cupy/cuda_workaround.h>` and its libcu++ headers) would get a PCH of the leading includes
+// only and parse the rest every time. For a compile with PCH, Hoisted moves such a source's text up to
+// its last #include (cache/src/includes/scan.hpp, ScanResult::prelude_end) into an in-memory header of its
+// own, so the PCH covers all of it: the header starts with `#line 1 "<source name>"` and the source becomes
+// `#include "<that header>"`, `#line <next line> "<source name>"`, the rest. That is the same translation
+// unit, with the same __FILE__ and __LINE__ everywhere, so the binary is the one the source as written
+// gives (measured: byte-identical; the tests compare them). Not done where the text could mean another
+// thing inside a header (#include_next, #line or __INCLUDE_LEVEL__ before the cut), where the source's
+// name could not be written in a #line, or where the request asks for debug or line information (whose
+// tables would list the header's name).
+//
 // The PCH is never part of a key: it changes how long a compile takes, not what it gives.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,6 +79,26 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan);
 
 /// Whether `flag` is one of NVRTC's PCH flags (-pch, --create-pch=, --pch-dir=, ...).
 [[nodiscard]] bool is_pch_flag(std::string_view flag) noexcept;
+
+/// A compile's input with the source's prefix moved into an in-memory header (this file's comment says
+/// why and when). Not movable: input() points into it.
+class Hoisted {
+ public:
+  /// Null when the source has no such prefix or may not be moved (see above).
+  [[nodiscard]] static std::unique_ptr<Hoisted> make(const CompileInput& input);
+  Hoisted(const CompileInput& input, std::size_t prelude_end);
+  Hoisted(const Hoisted&) = delete;
+  Hoisted& operator=(const Hoisted&) = delete;
+  /// The input to compile: the rewritten source, the request's headers and the prelude header last.
+  [[nodiscard]] const CompileInput& input() const noexcept { return m_input; }
+
+ private:
+  std::string m_source;
+  std::string m_prelude_name;
+  std::string m_prelude_text;
+  std::vector<HeaderText> m_headers;
+  CompileInput m_input;
+};
 
 /// The process-private PCH folders of one loaded NVRTC. Thread-safe.
 class Folders {
