@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <deque>
 #include <vector>
 
 namespace kiln::cache::detail {
@@ -102,11 +104,14 @@ constexpr FeatureMacro kNvrtc13Features[] = {
     {"__cpp_static_call_operator", "", ""},
 };
 
+/// A token of an #if expression. Its text is a view: into the expression, a macro's replacement (the
+/// macro state does not change while an expression is evaluated), a literal, or the Expander's own
+/// storage of pasted tokens. So tokens are copied and spliced without allocating.
 struct Tok {
   enum class Kind : unsigned char { number, ident, punct, unknown, string };
-  Kind kind = Kind::punct;
-  std::string text;
+  std::string_view text;
   int frame = -1;  ///< the macro expansion it came from (ExpansionFrames), -1 for the expression itself
+  Kind kind = Kind::punct;
 };
 
 /// Splits an #if expression into tokens. False for something not lexed here (a string literal).
@@ -119,7 +124,7 @@ bool tokenize(std::string_view text, std::vector<Tok>& out, int frame) {
       std::size_t j = i;
       while (j < text.size() && is_ident_char(static_cast<unsigned char>(text[j]))) ++j;
       if (j < text.size() && (text[j] == '\'' || text[j] == '"')) return false;  // u8'x', L"x": not here
-      out.push_back({Tok::Kind::ident, std::string(text.substr(i, j - i)), frame});
+      out.push_back({text.substr(i, j - i), frame, Tok::Kind::ident});
       i = j;
     } else if (is_digit(c) || (c == '.' && i + 1 < text.size() && is_digit(static_cast<unsigned char>(text[i + 1])))) {
       std::size_t j = i + 1;
@@ -133,7 +138,7 @@ bool tokenize(std::string_view text, std::vector<Tok>& out, int frame) {
           break;
         }
       }
-      out.push_back({Tok::Kind::number, std::string(text.substr(i, j - i)), frame});
+      out.push_back({text.substr(i, j - i), frame, Tok::Kind::number});
       i = j;
     } else if (c == '\'' || c == '"') {
       // A character literal (its value is not worked out here) or a string literal (an operand of
@@ -141,7 +146,7 @@ bool tokenize(std::string_view text, std::vector<Tok>& out, int frame) {
       std::size_t j = i + 1;
       while (j < text.size() && text[j] != static_cast<char>(c)) j += text[j] == '\\' ? 2 : 1;
       j = std::min(j + 1, text.size());
-      out.push_back({c == '"' ? Tok::Kind::string : Tok::Kind::unknown, std::string(text.substr(i, j - i)), frame});
+      out.push_back({text.substr(i, j - i), frame, c == '"' ? Tok::Kind::string : Tok::Kind::unknown});
       i = j;
     } else {
       static constexpr std::string_view kTwo[] = {"&&", "||", "==", "!=", "<=", ">=", "<<", ">>", "##"};
@@ -149,7 +154,7 @@ bool tokenize(std::string_view text, std::vector<Tok>& out, int frame) {
       for (const std::string_view two : kTwo) {
         if (text.substr(i, 2) == two) op = two;
       }
-      out.push_back({Tok::Kind::punct, std::string(op), frame});
+      out.push_back({op, frame, Tok::Kind::punct});
       i += op.size();
     }
   }
@@ -428,8 +433,19 @@ bool may_be_predefined(std::string_view name) {
       "__wasm", "__EMSCRIPTEN", "__WORDSIZE", "__code_model", "__k8", "__tune", "__SEG", "__FXSR", "__POPCNT",
       "__F16C", "__BMI", "__LZCNT", "__PRFCHW", "__RDRND", "__RDSEED", "__ADX", "__CLFLUSHOPT", "__XSAVE",
       "__SHA", "__AES", "__PCLMUL", "__LAHF", "__MOVBE", "__CRC32", "__VPCLMUL", "__VAES", "__GFNI"};
-  return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
-                     [&](std::string_view prefix) { return name.starts_with(prefix); });
+  // Looked up for every name a condition meets that no text defined: by the first character after the
+  // leading underscores, which a name and any prefix of it share (each prefix has one), not all ~150.
+  static const std::array<std::vector<std::string_view>, 256> kByLead = [] {
+    std::array<std::vector<std::string_view>, 256> by_lead;
+    for (const std::string_view prefix : kPrefixes) {
+      by_lead[static_cast<unsigned char>(prefix[prefix.find_first_not_of('_')])].push_back(prefix);
+    }
+    return by_lead;
+  }();
+  const std::size_t lead = name.find_first_not_of('_');
+  if (lead == std::string_view::npos) return false;
+  const std::vector<std::string_view>& candidates = kByLead[static_cast<unsigned char>(name[lead])];
+  return std::any_of(candidates.begin(), candidates.end(), [&](std::string_view prefix) { return name.starts_with(prefix); });
 }
 
 MacroContext MacroContext::from_flags(std::span<const std::string> flags, Vendor vendor, std::string_view compiler) {
@@ -597,7 +613,7 @@ void MacroState::undefine(const std::string& name, bool certain) {
   m_macros[name] = {certain ? Macro::State::undefined : Macro::State::unknown, {}, {}, false};
 }
 
-const Macro& MacroState::find(const std::string& name) const {
+const Macro& MacroState::find(std::string_view name) const {
   static const Macro kUnknown = make_macro(Macro::State::unknown, std::string());
   static const Macro kUndefined = make_macro(Macro::State::undefined, std::string());
   if (const auto it = m_macros.find(name); it != m_macros.end()) return it->second;
@@ -607,7 +623,7 @@ const Macro& MacroState::find(const std::string& name) const {
   return kUndefined;
 }
 
-Tri MacroState::defined(const std::string& name) const {
+Tri MacroState::defined(std::string_view name) const {
   switch (find(name).state) {
     case Macro::State::undefined:
       return Tri::no;
@@ -648,7 +664,7 @@ class Expander {
         continue;
       }
       if (t.text == "true" || t.text == "false") {
-        out.push_back({Tok::Kind::number, t.text == "true" ? "1" : "0", -1});
+        out.push_back({t.text == "true" ? "1" : "0", -1, Tok::Kind::number});
         ++i;
         continue;
       }
@@ -657,7 +673,7 @@ class Expander {
       if (!hidden && macro.state == Macro::State::object) {
         count();
         m_frames.emplace_back(t.text, t.frame);
-        std::vector<Tok> replacement;
+        std::vector<Tok> replacement;  // views into the macro's value, which outlives the evaluation
         if (!tokenize(macro.value, replacement, static_cast<int>(m_frames.size() - 1))) throw Unsupported{};
         splice(work, i, i + 1, std::move(replacement));
         continue;
@@ -695,12 +711,12 @@ class Expander {
         continue;
       }
       if (called) {
-        out.push_back({Tok::Kind::unknown, {}, -1});
+        out.push_back({{}, -1, Tok::Kind::unknown});
         i = skip_call(tokens, i + 1);
         continue;
       }
       const bool zero = m_state.find(t.text).state == Macro::State::undefined;
-      out.push_back(zero ? Tok{Tok::Kind::number, "0", -1} : Tok{Tok::Kind::unknown, {}, -1});
+      out.push_back(zero ? Tok{"0", -1, Tok::Kind::number} : Tok{{}, -1, Tok::Kind::unknown});
       ++i;
     }
     return out;
@@ -714,7 +730,7 @@ class Expander {
   void count() {
     if (++m_expansions > kMaxExpansions) throw Unsupported{};
   }
-  [[nodiscard]] bool expanding(int frame, const std::string& name) const {
+  [[nodiscard]] bool expanding(int frame, std::string_view name) const {
     for (; frame >= 0; frame = m_frames[static_cast<std::size_t>(frame)].second) {
       if (m_frames[static_cast<std::size_t>(frame)].first == name) return true;
     }
@@ -755,7 +771,7 @@ class Expander {
       }
       std::vector<Tok> rest;  // the variable arguments, commas kept
       for (std::size_t k = named; k < args.size(); ++k) {
-        if (k > named) rest.push_back({Tok::Kind::punct, ",", -1});
+        if (k > named) rest.push_back({",", -1, Tok::Kind::punct});
         rest.insert(rest.end(), args[k].begin(), args[k].end());
       }
       args.resize(named);
@@ -791,7 +807,7 @@ class Expander {
       const Tok& t = body[k];
       if (is_punct(t, "#")) {  // stringizing: a string literal, which no #if takes as a number
         if (k + 1 >= body.size() || !param(body[k + 1])) throw Unsupported{};
-        out.push_back({Tok::Kind::string, "\"\"", frame});
+        out.push_back({"\"\"", frame, Tok::Kind::string});
         ++k;
         placemarker = false;
         continue;
@@ -808,14 +824,14 @@ class Expander {
         if (right.empty()) continue;  // pasting a placemarker: the left operand stays
         if (placemarker || out.empty()) {
           placemarker = false;
-          for (Tok& r : right) out.push_back({r.kind, r.text, frame});
+          for (Tok& r : right) out.push_back({r.text, frame, r.kind});
           continue;
         }
-        const std::string merged = out.back().text + right.front().text;
+        const std::string& merged = m_pasted.emplace_back(std::string(out.back().text) + std::string(right.front().text));
         std::vector<Tok> pasted;
         if (!tokenize(merged, pasted, frame) || pasted.size() != 1) throw Unsupported{};
         out.back() = std::move(pasted.front());
-        for (std::size_t r = 1; r < right.size(); ++r) out.push_back({right[r].kind, right[r].text, frame});
+        for (std::size_t r = 1; r < right.size(); ++r) out.push_back({right[r].text, frame, right[r].kind});
         continue;
       }
       if (const auto p = param(t)) {
@@ -836,7 +852,8 @@ class Expander {
   }
 
   const MacroState& m_state;
-  std::vector<std::pair<std::string, int>> m_frames;  ///< a macro expanded, and the frame it was expanded in
+  std::vector<std::pair<std::string_view, int>> m_frames;  ///< a macro expanded, and the frame it was expanded in
+  std::deque<std::string> m_pasted;  ///< the texts of tokens made by ##, which tokens view (a deque: they never move)
   std::size_t m_expansions = 0;
 };
 

@@ -14,6 +14,7 @@
 // Being wrong here never gives a wrong binary: an include the walk leaves behind is rewritten to a name
 // no compiler has (resolve.cpp), so a compile that reaches it fails and kiln retries with every branch.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,11 +44,18 @@ struct Macro {
   bool variadic = false;            ///< function: the last parameter takes the rest of the arguments
 };
 
+/// Hashing for maps keyed by name that are looked up with a std::string_view (no string made per lookup).
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
+};
+using MacroMap = std::unordered_map<std::string, Macro, NameHash, std::equal_to<>>;
+
 /// The macros a compile starts with, as far as kiln knows them: from the request's flags (-D, -U,
 /// -std=, -arch=) and the compiler (vendor). Names not listed: reserved ones unknown, others undefined
 /// (or unknown when `ordinary_unknown`).
 struct MacroContext {
-  std::unordered_map<std::string, Macro> initial;
+  MacroMap initial;
   bool ordinary_unknown = false;  ///< a flag may define macros kiln did not read: no name is known undefined
   /// NVRTC for an -arch without a suffix (sm_90, not sm_90a or sm_100f): no `__CUDA_ARCH_FEAT_*` is defined.
   bool plain_arch = false;
@@ -78,10 +86,10 @@ class MacroState {
   void define(const std::string& name, std::string_view value, bool function_like, bool certain);
   void undefine(const std::string& name, bool certain);
   /// What the name stands for now.
-  [[nodiscard]] const Macro& find(const std::string& name) const;
-  [[nodiscard]] Tri defined(const std::string& name) const;
+  [[nodiscard]] const Macro& find(std::string_view name) const;
+  [[nodiscard]] Tri defined(std::string_view name) const;
   /// Whether the walked text or the context says what the name is (else find() falls back on the name's form).
-  [[nodiscard]] bool tracked(const std::string& name) const {
+  [[nodiscard]] bool tracked(std::string_view name) const {
     return m_macros.contains(name) || m_context.initial.contains(name);
   }
   /// The truth of an #if / #elif expression.
@@ -89,7 +97,7 @@ class MacroState {
 
  private:
   const MacroContext& m_context;
-  std::unordered_map<std::string, Macro> m_macros;  ///< what the walked text defined or undefined
+  MacroMap m_macros;  ///< what the walked text defined or undefined
 };
 
 }  // namespace kiln::cache::detail

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace kiln::cache::detail {
 namespace {
@@ -25,6 +26,8 @@ class Scanner {
   /// definitions.
   void run(ScanResult& found) {
     m_found = &found;
+    // Every directive starts with a '#': room for them all up front (the list is moved on every growth).
+    found.directives.reserve(found.directives.size() + static_cast<std::size_t>(std::count(m_text.begin(), m_text.end(), '#')));
     // A leading UTF-8 byte order mark is not a token: the compiler does not see it
     // (engine/src/lanes/rtc_compile.hpp), so a directive on the first line is still at the start of its line.
     if (m_text.starts_with("\xEF\xBB\xBF")) m_pos = 3;
@@ -96,12 +99,30 @@ class Scanner {
       }
     }
   }
+  /// Whether the raw text in [from, to) has no backslash: no line splice there, so raw and logical agree.
+  [[nodiscard]] bool unspliced(std::size_t from, std::size_t to) const {
+    return m_text.substr(from, to - from).find('\\') == npos;
+  }
   void skip_line_comment() {  // up to, not including, the newline (a spliced newline continues it)
+    m_pos = logical(m_pos);
+    const std::size_t end = std::min(m_text.find('\n', m_pos), m_text.size());
+    if (unspliced(m_pos, end)) {
+      m_pos = end;
+      return;
+    }
     for (int c = peek(); c >= 0 && c != '\n'; c = peek()) advance();
   }
   void skip_block_comment() {
     advance();
     advance();
+    m_pos = logical(m_pos);
+    // memmem, not string_view::find: comments are mostly text with a '*' on every line.
+    const void* found = ::memmem(m_text.data() + std::min(m_pos, m_text.size()), m_text.size() - std::min(m_pos, m_text.size()), "*/", 2);
+    if (const std::size_t close = found == nullptr ? npos : static_cast<const char*>(found) - m_text.data();
+        close != npos && unspliced(m_pos, close)) {
+      m_pos = close + 2;
+      return;
+    }
     for (int c = peek(); c >= 0; c = peek()) {
       advance();
       if (c == '*' && peek() == '/') {
@@ -152,14 +173,22 @@ class Scanner {
       }
     }
   }
-  std::string read_identifier() {
-    std::string out;
+  /// The identifier at the current position: a view into the text, or (when a line splice runs through
+  /// it) into a buffer that the next call reuses.
+  std::string_view read_identifier() {
+    m_pos = logical(m_pos);
+    const std::size_t begin = m_pos;
+    std::size_t at = begin;
+    while (at < m_text.size() && is_ident_char(static_cast<unsigned char>(m_text[at]))) ++at;
+    if (at > begin) m_pos = m_identifier_end = at;
+    if (at >= m_text.size() || m_text[at] != '\\') return m_text.substr(begin, at - begin);
+    m_identifier.assign(m_text.substr(begin, at - begin));
     for (int c = peek(); is_ident_char(c); c = peek()) {
-      out += static_cast<char>(c);
+      m_identifier += static_cast<char>(c);
       advance();
       m_identifier_end = m_pos;
     }
-    return out;
+    return m_identifier;
   }
 
   void token() {
@@ -168,7 +197,7 @@ class Scanner {
       skip_quoted(c);
     } else if (is_ident_start(c)) {
       const std::size_t begin = logical(m_pos);
-      const std::string word = read_identifier();
+      const std::string_view word = read_identifier();  // read_identifier is not called again while it is used
       const std::size_t end = m_identifier_end;
       if (word == "__INCLUDE_LEVEL__") m_prelude_blocked = true;
       const int after = peek();
@@ -246,6 +275,16 @@ class Scanner {
   /// The rest of the logical line as the preprocessor sees it: comments are one space, literals are
   /// kept whole (a "//" inside one is not a comment), blanks around it are dropped.
   std::string rest_of_line() {
+    m_pos = logical(m_pos);
+    const std::size_t end = std::min(m_text.find('\n', m_pos), m_text.size());
+    if (const std::string_view line = m_text.substr(m_pos, end - m_pos); line.find_first_of("\\/\"'") == npos) {
+      // No splice, comment or literal on the line: it is its own text.
+      m_pos = end;
+      const std::size_t first = line.find_first_not_of(" \t\r\v\f");
+      if (first == npos) return {};
+      const std::size_t last = line.find_last_not_of(" \t\r\v\f");
+      return std::string(line.substr(first, last - first + 1));
+    }
     std::string text;
     for (int c = peek(); c >= 0 && c != '\n'; c = peek()) {
       if (c == '/' && peek_second() == '/') break;
@@ -284,7 +323,7 @@ class Scanner {
     skip_blanks_and_comments();
     if (!is_ident_start(peek())) return;
     const std::size_t begin = logical(m_pos);
-    const std::string word = read_identifier();
+    const std::string word(read_identifier());
     if (word == "if" || word == "elif") m_line = Line::condition;
     if (word == "if" || word == "ifdef" || word == "ifndef") ++m_depth;
     if (word == "endif" && m_depth > 0) --m_depth;
@@ -294,7 +333,7 @@ class Scanner {
       m_line = Line::definition;
       skip_blanks_and_comments();
       if (!is_ident_start(peek())) return;
-      std::string name = read_identifier();
+      std::string name(read_identifier());
       if (peek() == '(') {  // function-like: the parameters and replacement; not followed for computed includes
         const std::size_t parameters = m_pos;
         std::string text = rest_of_line();
@@ -324,7 +363,7 @@ class Scanner {
                                    : word == "elifdef" ? Directive::Kind::elifdef
                                    : word == "elifndef" ? Directive::Kind::elifndef
                                                         : Directive::Kind::undef;
-      directives.push_back({kind, read_identifier(), {}, false, 0});
+      directives.push_back({kind, std::string(read_identifier()), {}, false, 0});
       return;
     }
     if (word == "else" || word == "endif") {
@@ -371,6 +410,7 @@ class Scanner {
   bool m_code_seen = false;
   bool m_prelude_blocked = false;
   std::size_t m_identifier_end = 0;  ///< raw index after the last character read_identifier took
+  std::string m_identifier;          ///< read_identifier's buffer for an identifier with a splice in it
   ScanResult* m_found = nullptr;
 };
 
