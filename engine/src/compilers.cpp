@@ -24,6 +24,7 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
       l.compiler = v == Vendor::cuda ? vendor::load_nvrtc() : vendor::load_hiprtc();
     } catch (const Error& e) {
       l.error = e.what();
+      l.load_tried.store(true, std::memory_order_release);
       return;
     }
     auto loaded =
@@ -41,6 +42,7 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
     if (!probed || probed->identity != loaded->identity || probed->targets != loaded->targets) {
       (void)remember_compiler_probe(store(), v, l.search_list(), *l.compiler, *loaded);
     }
+    l.load_tried.store(true, std::memory_order_release);
   });
   return l;
 }
@@ -126,16 +128,21 @@ std::vector<LaneInfo> EngineCore::lanes() {
   return out;
 }
 
-std::filesystem::path EngineCore::compiler_library(Vendor v) {
-  // The file the compiler is (or would be) loaded from: the first existing full path of its search
-  // list (a stat, no load), else the loaded library itself.
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+std::optional<std::filesystem::path> EngineCore::compiler_file(Vendor v) const {
+  const Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
   for (const std::string& candidate : l.search_list()) {
     std::error_code ec;
     if (candidate.find('/') != std::string::npos && std::filesystem::is_regular_file(candidate, ec)) {
       return std::filesystem::weakly_canonical(candidate, ec);
     }
   }
+  return std::nullopt;
+}
+
+std::filesystem::path EngineCore::compiler_library(Vendor v) {
+  // The file the compiler is (or would be) loaded from: the first existing full path of its search
+  // list (a stat, no load), else the loaded library itself.
+  if (std::optional<std::filesystem::path> file = compiler_file(v)) return *file;
   Lane& loaded = loaded_lane(v);
   if (loaded.compiler) {
     for (const LibraryInfo& library : loaded.compiler->libraries()) {

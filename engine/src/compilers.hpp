@@ -1,5 +1,6 @@
 #pragma once
 // The engine's compilers, one lane per vendor (compilers.cpp): shared with engine.cpp, which makes them.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@ struct EngineCore::Lane {
   std::mutex facts_mutex;                      // facts are replaced if a loaded compiler disagrees
   std::shared_ptr<const CompilerFacts> facts;  // null: no compiler (see error)
   std::once_flag load_once;
+  std::atomic<bool> load_tried{false};  // set when load_once's call returned (compiler or error set)
   std::unique_ptr<vendor::Compiler> compiler;
   std::string error;
 

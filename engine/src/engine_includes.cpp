@@ -66,7 +66,9 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
     key_with_dependencies(r);
     return r.hash;
   };
+  if (r.ahead) input.ahead = &*r.ahead;
   cache::detail::Settled settled = config_errors([&] { return m_includes->settle(input, use_manifest); });
+  r.ahead.reset();  // taken or not, once
   if (!settled.includes) return;  // settled by the manifest: keyed by key_with
   r.dependency_part = std::move(settled.dependency_part);
   r.includes = std::move(settled.includes);

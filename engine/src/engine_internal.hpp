@@ -29,6 +29,7 @@ namespace kiln::cache::detail {
 class IncludeFolders;
 struct MemoryHeader;
 struct SettleInput;
+struct Settled;
 }  // namespace kiln::cache::detail
 
 namespace kiln::detail {
@@ -165,6 +166,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
   [[nodiscard]] cache::Storage& storage() noexcept { return m_storage; }
   void unload_all() noexcept;
+  /// The file the compiler would be loaded from: the first existing full path of its search list (a stat,
+  /// no load); nullopt when none exists.
+  std::optional<std::filesystem::path> compiler_file(Vendor vendor) const;
   /// The runtime, or DeviceUnavailable explaining why there is none.
   vendor::Runtime& runtime();
   /// -1 -> the default device; an ordinal is checked. Inline: it runs on every memory-tier hit.
@@ -189,6 +193,14 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   vendor::Compiler& compiler(Vendor vendor);
   /// The compiler library's file, for --toolkit-includes (its toolkit's include folders).
   std::filesystem::path compiler_library(Vendor vendor);
+  /// compiler_facts() for a request whose flags and include folders are set. When that means loading the
+  /// compiler (no probe names it), a request that reads files resolves its includes meanwhile
+  /// (resolve_ahead).
+  std::shared_ptr<const CompilerFacts> facts_for(Request& request);
+  /// Loads the compiler on a helper thread while this one resolves the request's includes for the
+  /// identity the compiler's files announce (vendor::expected_identity). Returns that identity and the
+  /// resolve, or nullopt when it did not (no guess, the load already tried, no thread, the resolve failed).
+  std::optional<std::pair<std::string, cache::detail::Settled>> resolve_ahead(const Request& request);
   /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
   /// absolute, normal, checked to be folders (ConfigError).
   std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);

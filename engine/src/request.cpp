@@ -8,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "compiler_probe.hpp"
@@ -15,10 +17,12 @@
 #include "engine_internal.hpp"
 #include "include_folders.hpp"
 #include "kiln/base/hot_path.hpp"
+#include "kiln/base/log.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/targets.hpp"
+#include "lanes/lane.hpp"
 #include "request.hpp"
 #include "source_internal.hpp"
 
@@ -36,12 +40,6 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
                                                       std::string_view target_text, std::optional<int> warp_size) {
   Request r(source, parse_target(target_text), names);
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
-  std::shared_ptr<const CompilerFacts> facts = compiler_facts(r.target.vendor);
-  if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
-    // Refusing a request is only done on the loaded compiler's word, never on a probe's alone.
-    if (loaded_lane(r.target.vendor).compiler) facts = compiler_facts(r.target.vendor);
-    validate_target(r.target, facts->targets, facts->identity);
-  }
   if (warp_size) r.target.warp_size = *warp_size;
 
   for (const std::string& name : r.names) {
@@ -97,8 +95,67 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
                      std::any_of(r.source.headers().begin(), r.source.headers().end(),
                                  [](const Header& h) { return opens_files_by_name(h.text); }));
   }
+  // The compiler's identity and targets, once the request's flags and folders are known (facts_for may
+  // resolve the includes while the compiler loads).
+  std::shared_ptr<const CompilerFacts> facts = facts_for(r);
+  if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
+    // Refusing a request is only done on the loaded compiler's word, never on a probe's alone.
+    if (loaded_lane(r.target.vendor).compiler) facts = compiler_facts(r.target.vendor);
+    validate_target(r.target, facts->targets, facts->identity);
+  }
   make_key(r, facts->identity);
   return r;
+}
+
+std::shared_ptr<const CompilerFacts> EngineCore::facts_for(Request& r) {
+  const Vendor v = r.target.vendor;
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  probe_compiler(l);
+  {
+    const std::lock_guard lock(l.facts_mutex);
+    if (l.facts) return l.facts;  // probed, or loaded
+  }
+  if (!r.reads_files) return compiler_facts(v);
+  auto ahead = resolve_ahead(r);
+  std::shared_ptr<const CompilerFacts> facts = compiler_facts(v);
+  if (ahead && ahead->first == facts->identity) r.ahead = std::move(ahead->second);
+  return facts;
+}
+
+std::optional<std::pair<std::string, cache::detail::Settled>> EngineCore::resolve_ahead(const Request& r) {
+  // The first request of a process that compiles: loading the compiler (a dlopen of ~100 MB, tens of ms)
+  // and resolving the includes (tens of ms over a large tree) both stand before the compile, and neither
+  // needs the other but for the identity, which the key and the lean walk's macros name. So the compiler
+  // loads on a helper thread while this one resolves for the identity its files announce. The request's
+  // settle takes that resolve only when the loaded compiler reports the same identity (facts_for), and
+  // only when no dependency manifest settles the request; otherwise it is dropped. A wrong guess costs
+  // the time of a resolve, never a wrong set.
+  const Vendor v = r.target.vendor;
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+  if (l.load_tried.load(std::memory_order_acquire)) return std::nullopt;
+  const std::optional<std::filesystem::path> library = compiler_file(v);
+  if (!library) return std::nullopt;
+  std::optional<std::string> identity = vendor::expected_identity(v, *library);
+  if (!identity) return std::nullopt;
+  std::thread loader;
+  try {
+    loader = std::thread([this, v] { (void)loaded_lane(v); });
+  } catch (const std::system_error&) {
+    return std::nullopt;  // no thread: the load runs where it always did
+  }
+  std::optional<std::pair<std::string, cache::detail::Settled>> out;
+  try {
+    std::vector<cache::detail::MemoryHeader> headers;
+    cache::detail::SettleInput input = include_request(r, headers);
+    input.compiler = *identity;
+    KILN_LOG(debug, "{}: resolving the includes for '{}' while the compiler loads", r.source.name(), *identity);
+    cache::detail::Settled settled = m_includes->resolve_ahead(input);
+    out.emplace(std::move(*identity), std::move(settled));
+  } catch (...) {
+    // Whatever stopped the resolve stops the request's own settle too, which reports it.
+  }
+  loader.join();
+  return out;
 }
 
 KILN_HOT void EngineCore::make_key(Request& r, const std::string& compiler_identity) {

@@ -4,6 +4,7 @@
 // settle, compile and load requests.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,9 @@ struct EngineCore::Request {
   std::vector<std::string> retry_names;
   /// Resolve every branch, not the lean walk's: its compile asked for a header the lean set left out.
   bool full_headers = false;
+  /// The includes resolved while the compiler loaded (EngineCore::resolve_ahead), for the identity the
+  /// key names: the first settle takes them unless the manifest settles the request.
+  std::optional<cache::detail::Settled> ahead;
   cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
 };

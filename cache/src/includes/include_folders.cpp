@@ -84,7 +84,16 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
                input.request_hash.hex(), result->hex(), entry.hex());
     }
   }
+  if (input.ahead != nullptr) {
+    if (input.ahead->resolved) m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+    return *input.ahead;
+  }
   return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()), input.full);
+}
+
+Settled IncludeFolders::resolve_ahead(const SettleInput& input) {
+  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()), input.full,
+                 /*count=*/false);
 }
 
 std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& input, const ResolvedIncludes& resolved,
@@ -154,7 +163,8 @@ void IncludeFolders::record(const Hash128& request_hash, std::string_view reques
   if (m_storage != nullptr) m_storage->publish_manifest(request_hash, bytes);
 }
 
-Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full) {
+Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full,
+                                bool count) {
   IncludeInput in{.source_name = input.source_name,
                   .source_text = input.source_text,
                   .memory_headers = input.memory_headers,
@@ -194,7 +204,7 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   }
   const std::uint64_t cached_before = log::enabled(log::Level::debug) ? m_files.usage().hits : 0;
   auto resolved = std::make_shared<const ResolvedIncludes>(resolve_includes(in));
-  m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
+  if (count) m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
   std::string dependency_part = canonical_dependencies(resolved->dependencies);
   m_sets.remember(signature, ResolvedSets::Set{resolved, dependency_part});
   KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms ({}): {} header(s) ({} unchanged since an earlier resolve), {} "
@@ -207,7 +217,7 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
              for (const CompilerHeader& h : resolved->compiler_headers) bytes += h.text.size();
              return bytes;
            }());
-  return Settled{std::move(dependency_part), std::move(resolved)};
+  return Settled{std::move(dependency_part), std::move(resolved), /*resolved=*/true};
 }
 
 }  // namespace kiln::cache::detail

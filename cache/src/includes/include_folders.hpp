@@ -34,6 +34,15 @@
 
 namespace kiln::cache::detail {
 
+/// What a request's compile reads, settled.
+struct Settled {
+  std::string dependency_part;  ///< canonical_dependencies of the set: the entry key's last part
+  /// The resolve: what the compiler gets in memory. Null when the manifest settled the part by stat
+  /// (then a compile resolves first).
+  std::shared_ptr<const ResolvedIncludes> includes;
+  bool resolved = false;  ///< a resolve ran for it (not a manifest's answer, nor a set taken from an earlier one)
+};
+
 /// A request as the include home takes it: views into the engine's request, valid during the call.
 struct SettleInput {
   Hash128 request_hash;                ///< names the request's dependency manifest
@@ -52,14 +61,9 @@ struct SettleInput {
   /// settle(): keys the request with a dependency part the manifest names and returns the entry key's
   /// hash. The manifest's answer is taken only when it is that hash (another format, or not ours, is not).
   std::function<Hash128(const std::string& dependency_part)> key_with;
-};
-
-/// What a request's compile reads, settled.
-struct Settled {
-  std::string dependency_part;  ///< canonical_dependencies of the set: the entry key's last part
-  /// The resolve: what the compiler gets in memory. Null when the manifest settled the part by stat
-  /// (then a compile resolves first).
-  std::shared_ptr<const ResolvedIncludes> includes;
+  /// settle(): what resolve_ahead() gave for this request with these flags and this compiler, to take
+  /// when the manifest does not settle it (instead of resolving again).
+  const Settled* ahead = nullptr;
 };
 
 /// Owned by the engine, one per engine: the header files its resolves read, its resolves (a request
@@ -92,6 +96,11 @@ class IncludeFolders {
   /// header is read and hashed once, but not resolved). Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
 
+  /// The resolve settle() would make without a manifest, made ahead (while the compiler loads, before
+  /// the request key exists) and counted only when a settle() takes it (SettleInput::ahead).
+  /// Throws IncludeError.
+  [[nodiscard]] Settled resolve_ahead(const SettleInput& input);
+
   /// A retry after a failed compile: the header its log says the compiler could not open (an include
   /// the scan cannot follow, e.g. through a function-like macro), and the request resolved again with
   /// it among the retry names.
@@ -117,7 +126,8 @@ class IncludeFolders {
               const Hash128& entry_hash) noexcept;
 
  private:
-  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full);
+  /// A resolve, counted in `include_resolves` when one ran and `count`.
+  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full, bool count = true);
   /// The manifest's lookup for the request (said at debug level): the result key, with its dependency
   /// part in `dependency_part`, or nullopt (`looked` says why).
   std::optional<Hash128> look_up(const SettleInput& input, LookupStats& looked, std::string& dependency_part);

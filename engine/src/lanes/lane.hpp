@@ -8,6 +8,7 @@
 // exist at build time (lanes.cpp answers for the others).
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -148,5 +149,12 @@ std::unique_ptr<Runtime> load_hip_runtime();
 /// the lane is compiled out.
 std::vector<std::string> nvrtc_search_list();
 std::vector<std::string> hiprtc_search_list();
+
+/// The identity the compiler in `library` (a file of its search list) will report once loaded, as far as
+/// the files beside it say so without loading it; nullopt when they do not. A guess that may be wrong:
+/// the engine uses it only for work it checks against the loaded compiler's identity (EngineCore::
+/// resolve_ahead). NVRTC: its builtins library beside it is named for NVRTC's major.minor version
+/// (libnvrtc-builtins.so.13.0 beside libnvrtc.so.13, which reports "nvrtc 13.0"). HIPRTC: nullopt.
+std::optional<std::string> expected_identity(Vendor vendor, const std::filesystem::path& library);
 
 }  // namespace kiln::vendor
