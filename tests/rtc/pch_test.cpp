@@ -443,8 +443,9 @@ extern "C" __global__ void k{0}(const float* in, float* out) {{
     }
     const cache::Counters stats = engine.stats();
     if (pch && engine.lanes().front().precompiled_headers.starts_with("on")) {
-      CHECK(stats.pch_made == 1);  // by the second compile of the header set
-      CHECK(stats.pch_used == 2);
+      // A CUB header set is heavy (pch::kMakeAtFirstBytes): its first compile makes the PCH, the others use it.
+      CHECK(stats.pch_made == 1);
+      CHECK(stats.pch_used == 3);
     } else {
       CHECK(stats.pch_made == 0);
       CHECK(stats.pch_used == 0);

@@ -177,9 +177,9 @@ std::optional<Plan> Folders::plan(const CompileInput& input) {
   {
     // A header set's first compile goes without: making a PCH costs more than it saves in that compile
     // (measured on the H200: a process's first request 1.04x bare NVRTC with it, 0.94x without), and
-    // only a set that comes again can use one.
+    // only a set that comes again can use one. A heavy set makes it at once (kMakeAtFirstBytes).
     const std::lock_guard lock(m_mutex);
-    if (m_seen.insert(digest).second) return std::nullopt;
+    if (m_seen.insert(digest).second && bytes < kMakeAtFirstBytes) return std::nullopt;
   }
   const std::optional<fs::path> where = root();
   if (!where) return std::nullopt;

@@ -23,7 +23,9 @@
 //     in its log). The lane then grows the heap to the size NVRTC asks for and compiles again, once.
 //
 // A header set's first compile in a process goes without PCH (making one costs more than that compile
-// saves); its second makes one, and the later ones use it.
+// saves); its second makes one, and the later ones use it. A heavy set (kMakeAtFirstBytes: CUB's) makes
+// its PCH in its first compile: there, making one costs 15-20% more than a compile without, and each
+// later compile of the set saves about 85% (measured on the H200, bench/RESULTS.md section 14).
 //
 // NVRTC's automatic PCH covers what the source includes before its first declaration. Sources that declare
 // something and then include more (CuPy's scipy-style filters: typedefs for the dtypes, then
@@ -58,6 +60,10 @@ namespace kiln::vendor::pch {
 /// Requests whose in-memory headers are smaller than this compile without PCH: making one costs more
 /// than the compiles it could serve save.
 inline constexpr std::uint64_t kMinHeaderBytes = 256 * 1024;
+/// Header sets at least this large make their PCH in their first compile, not their second. CuPy's CUB
+/// kernels hand NVRTC 6-9 MB (1.2-2.8 s a compile); its element-wise kernels 1.5 MB, libcu++'s small
+/// preludes 2.5-3 MB (50-900 ms), where a first request must not pay for a PCH it may never use.
+inline constexpr std::uint64_t kMakeAtFirstBytes = 4ULL << 20;
 /// The PCH files one process keeps at most; the least recently made folders go first.
 inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
 
@@ -111,8 +117,8 @@ class Folders {
 
   [[nodiscard]] bool on() const noexcept { return m_off_reason.empty(); }
   /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
-  /// its headers are small, this is the first compile of its header set in this process, or the
-  /// private root cannot be made (said once in the log).
+  /// its headers are small, this is the first compile of its header set in this process (unless the set
+  /// is heavy: kMakeAtFirstBytes), or the private root cannot be made (said once in the log).
   [[nodiscard]] std::optional<Plan> plan(const CompileInput& input);
   /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
   void note(const Plan& plan, const LogNotes& notes);
