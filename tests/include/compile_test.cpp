@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "conditions.hpp"
 #include "include_test_support.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
@@ -188,6 +189,44 @@ TEST_CASE("CUB's BlockReduce: the real CCCL tree resolves and the in-memory set 
     for (std::size_t i = 0; i < other->compiler_headers.size(); ++i) {
       CHECK(other->compiler_headers[i].name == t.resolved.compiler_headers[i].name);
       CHECK(other->compiler_headers[i].text == t.resolved.compiler_headers[i].text);
+    }
+  }
+}
+
+TEST_CASE("the lean walk reads ahead on helper threads and gives the set it gives alone", "[include][lean][cccl]") {
+  // With a HeaderFileCache the lean walk reads ahead (resolve.cpp, Prefetch): the files a header it enters
+  // may include, on helper threads, into the cache. Without one it reads alone. Both give one set.
+  const std::string source =
+      "#include <cub/block/block_reduce.cuh>\n#include <cuda/std/tuple>\n"
+      "extern \"C\" __global__ void k(float* out) { *out = 1.0f; }\n";
+  const std::vector<std::string> flags = {"-std=c++17", "-arch=sm_90", "-DKILN_WARP_SIZE=32"};
+  const kiln::cache::detail::MacroContext macros =
+      kiln::cache::detail::MacroContext::from_flags(flags, Vendor::cuda, "nvrtc 13.0");
+  IncludeInput alone;
+  alone.source_name = "ahead.cu";
+  alone.source_text = source;
+  alone.folders = cuda_toolkit_folders();
+  alone.lean = true;
+  alone.macros = &macros;
+  IncludeInput ahead = alone;
+  kiln::cache::detail::HeaderFileCache files;
+  ahead.file_cache = &files;
+  const ResolvedIncludes reference = resolve_includes(alone);
+  const ResolvedIncludes read_ahead = resolve_includes(ahead);
+  const ResolvedIncludes from_cache = resolve_includes(ahead);
+  REQUIRE(reference.lean);
+  CHECK(reference.dependencies.headers.size() > 100);
+  CHECK(files.usage().files >= reference.dependencies.headers.size());  // toolkit files are old: all kept
+  CHECK(from_cache.work.reads == 0);
+  for (const ResolvedIncludes* other : {&read_ahead, &from_cache}) {
+    CHECK(other->lean);
+    CHECK(other->untaken == reference.untaken);
+    CHECK(other->dependencies == reference.dependencies);
+    CHECK(other->compiler_source == reference.compiler_source);
+    REQUIRE(other->compiler_headers.size() == reference.compiler_headers.size());
+    for (std::size_t i = 0; i < other->compiler_headers.size(); ++i) {
+      CHECK(other->compiler_headers[i].name == reference.compiler_headers[i].name);
+      CHECK(other->compiler_headers[i].text == reference.compiler_headers[i].text);
     }
   }
 }

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
-#include <thread>
 
 #include "scan.hpp"
 #include "stat_memo.hpp"
@@ -143,6 +146,92 @@ std::string checked_folder(const std::filesystem::path& folder, StatMemo* memo =
 
 /// A file the resolve found by stat was gone (or no longer a regular file) when read.
 struct Vanished {};
+
+/// Reads ahead for the lean walk, which reads its files on one thread in the compiler's order. When the
+/// walk first enters a file, the files its includes may lead to (every branch, each searched as the walk
+/// would: the includer's folder, the folders in order) are read and scanned on a few helper threads into
+/// the HeaderFileCache, so that the walk finds them there when it gets to them. It records nothing: the
+/// walk still probes, reads through the cache by path and stat, and decides; a file read ahead that the
+/// walk never takes costs its read only, and one the cache does not keep (its stat too recent to trust)
+/// is read again by the walk. Errors are the walk's to meet.
+class Prefetch {
+ public:
+  /// Half the hardware threads, at most 4; none for one, or without a cache: the walk reads alone.
+  explicit Prefetch(const FileAccess& access)
+      : m_access(access),
+        m_threads_wanted(access.cache == nullptr ? 0 : std::min(4U, std::thread::hardware_concurrency() / 2)) {
+    m_access.memo = nullptr;  // the helpers stat for themselves: the walk's memo answers stay its own
+    m_access.work = nullptr;
+  }
+  ~Prefetch() {
+    {
+      const std::lock_guard lock(m_mutex);
+      m_stop = true;
+      m_queue.clear();
+    }
+    m_ready.notify_all();
+    for (std::thread& thread : m_threads) thread.join();
+  }
+  Prefetch(const Prefetch&) = delete;
+  Prefetch& operator=(const Prefetch&) = delete;
+
+  [[nodiscard]] bool on() const noexcept { return m_threads_wanted > 0; }
+  /// Starts the helpers (once): when the walk reads a file itself, the tree is not all in the cache. A
+  /// walk over files the cache holds starts none.
+  void start() {
+    if (!m_threads.empty() || m_threads_wanted == 0) return;
+    m_works.resize(m_threads_wanted);
+    try {
+      for (unsigned t = 0; t < m_threads_wanted; ++t) m_threads.emplace_back([this, t] { run(m_works[t]); });
+    } catch (const std::system_error&) {
+      // Fewer helpers (or none): the walk reads what they do not.
+    }
+  }
+  /// Reads the first regular file among `paths` (in search order), unless a list with the same first
+  /// path came before.
+  void add(std::vector<std::string> paths) {
+    if (paths.empty()) return;
+    {
+      const std::lock_guard lock(m_mutex);
+      if (m_stop || !m_seen.insert(paths.front()).second) return;
+      m_queue.push_back(std::move(paths));
+    }
+    m_ready.notify_one();
+  }
+
+ private:
+  void run(FileWork& work) {
+    FileAccess access = m_access;
+    access.work = &work;
+    for (;;) {
+      std::vector<std::string> paths;
+      {
+        std::unique_lock lock(m_mutex);
+        m_ready.wait(lock, [&] { return m_stop || !m_queue.empty(); });
+        if (m_stop) return;
+        paths = std::move(m_queue.front());
+        m_queue.pop_front();
+      }
+      try {
+        for (const std::string& path : paths) {
+          if (load_header(path, access)) break;
+        }
+      } catch (...) {
+        // A file that cannot be read: the walk meets it if it takes the include.
+      }
+    }
+  }
+
+  FileAccess m_access;
+  const unsigned m_threads_wanted;
+  std::vector<FileWork> m_works;  ///< the helpers' own (not the resolve's: what they read ahead is not its work)
+  std::vector<std::thread> m_threads;
+  std::mutex m_mutex;
+  std::condition_variable m_ready;
+  std::deque<std::vector<std::string>> m_queue;
+  std::unordered_set<std::string> m_seen;
+  bool m_stop = false;
+};
 
 class Resolver {
  public:
@@ -457,6 +546,12 @@ class Resolver {
   /// __has_include (handed over, never entered).
   void walk_all() {
     m_state.emplace(*m_input.macros);
+    Prefetch prefetch(m_access);
+    m_prefetch = prefetch.on() ? &prefetch : nullptr;
+    struct Clear {
+      Prefetch*& p;
+      ~Clear() { p = nullptr; }
+    } clear{m_prefetch};
     walk(0, true, 0);
     for (std::size_t i = 1; i < m_units.size(); ++i) {
       if (m_units[i].kind == Unit::Kind::memory && !m_units[i].walked_certain && !m_units[i].walked_uncertain) {
@@ -481,9 +576,30 @@ class Resolver {
       if (d.kind == K::endif) --depth;
       if (d.kind == K::pragma_once && depth == 0) unit.once = true;
     }
+    if (m_prefetch != nullptr) {
+      for (const IncludeRef& ref : scan.refs) m_prefetch->add(candidates(unit, ref));
+    }
     for (std::size_t i = 0; i < scan.refs.size(); ++i) {
       if (scan.refs[i].has_include) take(unit, scan.refs[i], i);
     }
+  }
+
+  /// The paths on disk an include of `includer` may lead to, in the order resolve() searches them (the
+  /// memory headers aside): for the read-ahead, which only reads.
+  [[nodiscard]] std::vector<std::string> candidates(const Unit& includer, const IncludeRef& ref) const {
+    std::vector<std::string> paths;
+    const std::string& name = ref.name;
+    if (name.empty()) return paths;
+    if (name.front() == '/') return {normalize(name)};
+    const bool from_disk = includer.kind == Unit::Kind::disk;
+    std::size_t first = 0;
+    if (ref.next && from_disk) {
+      first = includer.folder ? *includer.folder + 1 : 0;
+    } else if (!ref.angled && from_disk) {
+      paths.push_back(join(includer.dir, name));
+    }
+    for (std::size_t k = first; k < m_folders.size(); ++k) paths.push_back(join(m_folders[k], name));
+    return paths;
   }
 
   /// Resolves a ref the walk takes; the target (or kNoTarget) is noted for the rewrite.
@@ -524,6 +640,7 @@ class Resolver {
     if (depth > kMaxWalkDepth) throw LeanGiveUp{};
     Unit& unit = m_units[index];  // (m_units is a deque: references stay valid as it grows)
     if (unit.kind == Unit::Kind::disk && !unit.file) {
+      if (m_prefetch != nullptr) m_prefetch->start();
       std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, m_access);
       if (!file) throw Vanished{};
       unit.text = file->bytes;
@@ -685,6 +802,7 @@ class Resolver {
   Defines m_defines;
   std::vector<Computed> m_computed;
   std::optional<MacroState> m_state;  ///< the lean walk's
+  Prefetch* m_prefetch = nullptr;     ///< the lean walk's read-ahead, while it runs (walk_all)
   std::size_t m_walked = 0;           ///< directives it walked
   std::size_t m_untaken = 0;          ///< includes it left behind
   std::vector<std::pair<std::size_t, std::string>> m_source_untaken;  ///< the source's (ref index, untaken name)
