@@ -126,3 +126,20 @@ TEST_CASE("a disk hit in a fresh process does not load NVRTC once a probe descri
     CHECK(out.find("error=target 'sm_12' is not supported by nvrtc") != std::string::npos);
   }
 }
+
+TEST_CASE("loading NVRTC loads its builtins library too, before any compile") {
+  TempDir dir;
+  const std::string out = run_child(dir.path() / "cache", "lanes");
+  if (out.find("nvrtc_loaded=1") == std::string::npos) kiln::test::skip("NVRTC is not available: " + out);
+  // libnvrtc-builtins.so.<major>.<minor> beside NVRTC (a toolkit's layout), which NVRTC would load at its first
+  // compile: loaded with NVRTC, the first compile does not wait for it.
+  bool beside = false;
+  for (const char* root : {"/usr/local/cuda/lib64"}) {
+    std::error_code ec;
+    for (const auto& item : fs::directory_iterator(root, ec)) {
+      beside = beside || item.path().filename().string().starts_with("libnvrtc-builtins.so.");
+    }
+  }
+  if (!beside) kiln::test::skip("no libnvrtc-builtins beside NVRTC in /usr/local/cuda/lib64");
+  CHECK(out == "nvrtc_loaded=1 builtins_loaded=1");
+}

@@ -1,6 +1,7 @@
 // A fresh process for compiler_probe_test: prewarms one built-in request into the cache given, then
 // reports how it was served and whether NVRTC was ever mapped into this process:
 //   probe_child <cache-dir> <target>   ->   "origin=<compiled|disk|memory> nvrtc_loaded=<0|1>"
+//   probe_child <cache-dir> lanes      ->   "nvrtc_loaded=<0|1> builtins_loaded=<0|1>" (compilers loaded, no compile)
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,17 +24,30 @@ const char* origin_name(kiln::Origin origin) {
 
 }  // namespace
 
+/// Whether a library whose file name contains `name` is mapped into this process.
+bool mapped(const char* name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   try {
     kiln::EngineConfig config;
     config.cache.root = argv[1];
     kiln::Engine engine(config);
+    if (std::string(argv[2]) == "lanes") {
+      // The compilers loaded (kiln devices does this), nothing compiled.
+      (void)engine.lanes();
+      std::printf("nvrtc_loaded=%d builtins_loaded=%d\n", mapped("libnvrtc.so") ? 1 : 0,
+                  mapped("libnvrtc-builtins.so") ? 1 : 0);
+      return 0;
+    }
     const kiln::PrewarmResult result = engine.prewarm(kiln::Source::builtin("saxpy"), {}, {}, argv[2]);
-    std::ifstream maps("/proc/self/maps");
-    bool loaded = false;
-    for (std::string line; std::getline(maps, line);) loaded = loaded || line.find("libnvrtc.so") != std::string::npos;
-    std::printf("origin=%s nvrtc_loaded=%d\n", origin_name(result.origin), loaded ? 1 : 0);
+    std::printf("origin=%s nvrtc_loaded=%d\n", origin_name(result.origin), mapped("libnvrtc.so") ? 1 : 0);
     return 0;
   } catch (const std::exception& e) {
     std::printf("error=%s\n", e.what());

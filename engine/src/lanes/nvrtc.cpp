@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -57,6 +58,14 @@ class Nvrtc final : public Compiler {
       }
     }
     m_pch = std::make_unique<pch::Folders>(pch_off_reason());
+    // NVRTC loads its builtins library (libnvrtc-builtins.so.<major>.<minor>, beside it in a toolkit) by that
+    // name at its first compile. Loaded here, the first compile does not pay for it; the load does, which
+    // a process's first request makes on a helper thread while it resolves its includes
+    // (EngineCore::resolve_ahead). NVRTC's own load by name then finds this one. Without it, nothing changes.
+    if (const std::filesystem::path dir = std::filesystem::path(m_library.path()).parent_path(); !dir.empty()) {
+      std::vector<std::string> searched;
+      m_builtins = DynamicLibrary::open_first({(dir / ("libnvrtc-builtins.so." + m_version)).string()}, searched);
+    }
   }
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
@@ -201,6 +210,7 @@ class Nvrtc final : public Compiler {
   static constexpr std::size_t kHeapStep = 64ULL << 20;
 
   DynamicLibrary m_library;
+  DynamicLibrary m_builtins;  ///< NVRTC's builtins library, loaded ahead of its first compile (or not found)
   NvrtcApi m_api;
   NvrtcCalls m_calls;
   std::string m_version;
