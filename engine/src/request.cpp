@@ -139,7 +139,14 @@ std::optional<std::pair<std::string, cache::detail::Settled>> EngineCore::resolv
   if (!identity) return std::nullopt;
   std::thread loader;
   try {
-    loader = std::thread([this, v] { (void)loaded_lane(v); });
+    loader = std::thread([this, v] {
+      try {
+        (void)loaded_lane(v);
+      } catch (...) {
+        // Not an Error (those become the lane's error): the load did not complete, and compiler_facts()
+        // below makes it again on the request's thread, where the exception reaches the caller.
+      }
+    });
   } catch (const std::system_error&) {
     return std::nullopt;  // no thread: the load runs where it always did
   }
