@@ -174,6 +174,54 @@ if [[ "${KILN_H200_ONLY:-}" == program ]]; then
   fi
   exit 0
 fi
+# KILN_H200_ONLY=cold31: issue 31's figures in one call: the GPU tests, rtc_pch and include_resolve_ahead; the first
+# request of a fresh process (cold_bench over .carry/first_request.jsonl, KILN_FIRST_ROUNDS times, 20: the median of
+# the kiln / bare ratios); the program workload's cold cells (cupy_bench --workload program --cold-only --parts 2,
+# 2 runs); cold_bench over the program's recorded requests (.carry/cupy_program_requests.jsonl), each under a limit.
+if [[ "${KILN_H200_ONLY:-}" == cold31 ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch include_resolve_ahead cold_bench $gpu_tests \
+    >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  (cd "$build" && ctest -R '^(gpu_|rtc_pch$|include_resolve_ahead$)' 2>&1 | tee "$out/ctest.log" | grep -E 'Test +#|tests passed|FAILED')
+  if [[ -f "$root/.carry/first_request.jsonl" ]]; then
+    echo "== first request of a fresh process, ${KILN_FIRST_ROUNDS:-20} rounds"
+    for i in $(seq "${KILN_FIRST_ROUNDS:-20}"); do
+      "$build/bench/cold_bench/cold_bench" --log "$root/.carry/first_request.jsonl" --json "$out/first_$i.json" >/dev/null 2>&1
+    done
+    python3 - "$out" "${KILN_FIRST_ROUNDS:-20}" <<'PY' | tee "$out/first.txt"
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+runs = {}
+for i in range(1, rounds + 1):
+    try:
+        data = json.load(open(f"{out}/first_{i}.json"))
+    except OSError:
+        continue
+    for mode, children in data["runs"].items():
+        request = (children[0] if isinstance(children, list) else children)["requests"][0]
+        runs.setdefault(mode, []).append((request["wall_ns"] / 1e6, request["compile_ns"] / 1e6))
+for mode, rows in runs.items():
+    print(mode, "wall median %.1f ms (min %.1f, max %.1f)" % (statistics.median(w for w, _ in rows),
+          min(w for w, _ in rows), max(w for w, _ in rows)),
+          "compile median %.1f ms" % statistics.median(c for _, c in rows) if rows[0][1] else "")
+for mode in ("kiln", "kiln-pch"):
+    ratios = [a[0] / b[0] for a, b in zip(runs.get(mode, []), runs.get("bare", []))]
+    if ratios:
+        print(f"{mode} / bare: median of {len(ratios)} ratios {statistics.median(ratios):.3f}")
+PY
+    rm -f "$out"/first_*.json
+  fi
+  echo "== cupy_bench --workload program --cold-only --parts 2 --runs 2"
+  KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-240}" python3 "$root/bench/cupy_bench.py" \
+    --workload program --cold-only --parts 2 --runs 2 --kiln "$build/tools/kiln" --work /tmp/kiln-cupy-program 2>&1 \
+    | tee "$out/cupy_program.txt" | grep -v 'said:'
+  if [[ -f "$root/.carry/cupy_program_requests.jsonl" ]]; then
+    echo "== cold_bench (the program's requests)"
+    timeout "${KILN_COLD_TIMEOUT:-170}" "$build/bench/cold_bench/cold_bench" --log "$root/.carry/cupy_program_requests.jsonl" \
+      --json "$out/cold_program.json" 2>&1 | tee "$out/cold_program.txt" | tail -30
+  fi
+  exit 0
+fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
 include_benches() {
   echo "== include_bench (CUB + libcu++ with --toolkit-includes)"
