@@ -56,13 +56,16 @@ void EngineCore::probe_compiler(Lane& l) {
   });
 }
 
-std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
+std::shared_ptr<const CompilerFacts> EngineCore::known_compiler_facts(Vendor v) {
   Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
   probe_compiler(l);
-  {
-    const std::lock_guard lock(l.facts_mutex);
-    if (l.facts) return l.facts;
-  }
+  const std::lock_guard lock(l.facts_mutex);
+  return l.facts;
+}
+
+std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
+  if (std::shared_ptr<const CompilerFacts> known = known_compiler_facts(v)) return known;
+  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
   (void)loaded_lane(v);  // no usable probe: load the compiler, which sets the facts (or the error)
   const std::lock_guard lock(l.facts_mutex);
   if (!l.facts) throw DeviceUnavailable(l.error);

@@ -186,6 +186,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   int resolve_device_slow(int device);
   /// Identity and targets: from the compiler probe when it still matches, else from loading.
   std::shared_ptr<const CompilerFacts> compiler_facts(Vendor vendor);
+  /// The same without loading: null when no probe matches and the compiler is not loaded.
+  std::shared_ptr<const CompilerFacts> known_compiler_facts(Vendor vendor);
   /// Reads the lane's compiler probe (once per engine); sets the facts when the probe still matches.
   void probe_compiler(Lane& lane);
   /// "native" -> the default device's target and warp size; any other target as given.

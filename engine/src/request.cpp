@@ -109,14 +109,8 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
 
 std::shared_ptr<const CompilerFacts> EngineCore::facts_for(Request& r) {
   const Vendor v = r.target.vendor;
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  probe_compiler(l);
-  {
-    const std::lock_guard lock(l.facts_mutex);
-    if (l.facts) return l.facts;  // probed, or loaded
-  }
-  if (!r.reads_files) return compiler_facts(v);
-  auto ahead = resolve_ahead(r);
+  if (std::shared_ptr<const CompilerFacts> known = known_compiler_facts(v)) return known;  // probed, or loaded
+  auto ahead = r.reads_files ? resolve_ahead(r) : std::nullopt;
   std::shared_ptr<const CompilerFacts> facts = compiler_facts(v);
   if (ahead && ahead->first == facts->identity) r.ahead = std::move(ahead->second);
   return facts;

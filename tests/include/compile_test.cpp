@@ -194,7 +194,7 @@ TEST_CASE("CUB's BlockReduce: the real CCCL tree resolves and the in-memory set 
 }
 
 TEST_CASE("the lean walk reads ahead on helper threads and gives the set it gives alone", "[include][lean][cccl]") {
-  // With a HeaderFileCache the lean walk reads ahead (resolve.cpp, Prefetch): the files a header it enters
+  // With a HeaderFileCache the lean walk reads ahead (header_files.hpp, HeaderReadAhead): the files a header it enters
   // may include, on helper threads, into the cache. Without one it reads alone. Both give one set.
   const std::string source =
       "#include <cub/block/block_reduce.cuh>\n#include <cuda/std/tuple>\n"

@@ -1,5 +1,6 @@
 #pragma once
-// Private to the include home (cache/src/includes/): the macro state of the lean walk (resolve.cpp),
+// Private to the include home (cache/src/includes/): the macro state of the lean walk (resolve.cpp; the
+// state and #if evaluation in conditions.cpp, the context a compile starts with in predefined.cpp),
 // which hands the compiler the headers a compile can read rather than every branch's. It evaluates
 // #if/#ifdef/#ifndef/#elif with what it knows for certain: the request's -D/-U, the #define/#undef of
 // the text walked so far (object-like values; function-like macros known as defined), a short list of
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/cache/types.hpp"
@@ -43,6 +45,14 @@ struct Macro {
   std::vector<std::string> params;  ///< function: its parameters (`__VA_ARGS__` last for `...`)
   bool variadic = false;            ///< function: the last parameter takes the rest of the arguments
 };
+
+/// A macro known in `state`, with `value` (object: its replacement).
+inline Macro make_macro(Macro::State state, std::string value) {
+  Macro m;
+  m.state = state;
+  m.value = std::move(value);
+  return m;
+}
 
 /// Hashing for maps keyed by name that are looked up with a std::string_view (no string made per lookup).
 struct NameHash {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <system_error>
 #include <unordered_map>
 
 #include "kiln/cache/dep_manifest.hpp"
@@ -235,6 +236,65 @@ std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path
   scan_includes(file->bytes, file->scan);
   if (access.cache != nullptr && file->record.trusted_stat) access.cache->put(path, file);
   return file;
+}
+
+HeaderReadAhead::HeaderReadAhead(const FileAccess& access)
+    : m_access(access),
+      m_threads_wanted(access.cache == nullptr ? 0 : std::min(4U, std::thread::hardware_concurrency() / 2)) {
+  m_access.memo = nullptr;  // the helpers stat for themselves: the resolve's memo answers stay its own
+  m_access.work = nullptr;
+}
+
+HeaderReadAhead::~HeaderReadAhead() {
+  {
+    const std::lock_guard lock(m_mutex);
+    m_stop = true;
+    m_queue.clear();
+  }
+  m_ready.notify_all();
+  for (std::thread& thread : m_threads) thread.join();
+}
+
+void HeaderReadAhead::start() {
+  if (!m_threads.empty() || m_threads_wanted == 0) return;
+  m_works.resize(m_threads_wanted);  // before any helper: they keep references into it
+  try {
+    for (unsigned t = 0; t < m_threads_wanted; ++t) m_threads.emplace_back([this, t] { run(m_works[t]); });
+  } catch (const std::system_error&) {
+    // Fewer helpers (or none): the resolve reads what they do not.
+  }
+}
+
+void HeaderReadAhead::add(std::vector<std::string> paths) {
+  if (paths.empty()) return;
+  {
+    const std::lock_guard lock(m_mutex);
+    if (m_stop || !m_seen.insert(paths.front()).second) return;
+    m_queue.push_back(std::move(paths));
+  }
+  m_ready.notify_one();
+}
+
+void HeaderReadAhead::run(FileWork& work) {
+  FileAccess access = m_access;
+  access.work = &work;
+  for (;;) {
+    std::vector<std::string> paths;
+    {
+      std::unique_lock lock(m_mutex);
+      m_ready.wait(lock, [&] { return m_stop || !m_queue.empty(); });
+      if (m_stop) return;
+      paths = std::move(m_queue.front());
+      m_queue.pop_front();
+    }
+    try {
+      for (const std::string& path : paths) {
+        if (load_header(path, access)) break;
+      }
+    } catch (...) {
+      // A file that cannot be read: the resolve meets it if it takes the include.
+    }
+  }
 }
 
 }  // namespace kiln::cache::detail

@@ -5,10 +5,14 @@
 // header by one rule, with one trust window (ManifestConfig::trust_window). The resolver's files stay
 // in the process's HeaderFileCache while their stat holds.
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -138,5 +142,42 @@ struct HeaderProbe {
 /// one too large to be a header.
 [[nodiscard]] std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path,
                                                                        const FileAccess& access);
+
+/// Reading ahead of a resolve that reads its files one by one (the lean walk reads them in the compiler's
+/// order): lists of paths, each read and scanned on a few helper threads into the HeaderFileCache (the first
+/// regular file of a list, which is an include's search order), so that the resolve finds them there. It
+/// records nothing: the resolve still probes, reads through the cache by path and stat, and decides; a file
+/// read ahead that the resolve never takes costs its read only, and one the cache does not keep (its stat
+/// too recent to trust) is read again by the resolve. Errors are the resolve's to meet. The destructor
+/// drops what is queued and waits for the files being read.
+class HeaderReadAhead {
+ public:
+  /// Half the hardware threads, at most 4; none for one, or without a cache in `access`.
+  explicit HeaderReadAhead(const FileAccess& access);
+  ~HeaderReadAhead();
+  HeaderReadAhead(const HeaderReadAhead&) = delete;
+  HeaderReadAhead& operator=(const HeaderReadAhead&) = delete;
+
+  /// Whether it has helpers to start.
+  [[nodiscard]] bool on() const noexcept { return m_threads_wanted > 0; }
+  /// Starts the helpers (once): when the resolve reads a file itself, the tree is not all in the cache.
+  /// A resolve over files the cache holds starts none.
+  void start();
+  /// Reads the first regular file among `paths`, unless a list with the same first path came before.
+  void add(std::vector<std::string> paths);
+
+ private:
+  void run(FileWork& work);
+
+  FileAccess m_access;
+  const unsigned m_threads_wanted;
+  std::vector<FileWork> m_works;  ///< the helpers' own (not the resolve's: what they read ahead is not its work)
+  std::vector<std::thread> m_threads;
+  std::mutex m_mutex;
+  std::condition_variable m_ready;
+  std::deque<std::vector<std::string>> m_queue;
+  std::unordered_set<std::string> m_seen;
+  bool m_stop = false;
+};
 
 }  // namespace kiln::cache::detail

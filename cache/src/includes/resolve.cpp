@@ -7,12 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <mutex>
-#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -146,92 +143,6 @@ std::string checked_folder(const std::filesystem::path& folder, StatMemo* memo =
 
 /// A file the resolve found by stat was gone (or no longer a regular file) when read.
 struct Vanished {};
-
-/// Reads ahead for the lean walk, which reads its files on one thread in the compiler's order. When the
-/// walk first enters a file, the files its includes may lead to (every branch, each searched as the walk
-/// would: the includer's folder, the folders in order) are read and scanned on a few helper threads into
-/// the HeaderFileCache, so that the walk finds them there when it gets to them. It records nothing: the
-/// walk still probes, reads through the cache by path and stat, and decides; a file read ahead that the
-/// walk never takes costs its read only, and one the cache does not keep (its stat too recent to trust)
-/// is read again by the walk. Errors are the walk's to meet.
-class Prefetch {
- public:
-  /// Half the hardware threads, at most 4; none for one, or without a cache: the walk reads alone.
-  explicit Prefetch(const FileAccess& access)
-      : m_access(access),
-        m_threads_wanted(access.cache == nullptr ? 0 : std::min(4U, std::thread::hardware_concurrency() / 2)) {
-    m_access.memo = nullptr;  // the helpers stat for themselves: the walk's memo answers stay its own
-    m_access.work = nullptr;
-  }
-  ~Prefetch() {
-    {
-      const std::lock_guard lock(m_mutex);
-      m_stop = true;
-      m_queue.clear();
-    }
-    m_ready.notify_all();
-    for (std::thread& thread : m_threads) thread.join();
-  }
-  Prefetch(const Prefetch&) = delete;
-  Prefetch& operator=(const Prefetch&) = delete;
-
-  [[nodiscard]] bool on() const noexcept { return m_threads_wanted > 0; }
-  /// Starts the helpers (once): when the walk reads a file itself, the tree is not all in the cache. A
-  /// walk over files the cache holds starts none.
-  void start() {
-    if (!m_threads.empty() || m_threads_wanted == 0) return;
-    m_works.resize(m_threads_wanted);
-    try {
-      for (unsigned t = 0; t < m_threads_wanted; ++t) m_threads.emplace_back([this, t] { run(m_works[t]); });
-    } catch (const std::system_error&) {
-      // Fewer helpers (or none): the walk reads what they do not.
-    }
-  }
-  /// Reads the first regular file among `paths` (in search order), unless a list with the same first
-  /// path came before.
-  void add(std::vector<std::string> paths) {
-    if (paths.empty()) return;
-    {
-      const std::lock_guard lock(m_mutex);
-      if (m_stop || !m_seen.insert(paths.front()).second) return;
-      m_queue.push_back(std::move(paths));
-    }
-    m_ready.notify_one();
-  }
-
- private:
-  void run(FileWork& work) {
-    FileAccess access = m_access;
-    access.work = &work;
-    for (;;) {
-      std::vector<std::string> paths;
-      {
-        std::unique_lock lock(m_mutex);
-        m_ready.wait(lock, [&] { return m_stop || !m_queue.empty(); });
-        if (m_stop) return;
-        paths = std::move(m_queue.front());
-        m_queue.pop_front();
-      }
-      try {
-        for (const std::string& path : paths) {
-          if (load_header(path, access)) break;
-        }
-      } catch (...) {
-        // A file that cannot be read: the walk meets it if it takes the include.
-      }
-    }
-  }
-
-  FileAccess m_access;
-  const unsigned m_threads_wanted;
-  std::vector<FileWork> m_works;  ///< the helpers' own (not the resolve's: what they read ahead is not its work)
-  std::vector<std::thread> m_threads;
-  std::mutex m_mutex;
-  std::condition_variable m_ready;
-  std::deque<std::vector<std::string>> m_queue;
-  std::unordered_set<std::string> m_seen;
-  bool m_stop = false;
-};
 
 class Resolver {
  public:
@@ -435,36 +346,50 @@ class Resolver {
     return {Where::disk, index};
   }
 
-  Found search_folders(std::string_view name, std::size_t first) {
-    for (std::size_t k = first; k < m_folders.size(); ++k) {
-      if (const Found found = probe(join(m_folders[k], name), k); found.where != Where::none) return found;
-    }
-    return {};
-  }
+  /// A place an include may lead to: an in-memory header's name, or a path on disk (with the folder it
+  /// lies in, for #include_next).
+  struct Place {
+    bool memory = false;
+    std::string path;
+    std::optional<std::size_t> folder;
+  };
 
-  /// Where an include of `includer` leads. "x": the includer's folder, the memory headers by name,
-  /// then the folders; <x>: the memory headers, then the folders. #include_next in a file found in
-  /// folder k searches the folders after k (all of them for a file found next to its includer or by
-  /// an absolute path); in the source or a memory header it is an ordinary include.
-  Found resolve(const Unit& includer, const IncludeRef& ref) {
+  /// The places an include of `includer` may lead to, in the order they are searched, each given to
+  /// `visit` until it returns true. "x": the includer's folder, the memory headers by name, then the
+  /// folders; <x>: the memory headers, then the folders. #include_next in a file found in folder k
+  /// searches the folders after k (all of them for a file found next to its includer or by an absolute
+  /// path); in the source or a memory header it is an ordinary include. An absolute name: the memory
+  /// header of that path, then the path.
+  template <class Visit>
+  void each_place(const Unit& includer, const IncludeRef& ref, Visit&& visit) const {
     const std::string& name = ref.name;
-    if (name.empty()) return {};
+    if (name.empty()) return;
     if (name.front() == '/') {
       const std::string path = normalize(name);
-      if (const Found found = memory(path); found.where != Where::none) return found;
-      return probe(path, std::nullopt);
+      if (!visit(Place{true, path, std::nullopt})) visit(Place{false, path, std::nullopt});
+      return;
     }
     const bool from_disk = includer.kind == Unit::Kind::disk;
-    if (ref.next && from_disk) return search_folders(name, includer.folder ? *includer.folder + 1 : 0);
-    if (!ref.angled) {
-      if (from_disk) {
-        if (const Found found = probe(join(includer.dir, name), std::nullopt); found.where != Where::none) return found;
-      } else if (const Found found = memory(join(includer.dir, name)); found.where != Where::none) {
-        return found;
-      }
+    std::size_t first = 0;
+    if (ref.next && from_disk) {
+      first = includer.folder ? *includer.folder + 1 : 0;
+    } else {
+      if (!ref.angled && visit(Place{!from_disk, join(includer.dir, name), std::nullopt})) return;
+      if (visit(Place{true, normalize(name), std::nullopt})) return;
     }
-    if (const Found found = memory(normalize(name)); found.where != Where::none) return found;
-    return search_folders(name, 0);
+    for (std::size_t k = first; k < m_folders.size(); ++k) {
+      if (visit(Place{false, join(m_folders[k], name), k})) return;
+    }
+  }
+
+  /// Where an include of `includer` leads: the first of its places (each_place) that has a header.
+  Found resolve(const Unit& includer, const IncludeRef& ref) {
+    Found found;
+    each_place(includer, ref, [&](const Place& place) {
+      found = place.memory ? memory(place.path) : probe(place.path, place.folder);
+      return found.where != Where::none;
+    });
+    return found;
   }
 
   /// A name the compiler will ask for as written (a computed include, a retry name): looked up like
@@ -546,12 +471,12 @@ class Resolver {
   /// __has_include (handed over, never entered).
   void walk_all() {
     m_state.emplace(*m_input.macros);
-    Prefetch prefetch(m_access);
-    m_prefetch = prefetch.on() ? &prefetch : nullptr;
+    HeaderReadAhead read_ahead(m_access);
+    m_read_ahead = read_ahead.on() ? &read_ahead : nullptr;
     struct Clear {
-      Prefetch*& p;
+      HeaderReadAhead*& p;
       ~Clear() { p = nullptr; }
-    } clear{m_prefetch};
+    } clear{m_read_ahead};
     walk(0, true, 0);
     for (std::size_t i = 1; i < m_units.size(); ++i) {
       if (m_units[i].kind == Unit::Kind::memory && !m_units[i].walked_certain && !m_units[i].walked_uncertain) {
@@ -576,29 +501,22 @@ class Resolver {
       if (d.kind == K::endif) --depth;
       if (d.kind == K::pragma_once && depth == 0) unit.once = true;
     }
-    if (m_prefetch != nullptr) {
-      for (const IncludeRef& ref : scan.refs) m_prefetch->add(candidates(unit, ref));
+    if (m_read_ahead != nullptr) {
+      for (const IncludeRef& ref : scan.refs) m_read_ahead->add(candidates(unit, ref));
     }
     for (std::size_t i = 0; i < scan.refs.size(); ++i) {
       if (scan.refs[i].has_include) take(unit, scan.refs[i], i);
     }
   }
 
-  /// The paths on disk an include of `includer` may lead to, in the order resolve() searches them (the
-  /// memory headers aside): for the read-ahead, which only reads.
+  /// The paths on disk an include of `includer` may lead to, in the order resolve() searches them: for
+  /// the read-ahead, which only reads.
   [[nodiscard]] std::vector<std::string> candidates(const Unit& includer, const IncludeRef& ref) const {
     std::vector<std::string> paths;
-    const std::string& name = ref.name;
-    if (name.empty()) return paths;
-    if (name.front() == '/') return {normalize(name)};
-    const bool from_disk = includer.kind == Unit::Kind::disk;
-    std::size_t first = 0;
-    if (ref.next && from_disk) {
-      first = includer.folder ? *includer.folder + 1 : 0;
-    } else if (!ref.angled && from_disk) {
-      paths.push_back(join(includer.dir, name));
-    }
-    for (std::size_t k = first; k < m_folders.size(); ++k) paths.push_back(join(m_folders[k], name));
+    each_place(includer, ref, [&](const Place& place) {
+      if (!place.memory) paths.push_back(place.path);
+      return false;
+    });
     return paths;
   }
 
@@ -640,7 +558,7 @@ class Resolver {
     if (depth > kMaxWalkDepth) throw LeanGiveUp{};
     Unit& unit = m_units[index];  // (m_units is a deque: references stay valid as it grows)
     if (unit.kind == Unit::Kind::disk && !unit.file) {
-      if (m_prefetch != nullptr) m_prefetch->start();
+      if (m_read_ahead != nullptr) m_read_ahead->start();
       std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, m_access);
       if (!file) throw Vanished{};
       unit.text = file->bytes;
@@ -802,7 +720,7 @@ class Resolver {
   Defines m_defines;
   std::vector<Computed> m_computed;
   std::optional<MacroState> m_state;  ///< the lean walk's
-  Prefetch* m_prefetch = nullptr;     ///< the lean walk's read-ahead, while it runs (walk_all)
+  HeaderReadAhead* m_read_ahead = nullptr;     ///< the lean walk's read-ahead, while it runs (walk_all)
   std::size_t m_walked = 0;           ///< directives it walked
   std::size_t m_untaken = 0;          ///< includes it left behind
   std::vector<std::pair<std::size_t, std::string>> m_source_untaken;  ///< the source's (ref index, untaken name)
