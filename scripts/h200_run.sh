@@ -178,6 +178,7 @@ fi
 # request of a fresh process (cold_bench over .carry/first_request.jsonl, KILN_FIRST_ROUNDS times, 20: the median of
 # the kiln / bare ratios); the program workload's cold cells (cupy_bench --workload program --cold-only --parts 2,
 # 2 runs); cold_bench over the program's recorded requests (.carry/cupy_program_requests.jsonl), each under a limit.
+# KILN_COLD31_FIRST_ONLY=1 stops after the first request.
 if [[ "${KILN_H200_ONLY:-}" == cold31 ]]; then
   gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
   cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch include_resolve_ahead cold_bench $gpu_tests \
@@ -211,6 +212,7 @@ for mode in ("kiln", "kiln-pch"):
 PY
     rm -f "$out"/first_*.json
   fi
+  [[ "${KILN_COLD31_FIRST_ONLY:-0}" == 1 ]] && exit 0  # the tests and the first request only
   echo "== cupy_bench --workload program --cold-only --parts 2 --runs 2"
   KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-240}" python3 "$root/bench/cupy_bench.py" \
     --workload program --cold-only --parts 2 --runs 2 --kiln "$build/tools/kiln" --work /tmp/kiln-cupy-program 2>&1 \

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "conditions.hpp"
+#include "scan.hpp"
 #include "include_test_support.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
@@ -171,6 +172,75 @@ TEST_CASE("the evaluator: what it knows, and what it leaves unknown", "[include]
   // A flag that may define macros kiln does not read: no ordinary name is known undefined.
   const MacroContext opaque = MacroContext::from_flags(std::vector<std::string>{"-D", "X"}, Vendor::cuda);
   CHECK(MacroState(opaque).evaluate("defined(NEVER_DEFINED)") == Tri::unknown);
+}
+
+TEST_CASE("the evaluator after a macro changes: never the old value (its tokens are kept per value)", "[include][lean]") {
+  const MacroContext context =
+      MacroContext::from_flags(std::vector<std::string>{"-std=c++17", "-arch=sm_90"}, Vendor::cuda, "nvrtc 13.0");
+  MacroState state(context);
+  state.define("X", "1", false, true);
+  state.define("FN", "(a) a + 1", true, true);
+  CHECK(eval(state, "X == 1 && FN(X) == 2") == Tri::yes);  // X's and FN's tokens made here
+  state.define("X", "2", false, true);
+  CHECK(eval(state, "X == 1") == Tri::no);
+  CHECK(eval(state, "X == 2 && FN(X) == 3") == Tri::yes);
+  state.define("FN", "(a) a * 10", true, true);
+  CHECK(eval(state, "FN(X) == 20") == Tri::yes);
+  state.define("X", "(", false, true);  // what the evaluator does not lex as a value: unknown, then known again
+  CHECK(eval(state, "X == 2") == Tri::unknown);
+  state.define("X", "3", false, true);
+  CHECK(eval(state, "X == 3") == Tri::yes);
+  state.undefine("X", true);
+  CHECK(eval(state, "defined(X) || X") == Tri::no);
+  state.define("X", "4", false, /*certain=*/false);
+  CHECK(eval(state, "X == 4") == Tri::unknown);
+  // An expansion far larger than the evaluator's scratch memory (A11: 2048 ones, 4095 expansions).
+  state.define("A0", "1", false, true);
+  for (int i = 1; i <= 11; ++i) state.define(fmt::format("A{}", i), fmt::format("A{0} + A{0}", i - 1), false, true);
+  CHECK(eval(state, "A11 == 2048") == Tri::yes);
+  CHECK(eval(state, "A10 == 1024") == Tri::yes);
+}
+
+TEST_CASE("the scan marks conditional groups that change nothing; the walk passes over them", "[include][lean]") {
+  const std::string text =
+      "#if A\n"          // 0: holds a #define (3)
+      "#  if B\n"        // 1: code only: inert until 2
+      "int x;\n"
+      "#  endif\n"       // 2
+      "#  define C 1\n"  // 3
+      "#endif\n"         // 4
+      "#ifdef D\n"       // 5: branches without effects: inert until 7
+      "#else\n"          // 6
+      "#endif\n"         // 7
+      "#ifndef E\n"      // 8: an include
+      "#include \"e.h\"\n"
+      "#endif\n"         // 10
+      "#if F\n"          // 11: a nested group with an include
+      "#if G\n"          // 12
+      "#include \"g.h\"\n"
+      "#endif\n"         // 14
+      "#endif\n"         // 15
+      "#if H\n"          // 16: no #endif: never inert
+      "#undef C\n";       // 17
+  kiln::cache::detail::ScanResult scan;
+  kiln::cache::detail::scan_includes(text, scan);
+  REQUIRE(scan.directives.size() == 18);
+  const std::vector<std::uint32_t> expected = {0, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(scan.inert_until == expected);
+
+  // A walk that passes over an inert group whose condition it could not evaluate, and one that cannot
+  // pass over it (an include inside), take the same includes around it.
+  TempDir dir("kiln-lean-inert");
+  const std::filesystem::path inc = dir.path() / "inc";
+  for (const char* name : {"a.h", "b.h", "c.h"}) write_file(inc, name, fmt::format("// {}\n", name));
+  const ResolvedIncludes inert = resolve(
+      "inert.cu", "#include <a.h>\n#if __has_builtin(__x)\nint y;\n#else\nint z;\n#endif\n#include <b.h>\n", inc, true);
+  CHECK(inert.lean);
+  CHECK(inert.untaken == 0);
+  CHECK(read_paths(inert) == std::vector<std::string>{(inc / "a.h").string(), (inc / "b.h").string()});
+  const ResolvedIncludes both = resolve(
+      "both.cu", "#include <a.h>\n#if __has_builtin(__x)\n#include <c.h>\n#endif\n#include <b.h>\n", inc, true);
+  CHECK(has(read_paths(both), (inc / "c.h").string()));  // unknown: taken as maybe
 }
 
 TEST_CASE("the lean walk: untaken includes dropped and renamed, __has_include kept, include guards",

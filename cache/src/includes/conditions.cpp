@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <deque>
+#include <cstddef>
+#include <forward_list>
+#include <memory_resource>
 #include <optional>
 #include <vector>
 
@@ -25,8 +27,12 @@ struct Tok {
   Kind kind = Kind::punct;
 };
 
+/// An evaluation's token lists all draw on one arena (MacroState::evaluate): an #if expansion makes many
+/// short-lived lists, and the allocator is otherwise most of its time.
+using Toks = std::pmr::vector<Tok>;
+
 /// Splits an #if expression into tokens. False for something not lexed here (a string literal).
-bool tokenize(std::string_view text, std::vector<Tok>& out, int frame) {
+bool tokenize(std::string_view text, Toks& out, int frame) {
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' || c == '\n') {
@@ -130,7 +136,7 @@ std::optional<Value> parse_number(std::string_view text) {
 /// make them known: `0 && x`, `1 || x`, `c ? a : b` with a known c).
 class Parser {
  public:
-  Parser(const std::vector<Tok>& tokens, const MacroState& state) : m_tokens(tokens), m_state(state) {}
+  Parser(const Toks& tokens, const MacroState& state) : m_tokens(tokens), m_state(state) {}
 
   Value run() {
     Value v = conditional();
@@ -292,13 +298,13 @@ class Parser {
     throw Unsupported{};
   }
 
-  const std::vector<Tok>& m_tokens;
+  const Toks& m_tokens;
   const MacroState& m_state;
   std::size_t m_at = 0;
 };
 
 /// Skips a balanced parenthesised list that starts at tokens[at] (a '('); returns the index after it.
-std::size_t skip_call(const std::vector<Tok>& tokens, std::size_t at) {
+std::size_t skip_call(const Toks& tokens, std::size_t at) {
   int depth = 0;
   for (std::size_t i = at; i < tokens.size(); ++i) {
     if (tokens[i].kind != Tok::Kind::punct) continue;
@@ -310,8 +316,25 @@ std::size_t skip_call(const std::vector<Tok>& tokens, std::size_t at) {
 
 }  // namespace
 
+struct MacroTokens {
+  Toks tokens;  ///< frame -1: the expander gives them theirs
+};
+
+MacroState::MacroState(const MacroContext& context) : m_context(context), m_macros(context.initial) {}
+MacroState::~MacroState() = default;
+
+const MacroTokens* MacroState::tokens(const Macro& macro) const {
+  auto [it, inserted] = m_tokens.try_emplace(&macro);
+  if (inserted) {
+    auto made = std::make_unique<MacroTokens>();
+    if (tokenize(macro.value, made->tokens, -1)) it->second = std::move(made);
+  }
+  return it->second.get();
+}
+
 void MacroState::define(const std::string& name, std::string_view value, bool function_like, bool certain) {
   Macro& macro = m_macros[name];
+  m_tokens.erase(&macro);  // the value changes
   macro = {certain ? Macro::State::object : Macro::State::unknown, {}, {}, false};
   if (!certain) return;
   if (!function_like) {
@@ -358,14 +381,15 @@ void MacroState::define(const std::string& name, std::string_view value, bool fu
 }
 
 void MacroState::undefine(const std::string& name, bool certain) {
-  m_macros[name] = {certain ? Macro::State::undefined : Macro::State::unknown, {}, {}, false};
+  Macro& macro = m_macros[name];
+  m_tokens.erase(&macro);
+  macro = {certain ? Macro::State::undefined : Macro::State::unknown, {}, {}, false};
 }
 
 const Macro& MacroState::find(std::string_view name) const {
   static const Macro kUnknown = make_macro(Macro::State::unknown, std::string());
   static const Macro kUndefined = make_macro(Macro::State::undefined, std::string());
   if (const auto it = m_macros.find(name); it != m_macros.end()) return it->second;
-  if (const auto it = m_context.initial.find(name); it != m_context.initial.end()) return it->second;
   if (m_context.plain_arch && name.starts_with("__CUDA_ARCH_FEAT_")) return kUndefined;
   if (m_context.ordinary_unknown || may_be_predefined(name)) return kUnknown;
   return kUndefined;
@@ -393,10 +417,11 @@ namespace {
 /// a call of a macro whose replacement is not known (or of __has_include and its kind) is unknown.
 class Expander {
  public:
-  explicit Expander(const MacroState& state) : m_state(state) {}
+  Expander(const MacroState& state, std::pmr::memory_resource* memory)
+      : m_state(state), m_memory(memory), m_frames(memory), m_pasted(memory), m_replacement(memory) {}
 
   /// Expands `work` into `out`. Throws Unsupported.
-  void expand(std::vector<Tok> work, std::vector<Tok>& out) {
+  void expand(Toks work, Toks& out) {
     for (std::size_t i = 0; i < work.size();) {
       Tok& t = work[i];
       if (t.kind != Tok::Kind::ident) {
@@ -421,17 +446,19 @@ class Expander {
       if (!hidden && macro.state == Macro::State::object) {
         count();
         m_frames.emplace_back(t.text, t.frame);
-        std::vector<Tok> replacement;  // views into the macro's value, which outlives the evaluation
-        if (!tokenize(macro.value, replacement, static_cast<int>(m_frames.size() - 1))) throw Unsupported{};
-        splice(work, i, i + 1, std::move(replacement));
+        const MacroTokens* body = m_state.tokens(macro);  // views into the macro's value, which outlives the evaluation
+        if (body == nullptr) throw Unsupported{};
+        m_replacement.assign(body->tokens.begin(), body->tokens.end());
+        for (Tok& r : m_replacement) r.frame = static_cast<int>(m_frames.size() - 1);
+        splice(work, i, i + 1, m_replacement);
         continue;
       }
       if (!hidden && macro.state == Macro::State::function && called) {
         count();
         const std::size_t close = skip_call(work, i + 1);
-        std::vector<std::vector<Tok>> args = arguments(work, i + 2, close - 1);
-        std::vector<Tok> replacement = substitute(t, macro, std::move(args));
-        splice(work, i, close, std::move(replacement));
+        std::pmr::vector<Toks> args = arguments(work, i + 2, close - 1);
+        const Toks replacement = substitute(t, macro, std::move(args));
+        splice(work, i, close, replacement);
         continue;
       }
       // Not expanded (not a macro, not one kiln can expand, or hidden): kept as it is for the caller (an
@@ -442,32 +469,34 @@ class Expander {
 
   /// After expansion: a call left (of a macro kiln cannot expand, or of __has_include and its kind) is
   /// unknown; a name left is 0 when it is certainly not a macro, else unknown; `defined X` stays.
-  [[nodiscard]] std::vector<Tok> finish(std::vector<Tok> tokens) const {
-    std::vector<Tok> out;
+  /// (In place: each step writes no more tokens than it reads.)
+  void finish(Toks& tokens) const {
+    std::size_t out = 0;
+    const auto emit = [&](const Tok& t) { tokens[out++] = t; };
     for (std::size_t i = 0; i < tokens.size();) {
-      Tok& t = tokens[i];
+      const Tok t = tokens[i];
       if (t.kind != Tok::Kind::ident) {
-        out.push_back(std::move(t));
+        emit(t);
         ++i;
         continue;
       }
       const bool called = i + 1 < tokens.size() && is_punct(tokens[i + 1], "(");
       if (t.text == "defined") {
-        out.push_back(std::move(tokens[i++]));
+        emit(tokens[i++]);
         const std::size_t take = called ? 3 : 1;
-        for (std::size_t k = 0; k < take && i < tokens.size(); ++k) out.push_back(std::move(tokens[i++]));
+        for (std::size_t k = 0; k < take && i < tokens.size(); ++k) emit(tokens[i++]);
         continue;
       }
       if (called) {
-        out.push_back({{}, -1, Tok::Kind::unknown});
         i = skip_call(tokens, i + 1);
+        emit({{}, -1, Tok::Kind::unknown});
         continue;
       }
       const bool zero = m_state.find(t.text).state == Macro::State::undefined;
-      out.push_back(zero ? Tok{"0", -1, Tok::Kind::number} : Tok{{}, -1, Tok::Kind::unknown});
+      emit(zero ? Tok{"0", -1, Tok::Kind::number} : Tok{{}, -1, Tok::Kind::unknown});
       ++i;
     }
-    return out;
+    tokens.resize(out);
   }
 
  private:
@@ -484,14 +513,21 @@ class Expander {
     }
     return false;
   }
-  static void splice(std::vector<Tok>& work, std::size_t begin, std::size_t end, std::vector<Tok> replacement) {
-    work.erase(work.begin() + static_cast<std::ptrdiff_t>(begin), work.begin() + static_cast<std::ptrdiff_t>(end));
-    work.insert(work.begin() + static_cast<std::ptrdiff_t>(begin), std::make_move_iterator(replacement.begin()),
-                std::make_move_iterator(replacement.end()));
+  /// work[begin, end) replaced by `replacement`.
+  static void splice(Toks& work, std::size_t begin, std::size_t end, const Toks& replacement) {
+    const auto at = work.begin() + static_cast<std::ptrdiff_t>(begin);
+    const std::size_t common = std::min(end - begin, replacement.size());
+    std::copy_n(replacement.begin(), common, at);
+    if (common < end - begin) {
+      work.erase(at + static_cast<std::ptrdiff_t>(common), work.begin() + static_cast<std::ptrdiff_t>(end));
+    } else {
+      work.insert(at + static_cast<std::ptrdiff_t>(common), replacement.begin() + static_cast<std::ptrdiff_t>(common),
+                  replacement.end());
+    }
   }
   /// The arguments between work[begin] and work[end] (the closing parenthesis), split at top-level commas.
-  static std::vector<std::vector<Tok>> arguments(const std::vector<Tok>& work, std::size_t begin, std::size_t end) {
-    std::vector<std::vector<Tok>> args(1);
+  [[nodiscard]] std::pmr::vector<Toks> arguments(const Toks& work, std::size_t begin, std::size_t end) const {
+    std::pmr::vector<Toks> args(1, m_memory);
     int depth = 0;
     for (std::size_t k = begin; k < end; ++k) {
       const Tok& t = work[k];
@@ -506,7 +542,7 @@ class Expander {
     return args;
   }
 
-  std::vector<Tok> substitute(const Tok& call, const Macro& macro, std::vector<std::vector<Tok>> args) {
+  Toks substitute(const Tok& call, const Macro& macro, std::pmr::vector<Toks> args) {
     const std::size_t named = macro.params.size() - (macro.variadic ? 1 : 0);
     if (args.size() == 1 && args[0].empty() && macro.params.empty()) args.clear();  // F()
     if (macro.variadic) {
@@ -517,7 +553,7 @@ class Expander {
           throw Unsupported{};
         }
       }
-      std::vector<Tok> rest;  // the variable arguments, commas kept
+      Toks rest(m_memory);  // the variable arguments, commas kept
       for (std::size_t k = named; k < args.size(); ++k) {
         if (k > named) rest.push_back({",", -1, Tok::Kind::punct});
         rest.insert(rest.end(), args[k].begin(), args[k].end());
@@ -530,8 +566,11 @@ class Expander {
     }
     m_frames.emplace_back(call.text, call.frame);
     const int frame = static_cast<int>(m_frames.size() - 1);
-    std::vector<Tok> body;
-    if (!tokenize(macro.value, body, frame)) throw Unsupported{};
+    const MacroTokens* lexed = m_state.tokens(macro);
+    if (lexed == nullptr) throw Unsupported{};
+    const Toks& body = lexed->tokens;  // frame -1: each token the body gives takes `frame` below
+    std::size_t argument_tokens = 0;
+    for (const Toks& arg : args) argument_tokens += arg.size();
     const auto param = [&](const Tok& t) -> std::optional<std::size_t> {
       if (t.kind != Tok::Kind::ident) return std::nullopt;
       if (t.text == "__VA_OPT__") throw Unsupported{};
@@ -540,16 +579,17 @@ class Expander {
       }
       return std::nullopt;
     };
-    std::vector<std::optional<std::vector<Tok>>> expanded(args.size());
-    const auto expanded_arg = [&](std::size_t k) -> const std::vector<Tok>& {
+    std::pmr::vector<std::optional<Toks>> expanded(args.size(), m_memory);
+    const auto expanded_arg = [&](std::size_t k) -> const Toks& {
       if (!expanded[k]) {
-        std::vector<Tok> out;
-        expand(args[k], out);
+        Toks out(m_memory);
+        expand(Toks(args[k], m_memory), out);
         expanded[k] = std::move(out);
       }
       return *expanded[k];
     };
-    std::vector<Tok> out;
+    Toks out(m_memory);
+    out.reserve(body.size() + 2 * argument_tokens);
     bool placemarker = false;  // the last operand pasted was an empty argument
     for (std::size_t k = 0; k < body.size(); ++k) {
       const Tok& t = body[k];
@@ -563,7 +603,7 @@ class Expander {
       if (is_punct(t, "##")) {
         if (k + 1 >= body.size() || (out.empty() && !placemarker)) throw Unsupported{};
         const Tok& next = body[++k];
-        std::vector<Tok> right;
+        Toks right(m_memory);
         if (const auto p = param(next)) {
           right = args[*p];
         } else {
@@ -575,8 +615,9 @@ class Expander {
           for (Tok& r : right) out.push_back({r.text, frame, r.kind});
           continue;
         }
-        const std::string& merged = m_pasted.emplace_back(std::string(out.back().text) + std::string(right.front().text));
-        std::vector<Tok> pasted;
+        std::pmr::string& merged = m_pasted.emplace_front(out.back().text);
+        merged += right.front().text;
+        Toks pasted(m_memory);
         if (!tokenize(merged, pasted, frame) || pasted.size() != 1) throw Unsupported{};
         out.back() = std::move(pasted.front());
         for (std::size_t r = 1; r < right.size(); ++r) out.push_back({right[r].text, frame, right[r].kind});
@@ -593,15 +634,17 @@ class Expander {
         }
         continue;
       }
-      out.push_back(t);
+      out.push_back({t.text, frame, t.kind});
       placemarker = false;
     }
     return out;
   }
 
   const MacroState& m_state;
-  std::vector<std::pair<std::string_view, int>> m_frames;  ///< a macro expanded, and the frame it was expanded in
-  std::deque<std::string> m_pasted;  ///< the texts of tokens made by ##, which tokens view (a deque: they never move)
+  std::pmr::memory_resource* m_memory;
+  std::pmr::vector<std::pair<std::string_view, int>> m_frames;  ///< a macro expanded, and the frame it was expanded in
+  std::pmr::forward_list<std::pmr::string> m_pasted;  ///< the texts of tokens made by ##, which tokens view (never moved)
+  Toks m_replacement;                                 ///< an object-like macro's tokens, before they are spliced in
   std::size_t m_expansions = 0;
 };
 
@@ -609,12 +652,17 @@ class Expander {
 
 Tri MacroState::evaluate(std::string_view expression) const {
   try {
-    std::vector<Tok> work;
+    // The state's scratch first (the same memory every time: warm, and no call to the allocator), then the heap.
+    if (!m_scratch) m_scratch = std::make_unique_for_overwrite<std::byte[]>(kScratchBytes);
+    std::pmr::monotonic_buffer_resource arena(m_scratch.get(), kScratchBytes);
+    Toks work(&arena);
+    work.reserve(32);
     if (!tokenize(expression, work, -1)) return Tri::unknown;
-    std::vector<Tok> out;
-    Expander expander(*this);
+    Toks out(&arena);
+    out.reserve(32);
+    Expander expander(*this, &arena);
     expander.expand(std::move(work), out);
-    out = expander.finish(std::move(out));
+    expander.finish(out);
     const Value v = Parser(out, *this).run();
     if (!v.known) return Tri::unknown;
     return v.nonzero() ? Tri::yes : Tri::no;

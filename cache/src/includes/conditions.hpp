@@ -14,8 +14,10 @@
 // has defined and no -D gives is undefined (0), unless a flag might define macros in a way not read here.
 // Being wrong here never gives a wrong binary: an include the walk leaves behind is rewritten to a name
 // no compiler has (resolve.cpp), so a compile that reaches it fails and kiln retries with every branch.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -86,10 +88,16 @@ struct MacroContext {
 /// NVRTC's runtime preinclude defines (`CUDART*`, `CUDA_*`, `NV_*`, `va_*`, `NULL`, `assert`).
 [[nodiscard]] bool may_be_predefined(std::string_view name);
 
+/// A macro's replacement as the evaluator's tokens (conditions.cpp).
+struct MacroTokens;
+
 /// The macro state along the walk.
 class MacroState {
  public:
-  explicit MacroState(const MacroContext& context) : m_context(context) {}
+  explicit MacroState(const MacroContext& context);
+  ~MacroState();
+  MacroState(const MacroState&) = delete;
+  MacroState& operator=(const MacroState&) = delete;
 
   /// A definition; `certain` false in a branch that may not be taken (the name becomes unknown). A
   /// function-like one's `value` is its parameter list and replacement, "(a, b) a + b" (Directive::text).
@@ -99,15 +107,20 @@ class MacroState {
   [[nodiscard]] const Macro& find(std::string_view name) const;
   [[nodiscard]] Tri defined(std::string_view name) const;
   /// Whether the walked text or the context says what the name is (else find() falls back on the name's form).
-  [[nodiscard]] bool tracked(std::string_view name) const {
-    return m_macros.contains(name) || m_context.initial.contains(name);
-  }
+  [[nodiscard]] bool tracked(std::string_view name) const { return m_macros.contains(name); }
   /// The truth of an #if / #elif expression.
   [[nodiscard]] Tri evaluate(std::string_view expression) const;
+  /// `macro`'s replacement split into tokens, once for each value it has (the evaluator expands the same
+  /// macros over and over); null when it holds what the evaluator does not lex.
+  [[nodiscard]] const MacroTokens* tokens(const Macro& macro) const;
 
  private:
   const MacroContext& m_context;
-  MacroMap m_macros;  ///< what the walked text defined or undefined
+  /// The context's macros, then what the walked text defined or undefined over them (one lookup a name).
+  MacroMap m_macros;
+  mutable std::unordered_map<const Macro*, std::unique_ptr<const MacroTokens>> m_tokens;
+  static constexpr std::size_t kScratchBytes = 64 << 10;
+  mutable std::unique_ptr<std::byte[]> m_scratch;  ///< where an evaluation's token lists live, first
 };
 
 }  // namespace kiln::cache::detail

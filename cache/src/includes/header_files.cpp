@@ -238,21 +238,28 @@ std::shared_ptr<const HeaderFileCache::File> load_header(const std::string& path
   return file;
 }
 
-HeaderReadAhead::HeaderReadAhead(const FileAccess& access)
+HeaderReadAhead::HeaderReadAhead(const FileAccess& access, std::span<const std::string> folders)
     : m_access(access),
+      m_folders(folders.begin(), folders.end()),
       m_threads_wanted(access.cache == nullptr ? 0 : std::min(4U, std::thread::hardware_concurrency() / 2)) {
   m_access.memo = nullptr;  // the helpers stat for themselves: the resolve's memo answers stay its own
   m_access.work = nullptr;
 }
 
-HeaderReadAhead::~HeaderReadAhead() {
+HeaderReadAhead::~HeaderReadAhead() { (void)finish(); }
+
+std::uint32_t HeaderReadAhead::finish() {
   {
     const std::lock_guard lock(m_mutex);
     m_stop = true;
-    m_queue.clear();
+    m_stack.clear();
   }
   m_ready.notify_all();
   for (std::thread& thread : m_threads) thread.join();
+  m_threads.clear();
+  std::uint32_t reads = 0;
+  for (const FileWork& w : m_works) reads += w.reads;
+  return reads;
 }
 
 void HeaderReadAhead::start() {
@@ -265,34 +272,96 @@ void HeaderReadAhead::start() {
   }
 }
 
-void HeaderReadAhead::add(std::vector<std::string> paths) {
-  if (paths.empty()) return;
+void HeaderReadAhead::add(const Includer& includer, const std::vector<IncludeRef>& refs) {
+  if (m_threads_wanted == 0 || refs.empty()) return;
+  Task task;
+  task.dir_text = std::string(includer.dir);
+  task.includer = includer;
+  task.refs = &refs;
+  push(std::move(task));
+}
+
+void HeaderReadAhead::push(Task task) {
   {
     const std::lock_guard lock(m_mutex);
-    if (m_stop || !m_seen.insert(paths.front()).second) return;
-    m_queue.push_back(std::move(paths));
+    if (m_stop) return;
+    m_stack.push_back(std::move(task));
+    m_stack.back().includer.dir = m_stack.back().dir_text;
   }
   m_ready.notify_one();
+}
+
+void HeaderReadAhead::expand(const Task& file) {
+  std::vector<Task> reads;
+  reads.reserve(file.refs->size());
+  for (const IncludeRef& ref : *file.refs) {
+    Task read;
+    each_include_place(file.includer, ref, m_folders, [&](IncludePlace place) {
+      if (!place.memory) read.places.push_back(std::move(place));
+      return false;
+    });
+    if (!read.places.empty()) reads.push_back(std::move(read));
+  }
+  {
+    const std::lock_guard lock(m_mutex);
+    if (m_stop) return;
+    for (auto it = reads.rbegin(); it != reads.rend(); ++it) {  // the first include on top
+      if (m_seen.insert(it->places.front().path).second) m_stack.push_back(std::move(*it));
+    }
+  }
+  m_ready.notify_all();
+}
+
+void HeaderReadAhead::wait_for(const std::string& path) {
+  std::unique_lock lock(m_mutex);
+  m_read.wait(lock, [&] { return !m_in_flight.contains(path); });
 }
 
 void HeaderReadAhead::run(FileWork& work) {
   FileAccess access = m_access;
   access.work = &work;
   for (;;) {
-    std::vector<std::string> paths;
+    Task task;
     {
       std::unique_lock lock(m_mutex);
-      m_ready.wait(lock, [&] { return m_stop || !m_queue.empty(); });
+      m_ready.wait(lock, [&] { return m_stop || !m_stack.empty(); });
       if (m_stop) return;
-      paths = std::move(m_queue.front());
-      m_queue.pop_front();
+      task = std::move(m_stack.back());
+      m_stack.pop_back();
+      task.includer.dir = task.dir_text;
     }
-    try {
-      for (const std::string& path : paths) {
-        if (load_header(path, access)) break;
+    if (task.refs != nullptr) {
+      expand(task);
+      continue;
+    }
+    for (const IncludePlace& place : task.places) {
+      {
+        const std::lock_guard lock(m_mutex);
+        if (m_stop) return;
+        m_in_flight.insert(place.path);
       }
-    } catch (...) {
-      // A file that cannot be read: the resolve meets it if it takes the include.
+      std::shared_ptr<const HeaderFileCache::File> file;
+      bool failed = false;
+      try {
+        file = load_header(place.path, access);
+      } catch (...) {
+        failed = true;  // a file that cannot be read: the resolve meets it if it takes the include
+      }
+      {
+        const std::lock_guard lock(m_mutex);
+        m_in_flight.erase(place.path);
+      }
+      m_read.notify_all();
+      if (failed) break;
+      if (!file) continue;
+      // Then the file's own includes, searched as the resolve will search them from it.
+      Task next;
+      next.dir_text = dirname(place.path);
+      next.includer = Includer{true, {}, place.folder};
+      next.refs = &file->scan.refs;
+      next.keep = file;
+      push(std::move(next));
+      break;
     }
   }
 }

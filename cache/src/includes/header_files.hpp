@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kiln/base/hash.hpp"
+#include "include_places.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "scan.hpp"
 
@@ -144,39 +146,64 @@ struct HeaderProbe {
                                                                        const FileAccess& access);
 
 /// Reading ahead of a resolve that reads its files one by one (the lean walk reads them in the compiler's
-/// order): lists of paths, each read and scanned on a few helper threads into the HeaderFileCache (the first
-/// regular file of a list, which is an include's search order), so that the resolve finds them there. It
-/// records nothing: the resolve still probes, reads through the cache by path and stat, and decides; a file
-/// read ahead that the resolve never takes costs its read only, and one the cache does not keep (its stat
-/// too recent to trust) is read again by the resolve. Errors are the resolve's to meet. The destructor
-/// drops what is queued and waits for the files being read.
+/// order): the includes of each file the resolve enters are searched as the resolve will search them
+/// (each_include_place), and the first regular file of each include's places is read and scanned on a few
+/// helper threads into the HeaderFileCache, and then the includes of that file in turn, every branch, so
+/// the helpers run ahead down the tree while the resolve decides which branches it takes. The newest
+/// includes are read first (a stack): the resolve goes depth first, into what it entered last. It records
+/// nothing: the resolve still probes, reads through the cache by path and stat, and decides; a file read
+/// ahead that the resolve never takes costs its read only, and one the cache does not keep (its stat too
+/// recent to trust) is read again by the resolve. Errors are the resolve's to meet. The destructor drops
+/// what is queued and waits for the files being read.
 class HeaderReadAhead {
  public:
-  /// Half the hardware threads, at most 4; none for one, or without a cache in `access`.
-  explicit HeaderReadAhead(const FileAccess& access);
+  /// Half the hardware threads, at most 4; none for one, or without a cache in `access`. `folders`: the
+  /// resolve's include folders (absolute, normal).
+  HeaderReadAhead(const FileAccess& access, std::span<const std::string> folders);
   ~HeaderReadAhead();
   HeaderReadAhead(const HeaderReadAhead&) = delete;
   HeaderReadAhead& operator=(const HeaderReadAhead&) = delete;
 
   /// Whether it has helpers to start.
   [[nodiscard]] bool on() const noexcept { return m_threads_wanted > 0; }
-  /// Starts the helpers (once): when the resolve reads a file itself, the tree is not all in the cache.
+  /// Starts the helpers (once, not after finish()): when the resolve reads a file itself, the tree is not all in the cache.
   /// A resolve over files the cache holds starts none.
   void start();
-  /// Reads the first regular file among `paths`, unless a list with the same first path came before.
-  void add(std::vector<std::string> paths);
+  /// The includes `refs` of a file the resolve entered: each include's first regular file on disk is read,
+  /// unless an include whose search starts at the same path came before. `refs` must live until finish().
+  void add(const Includer& includer, const std::vector<IncludeRef>& refs);
+  /// Returns once no helper is reading `path`: a file being read ahead is not read twice (the resolve then
+  /// finds it in the cache).
+  void wait_for(const std::string& path);
+  /// Drops what is queued and waits for the files being read (the destructor does too); returns how many
+  /// files the helpers read. Nothing is read ahead after it.
+  std::uint32_t finish();
 
  private:
+  /// What the stack holds: a file whose includes are to be searched (on a helper, not the resolve's
+  /// thread), or one include's places on disk, to be read.
+  struct Task {
+    Includer includer;                               ///< `dir` views `dir_text`
+    std::string dir_text;
+    const std::vector<IncludeRef>* refs = nullptr;  ///< a file's includes (kept alive by `keep` or the resolve)
+    std::shared_ptr<const void> keep;
+    std::vector<IncludePlace> places;               ///< or: one include's places
+  };
+  void push(Task task);
+  void expand(const Task& file);
   void run(FileWork& work);
 
   FileAccess m_access;
+  const std::vector<std::string> m_folders;
   const unsigned m_threads_wanted;
   std::vector<FileWork> m_works;  ///< the helpers' own (not the resolve's: what they read ahead is not its work)
   std::vector<std::thread> m_threads;
-  std::mutex m_mutex;
-  std::condition_variable m_ready;
-  std::deque<std::vector<std::string>> m_queue;
-  std::unordered_set<std::string> m_seen;
+  mutable std::mutex m_mutex;
+  std::condition_variable m_ready;  ///< something to do, or stop
+  std::condition_variable m_read;   ///< a file in flight was read
+  std::vector<Task> m_stack;        ///< the newest on top
+  std::unordered_set<std::string> m_seen;       ///< the first place of each include read
+  std::unordered_set<std::string> m_in_flight;  ///< paths being read now
   bool m_stop = false;
 };
 

@@ -207,12 +207,21 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   if (count) m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
   std::string dependency_part = canonical_dependencies(resolved->dependencies);
   m_sets.remember(signature, ResolvedSets::Set{resolved, dependency_part});
-  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms ({}): {} header(s) ({} unchanged since an earlier resolve), {} "
-           "path(s) probed absent; {} stat, {} from the stat memo, {} file(s) read; {} byte(s) handed to the compiler",
+  const auto ms = [](std::chrono::nanoseconds t) { return std::chrono::duration<double, std::milli>(t).count(); };
+  KILN_LOG(debug, "{}: resolved the includes in {:.3f} ms ({}; {} {:.3f} ms{}, rewrite {:.3f} ms): {} header(s) ({} unchanged "
+           "since an earlier resolve), {} path(s) probed absent; {} stat, {} from the stat memo, {} file(s) read{}; {} "
+           "byte(s) handed to the compiler",
            input.source_name, elapsed_ms(),
            resolved->lean ? fmt::format("lean, {} include(s) left untaken", resolved->untaken) : std::string("every branch"),
+           resolved->lean ? "walk" : "scan", ms(resolved->walk_time),
+           resolved->walk_read_time.count() > 0
+               ? fmt::format(" (reading {:.3f} ms, waiting for the read-ahead {:.3f} ms)", ms(resolved->walk_read_time),
+                             ms(resolved->walk_wait_time))
+               : std::string(),
+           ms(resolved->rewrite_time),
            resolved->dependencies.headers.size(), m_files.usage().hits - cached_before,
-           resolved->dependencies.absent.size(), resolved->work.stats, resolved->work.memo_hits, resolved->work.reads, [&] {
+           resolved->dependencies.absent.size(), resolved->work.stats, resolved->work.memo_hits, resolved->work.reads,
+           resolved->read_ahead > 0 ? fmt::format(" ({} more read ahead)", resolved->read_ahead) : std::string(), [&] {
              std::size_t bytes = resolved->compiler_source.size();
              for (const CompilerHeader& h : resolved->compiler_headers) bytes += h.text.size();
              return bytes;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "include_places.hpp"
 #include "scan.hpp"
 #include "stat_memo.hpp"
 
@@ -148,6 +149,7 @@ class Resolver {
  public:
   static constexpr std::size_t kMaxLoadThreads = 8;
   static constexpr std::size_t kFilesPerThread = 16;  ///< fewer files than this per thread: fewer threads
+  static constexpr std::size_t kRewriteBytesPerThread = 256 << 10;  ///< less text than this per thread: fewer threads
 
   explicit Resolver(const IncludeInput& input) : m_input(input) {
     m_access.cache = input.file_cache;
@@ -175,19 +177,26 @@ class Resolver {
   }
 
   ResolvedIncludes run() {
+    const auto started = std::chrono::steady_clock::now();
     if (m_input.lean && m_input.macros != nullptr && m_input.retry_names.empty()) {
       walk_all();
     } else {
       scan_all();
     }
+    const auto walked = std::chrono::steady_clock::now();
 
     // Names are final now: rewrite every include that leads to a file from disk.
     for (const Unit& unit : m_units) {
       if (unit.kind == Unit::Kind::disk) m_records.push_back(unit.file->record);
     }
     if (m_state) lean_links();
-    for (Unit& unit : m_units) rewrite(unit);
+    rewrite_all();
     ResolvedIncludes out;
+    out.walk_time = walked - started;
+    out.rewrite_time = std::chrono::steady_clock::now() - walked;
+    out.read_ahead = m_read_ahead_reads;
+    out.walk_wait_time = m_wait_time;
+    out.walk_read_time = m_read_time;
     out.compiler_source = *m_units.front().rewritten;
     out.source_links.reserve(m_source_links.size());
     for (const auto& [ref, target] : m_source_links) out.source_links.emplace_back(ref, m_units[target].compiler_name);
@@ -265,6 +274,47 @@ class Resolver {
     return it == m_memory.end() ? Found{} : Found{Where::memory, it->second};
   }
 
+  /// Calls `job(k, work)` for every k below `count`, on up to `threads` threads (this one among them), each
+  /// with a FileWork of its own, added to the resolve's at the end. The first exception stops the others
+  /// at their next item and is rethrown here.
+  template <class Job>
+  void parallel_for(std::size_t count, unsigned threads, Job&& job) {
+    std::atomic<std::size_t> next{0};
+    std::vector<FileWork> works(threads);
+    std::vector<std::exception_ptr> errors(threads);
+    const auto work = [&](unsigned t) {
+      try {
+        for (std::size_t k = next++; k < count; k = next++) job(k, works[t]);
+      } catch (...) {
+        errors[t] = std::current_exception();
+        next = count;  // the others stop at their next item
+      }
+    };
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    try {
+      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+    } catch (const std::system_error&) {
+      // Fewer threads: this one takes what they would have.
+    }
+    work(0);
+    for (std::thread& thread : pool) thread.join();
+    for (const FileWork& w : works) {  // (the memo answers here are the probe's own stats, not counted twice)
+      m_work.stats += w.stats;
+      m_work.reads += w.reads;
+    }
+    for (const std::exception_ptr& error : errors) {
+      if (error) std::rethrow_exception(error);
+    }
+  }
+
+  /// How many threads share `items` items of which each thread should get at least `per_thread`.
+  static unsigned threads_for(std::size_t items, std::size_t per_thread) {
+    const unsigned hardware = std::max(1U, std::thread::hardware_concurrency());
+    return static_cast<unsigned>(
+        std::max<std::size_t>(1, std::min<std::size_t>({kMaxLoadThreads, hardware, items / per_thread})));
+  }
+
   /// Reads the files from disk found since unit `first` that the HeaderFileCache did not hold, on several
   /// threads when there are many (a first resolve over a runtime's tree reads hundreds: reading and
   /// scanning them is most of its time). Where an include leads was settled by stat already, so the units
@@ -276,40 +326,16 @@ class Resolver {
       if (m_units[i].kind == Unit::Kind::disk && !m_units[i].file) todo.push_back(i);
     }
     if (todo.empty()) return;
-    const unsigned hardware = std::max(1U, std::thread::hardware_concurrency());
-    const auto threads = static_cast<unsigned>(
-        std::min<std::size_t>({kMaxLoadThreads, hardware, (todo.size() + kFilesPerThread - 1) / kFilesPerThread}));
-    std::atomic<std::size_t> next{0};
-    std::vector<FileWork> works(threads);
-    std::vector<std::exception_ptr> errors(threads);
-    const auto work = [&](unsigned t) {
-      FileAccess access = m_access;
-      access.work = &works[t];
-      try {
-        for (std::size_t k = next++; k < todo.size(); k = next++) {
-          Unit& unit = m_units[todo[k]];  // each thread fills its own units; the deque does not grow meanwhile
-          std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, access);
-          if (!file) throw Vanished{};
-          unit.text = file->bytes;
-          unit.file = std::move(file);
-        }
-      } catch (...) {
-        errors[t] = std::current_exception();
-        next = todo.size();  // the others stop at their next file
-      }
-    };
-    std::vector<std::thread> pool;
-    pool.reserve(threads - 1);
-    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-    work(0);
-    for (std::thread& thread : pool) thread.join();
-    for (const FileWork& w : works) {  // (the memo answers here are the probe's own stats, not counted twice)
-      m_work.stats += w.stats;
-      m_work.reads += w.reads;
-    }
-    for (const std::exception_ptr& error : errors) {
-      if (error) std::rethrow_exception(error);
-    }
+    parallel_for(todo.size(), threads_for(todo.size() + kFilesPerThread - 1, kFilesPerThread),
+                 [&](std::size_t k, FileWork& work) {
+                   FileAccess access = m_access;
+                   access.work = &work;
+                   Unit& unit = m_units[todo[k]];  // each thread fills its own units; the deque does not grow meanwhile
+                   std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, access);
+                   if (!file) throw Vanished{};
+                   unit.text = file->bytes;
+                   unit.file = std::move(file);
+                 });
   }
 
   /// Where there is a regular file at `path` (absolute, normal), a unit for it (read by load_unread
@@ -346,46 +372,15 @@ class Resolver {
     return {Where::disk, index};
   }
 
-  /// A place an include may lead to: an in-memory header's name, or a path on disk (with the folder it
-  /// lies in, for #include_next).
-  struct Place {
-    bool memory = false;
-    std::string path;
-    std::optional<std::size_t> folder;
-  };
-
-  /// The places an include of `includer` may lead to, in the order they are searched, each given to
-  /// `visit` until it returns true. "x": the includer's folder, the memory headers by name, then the
-  /// folders; <x>: the memory headers, then the folders. #include_next in a file found in folder k
-  /// searches the folders after k (all of them for a file found next to its includer or by an absolute
-  /// path); in the source or a memory header it is an ordinary include. An absolute name: the memory
-  /// header of that path, then the path.
-  template <class Visit>
-  void each_place(const Unit& includer, const IncludeRef& ref, Visit&& visit) const {
-    const std::string& name = ref.name;
-    if (name.empty()) return;
-    if (name.front() == '/') {
-      const std::string path = normalize(name);
-      if (!visit(Place{true, path, std::nullopt})) visit(Place{false, path, std::nullopt});
-      return;
-    }
-    const bool from_disk = includer.kind == Unit::Kind::disk;
-    std::size_t first = 0;
-    if (ref.next && from_disk) {
-      first = includer.folder ? *includer.folder + 1 : 0;
-    } else {
-      if (!ref.angled && visit(Place{!from_disk, join(includer.dir, name), std::nullopt})) return;
-      if (visit(Place{true, normalize(name), std::nullopt})) return;
-    }
-    for (std::size_t k = first; k < m_folders.size(); ++k) {
-      if (visit(Place{false, join(m_folders[k], name), k})) return;
-    }
+  /// How the search order (each_include_place) sees `unit`.
+  static Includer includer_of(const Unit& unit) {
+    return Includer{unit.kind == Unit::Kind::disk, unit.dir, unit.folder};
   }
 
-  /// Where an include of `includer` leads: the first of its places (each_place) that has a header.
+  /// Where an include of `includer` leads: the first of its places (each_include_place) that has a header.
   Found resolve(const Unit& includer, const IncludeRef& ref) {
     Found found;
-    each_place(includer, ref, [&](const Place& place) {
+    each_include_place(includer_of(includer), ref, m_folders, [&](const IncludePlace& place) {
       found = place.memory ? memory(place.path) : probe(place.path, place.folder);
       return found.where != Where::none;
     });
@@ -471,7 +466,7 @@ class Resolver {
   /// __has_include (handed over, never entered).
   void walk_all() {
     m_state.emplace(*m_input.macros);
-    HeaderReadAhead read_ahead(m_access);
+    HeaderReadAhead read_ahead(m_access, m_folders);
     m_read_ahead = read_ahead.on() ? &read_ahead : nullptr;
     struct Clear {
       HeaderReadAhead*& p;
@@ -483,6 +478,7 @@ class Resolver {
         walk(i, false, 0);
       }
     }
+    m_read_ahead_reads = read_ahead.finish();
     load_unread(0);
   }
 
@@ -501,23 +497,10 @@ class Resolver {
       if (d.kind == K::endif) --depth;
       if (d.kind == K::pragma_once && depth == 0) unit.once = true;
     }
-    if (m_read_ahead != nullptr) {
-      for (const IncludeRef& ref : scan.refs) m_read_ahead->add(candidates(unit, ref));
-    }
+    if (m_read_ahead != nullptr) m_read_ahead->add(includer_of(unit), scan.refs);
     for (std::size_t i = 0; i < scan.refs.size(); ++i) {
       if (scan.refs[i].has_include) take(unit, scan.refs[i], i);
     }
-  }
-
-  /// The paths on disk an include of `includer` may lead to, in the order resolve() searches them: for
-  /// the read-ahead, which only reads.
-  [[nodiscard]] std::vector<std::string> candidates(const Unit& includer, const IncludeRef& ref) const {
-    std::vector<std::string> paths;
-    each_place(includer, ref, [&](const Place& place) {
-      if (!place.memory) paths.push_back(place.path);
-      return false;
-    });
-    return paths;
   }
 
   /// Resolves a ref the walk takes; the target (or kNoTarget) is noted for the rewrite.
@@ -558,8 +541,15 @@ class Resolver {
     if (depth > kMaxWalkDepth) throw LeanGiveUp{};
     Unit& unit = m_units[index];  // (m_units is a deque: references stay valid as it grows)
     if (unit.kind == Unit::Kind::disk && !unit.file) {
-      if (m_read_ahead != nullptr) m_read_ahead->start();
+      const auto asked = std::chrono::steady_clock::now();
+      if (m_read_ahead != nullptr) {
+        m_read_ahead->start();
+        m_read_ahead->wait_for(unit.name);  // a helper reading it now: it will be in the cache
+      }
+      const auto waited = std::chrono::steady_clock::now();
       std::shared_ptr<const HeaderFileCache::File> file = load_header(unit.name, m_access);
+      m_wait_time += waited - asked;
+      m_read_time += std::chrono::steady_clock::now() - waited;
       if (!file) throw Vanished{};
       unit.text = file->bytes;
       unit.file = std::move(file);
@@ -594,11 +584,17 @@ class Resolver {
       if (c == Tri::unknown) g.maybe = true;
     };
     using K = Directive::Kind;
-    for (const Directive& d : scan.directives) {
+    const std::vector<Directive>& directives = scan.directives;
+    for (std::size_t at = 0; at < directives.size(); ++at) {
+      const Directive& d = directives[at];
       switch (d.kind) {
         case K::if_:
         case K::ifdef:
         case K::ifndef: {
+          if (at < scan.inert_until.size() && scan.inert_until[at] != 0) {
+            at = scan.inert_until[at];  // to its #endif: no branch of it changes what is read or defined
+            continue;
+          }
           Group g{live, here};
           if (live && &d == &scan.directives.front() && !unit.guard.empty() && !m_state->tracked(unit.guard)) {
             // A file's include guard that nothing defined yet: not defined, whatever its form (a compiler
@@ -676,6 +672,15 @@ class Resolver {
     }
   }
 
+  /// Every unit's text for the compiler. Each unit is rewritten alone (its links name final names by now),
+  /// so a large set (a first resolve hands the compiler megabytes) is shared among a few threads.
+  void rewrite_all() {
+    std::size_t bytes = 0;
+    for (const Unit& unit : m_units) bytes += unit.text.size();
+    parallel_for(m_units.size(), threads_for(bytes, kRewriteBytesPerThread),
+                 [&](std::size_t k, FileWork&) { rewrite(m_units[k]); });
+  }
+
   void rewrite(Unit& unit) {
     if (unit.file) {
       // A file from disk: the text an earlier resolve built, when its includes lead to the same names.
@@ -721,6 +726,8 @@ class Resolver {
   std::vector<Computed> m_computed;
   std::optional<MacroState> m_state;  ///< the lean walk's
   HeaderReadAhead* m_read_ahead = nullptr;     ///< the lean walk's read-ahead, while it runs (walk_all)
+  std::uint32_t m_read_ahead_reads = 0;  ///< files the read-ahead read
+  std::chrono::nanoseconds m_wait_time{}, m_read_time{};  ///< the walk's waits for the read-ahead, and its own reads
   std::size_t m_walked = 0;           ///< directives it walked
   std::size_t m_untaken = 0;          ///< includes it left behind
   std::vector<std::pair<std::size_t, std::string>> m_source_untaken;  ///< the source's (ref index, untaken name)

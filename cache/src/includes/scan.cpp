@@ -416,7 +416,49 @@ class Scanner {
 
 }  // namespace
 
-void scan_includes(std::string_view text, ScanResult& found) { Scanner(text).run(found); }
+namespace {
+
+/// Fills found.inert_until (ScanResult) from found.directives.
+void mark_inert_groups(ScanResult& found) {
+  using K = Directive::Kind;
+  const std::vector<Directive>& d = found.directives;
+  found.inert_until.assign(d.size(), 0);
+  struct Open {
+    std::size_t at;
+    bool effects;
+  };
+  std::vector<Open> open;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    switch (d[i].kind) {
+      case K::if_:
+      case K::ifdef:
+      case K::ifndef:
+        open.push_back({i, false});
+        break;
+      case K::endif:
+        if (open.empty()) break;  // a stray one: the compiler reports it
+        if (!open.back().effects) found.inert_until[open.back().at] = static_cast<std::uint32_t>(i);
+        if (open.back().effects && open.size() > 1) open[open.size() - 2].effects = true;
+        open.pop_back();
+        break;
+      case K::define:
+      case K::undef:
+      case K::include:
+      case K::computed:
+        if (!open.empty()) open.back().effects = true;
+        break;
+      default:  // #elif and its kind, #else, #pragma once (which counts only outside every group)
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void scan_includes(std::string_view text, ScanResult& found) {
+  Scanner(text).run(found);
+  mark_inert_groups(found);
+}
 
 std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines) {
   constexpr int kMaxDepth = 8;

@@ -7,6 +7,7 @@
 // others. What that cannot reach (function-like macros, token pasting) the engine retries with the name
 // a failed compile asked for (missing_include_from_log, IncludeInput::retry_names).
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,6 +49,11 @@ struct ScanResult {
   std::vector<std::pair<std::string, std::string>> defines;  ///< object-like #define: name, replacement
   /// The directives that decide what a compile reads: conditionals, #define/#undef, includes, #pragma once.
   std::vector<Directive> directives;
+  /// Per directive: for an #if/#ifdef/#ifndef whose group holds no #define, #undef or #include in any of
+  /// its branches, the index of its #endif (whichever branch the compiler takes, it reads the same files
+  /// and leaves the same macros: the lean walk passes over the group without evaluating a condition);
+  /// 0 for every other directive.
+  std::vector<std::uint32_t> inert_until;
   /// For a main source whose includes do not all come first: the raw offset just past the newline that ends
   /// the last #include (a header name, outside every conditional group) that follows code (a token outside
   /// a directive, including one in a group the compiler may skip); 0 when there is none, or when what comes
