@@ -180,7 +180,8 @@ TEST_CASE("the scan reads every branch but not comments, strings or raw strings"
   const std::string f = dir.path().string();
   for (const char* name :
        {"dead.h", "win.h", "spaced.h", "commented.h", "spliced.h", "after_string.h", "after_char.h", "after_number.h",
-        "after_raw.h", "c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h", "odd.h"}) {
+        "after_raw.h", "c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h", "odd.h", "in_raw2.h", "in_block.h",
+        "after_code.h"}) {
     write_file(f, name, std::string("// ") + name + "\n");
   }
   const std::string source =
@@ -211,19 +212,27 @@ TEST_CASE("the scan reads every branch but not comments, strings or raw strings"
       ")kiln\";\n"
       "#include <after_raw.h>\n"
       "#error don't stop here\n"
-      "#include <odd.h>\n";
+      "#include <odd.h>\n"
+      // Literals and comments after plain code on the same line (the scan passes over plain code in stretches).
+      "int a = n/2; const char* r2 = u8R\"k(\n"
+      "#include <in_raw2.h>\n"
+      ")k\"; auto c = u8'#'; int b = 2 * 3 /* a block\n"
+      "#include <in_block.h>\n"
+      "*/; int z = 1 + \\\n"
+      "2;\n"
+      "#include <after_code.h>\n";
   const ResolvedIncludes r = resolve(source, {f});
   const std::vector<std::string> read = read_paths(r);
   for (const char* name : {"dead.h", "win.h", "spaced.h", "spliced.h", "after_string.h", "after_char.h",
-                           "after_number.h", "after_raw.h", "odd.h"}) {
+                           "after_number.h", "after_raw.h", "odd.h", "after_code.h"}) {
     INFO(name);
     CHECK(has(read, f + "/" + name));
   }
-  for (const char* name : {"c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h"}) {
+  for (const char* name : {"c1.h", "c2.h", "c3.h", "c4.h", "in_raw.h", "in_string.h", "in_raw2.h", "in_block.h"}) {
     INFO(name);
     CHECK_FALSE(has(read, f + "/" + name));
   }
-  CHECK(read.size() == 9);
+  CHECK(read.size() == 10);
   // Every line stays where it was, the spliced include included.
   CHECK(kiln::test::line_count(r.compiler_source) == kiln::test::line_count(source));
   CHECK(r.compiler_source.find("#inc\\\nlude \"" + f + "/spliced.h\"\\\n\n") != std::string::npos);

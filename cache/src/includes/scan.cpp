@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace kiln::cache::detail {
@@ -17,6 +18,13 @@ bool is_ident_start(int c) {
 }
 bool is_ident_char(int c) { return is_ident_start(c) || is_digit(c); }
 
+/// The characters that end a stretch of plain code (Scanner::skip_plain_code).
+constexpr auto kMaySplitPlainCode = [] {
+  std::array<bool, 256> table{};
+  for (const unsigned char c : {'/', '"', '\'', '\\', '\n'}) table[c] = true;
+  return table;
+}();
+
 /// The scanner behind scan_includes (its comment says what it skips and why).
 class Scanner {
  public:
@@ -27,7 +35,11 @@ class Scanner {
   void run(ScanResult& found) {
     m_found = &found;
     // Every directive starts with a '#': room for them all up front (the list is moved on every growth).
-    found.directives.reserve(found.directives.size() + static_cast<std::size_t>(std::count(m_text.begin(), m_text.end(), '#')));
+    std::size_t hashes = 0;
+    for (const char* at = m_text.data(); (at = static_cast<const char*>(std::memchr(at, '#', m_text.data() + m_text.size() - at))) != nullptr; ++at) {
+      ++hashes;
+    }
+    found.directives.reserve(found.directives.size() + hashes);
     // A leading UTF-8 byte order mark is not a token: the compiler does not see it
     // (engine/src/lanes/rtc_compile.hpp), so a directive on the first line is still at the start of its line.
     if (m_text.starts_with("\xEF\xBB\xBF")) m_pos = 3;
@@ -52,7 +64,10 @@ class Scanner {
         directive();
       } else {
         line_start = false;
-        if (!m_in_directive) m_code_seen = true;
+        if (!m_in_directive) {
+          m_code_seen = true;
+          if (skip_plain_code()) continue;
+        }
         token();
       }
     }
@@ -173,6 +188,25 @@ class Scanner {
       }
     }
   }
+  /// In code outside directives, most of a header: passes over the plain tokens up to the next character
+  /// the character-level scan must see (a '/' that may open a comment, a quote, a backslash that may splice
+  /// lines, the newline), less an identifier that runs into it (a literal's prefix: R"(...)", u8'x'). A
+  /// stretch that names __has_include or __INCLUDE_LEVEL__ is left to token(). False when it did not move.
+  bool skip_plain_code() {
+    const std::string_view rest = m_text.substr(m_pos);
+    std::size_t stop = 0;
+    while (stop < rest.size() && !kMaySplitPlainCode[static_cast<unsigned char>(rest[stop])]) ++stop;
+    while (stop > 0 && is_ident_char(static_cast<unsigned char>(rest[stop - 1]))) --stop;
+    if (stop == 0) return false;
+    const std::string_view plain = rest.substr(0, stop);
+    if (plain.find("__") != npos &&
+        (plain.find("__has_include") != npos || plain.find("__INCLUDE_LEVEL__") != npos)) {
+      return false;
+    }
+    m_pos += stop;
+    return true;
+  }
+
   /// The identifier at the current position: a view into the text, or (when a line splice runs through
   /// it) into a buffer that the next call reuses.
   std::string_view read_identifier() {
@@ -277,7 +311,8 @@ class Scanner {
   std::string rest_of_line() {
     m_pos = logical(m_pos);
     const std::size_t end = std::min(m_text.find('\n', m_pos), m_text.size());
-    if (const std::string_view line = m_text.substr(m_pos, end - m_pos); line.find_first_of("\\/\"'") == npos) {
+    if (const std::string_view line = m_text.substr(m_pos, end - m_pos);
+        std::none_of(line.begin(), line.end(), [](char c) { return kMaySplitPlainCode[static_cast<unsigned char>(c)]; })) {
       // No splice, comment or literal on the line: it is its own text.
       m_pos = end;
       const std::size_t first = line.find_first_not_of(" \t\r\v\f");
