@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/base/xxh3.hpp"
+
 namespace kiln::cache::detail {
 namespace {
 
@@ -30,6 +32,13 @@ struct Tok {
 /// An evaluation's token lists all draw on one arena (MacroState::evaluate): an #if expansion makes many
 /// short-lived lists, and the allocator is otherwise most of its time.
 using Toks = std::pmr::vector<Tok>;
+
+/// Whether `t` is the punctuator `op` (one or two characters), without a call to memcmp: the parser asks
+/// this of every token at every precedence level.
+inline bool is_punct(const Tok& t, std::string_view op) {
+  return t.kind == Tok::Kind::punct && t.text.size() == op.size() && t.text[0] == op[0] &&
+         (op.size() < 2 || t.text[1] == op[1]);
+}
 
 /// Splits an #if expression into tokens. False for something not lexed here (a string literal).
 bool tokenize(std::string_view text, Toks& out, int frame) {
@@ -146,7 +155,7 @@ class Parser {
 
  private:
   bool accept(std::string_view punct) {
-    if (m_at < m_tokens.size() && m_tokens[m_at].kind == Tok::Kind::punct && m_tokens[m_at].text == punct) {
+    if (m_at < m_tokens.size() && is_punct(m_tokens[m_at], punct)) {
       ++m_at;
       return true;
     }
@@ -308,16 +317,22 @@ std::size_t skip_call(const Toks& tokens, std::size_t at) {
   int depth = 0;
   for (std::size_t i = at; i < tokens.size(); ++i) {
     if (tokens[i].kind != Tok::Kind::punct) continue;
-    if (tokens[i].text == "(") ++depth;
-    if (tokens[i].text == ")" && --depth == 0) return i + 1;
+    if (is_punct(tokens[i], "(")) ++depth;
+    if (is_punct(tokens[i], ")") && --depth == 0) return i + 1;
   }
   throw Unsupported{};
 }
 
 }  // namespace
 
+std::size_t NameHash::operator()(std::string_view name) const noexcept { return xxh3_64(name.data(), name.size()); }
+
 struct MacroTokens {
   Toks tokens;  ///< frame -1: the expander gives them theirs
+  /// A function-like macro's: per token, the parameter it names (-1 for none); and whether the body uses
+  /// __VA_OPT__ (not followed here).
+  std::vector<int> parameter;
+  bool va_opt = false;
 };
 
 MacroState::MacroState(const MacroContext& context) : m_context(context), m_macros(context.initial) {}
@@ -327,7 +342,19 @@ const MacroTokens* MacroState::tokens(const Macro& macro) const {
   auto [it, inserted] = m_tokens.try_emplace(&macro);
   if (inserted) {
     auto made = std::make_unique<MacroTokens>();
-    if (tokenize(macro.value, made->tokens, -1)) it->second = std::move(made);
+    if (tokenize(macro.value, made->tokens, -1)) {
+      if (macro.state == Macro::State::function) {
+        made->parameter.assign(made->tokens.size(), -1);
+        for (std::size_t k = 0; k < made->tokens.size(); ++k) {
+          const Tok& t = made->tokens[k];
+          if (t.kind != Tok::Kind::ident) continue;
+          if (t.text == "__VA_OPT__") made->va_opt = true;
+          const auto p = std::find(macro.params.begin(), macro.params.end(), t.text);
+          if (p != macro.params.end()) made->parameter[k] = static_cast<int>(p - macro.params.begin());
+        }
+      }
+      it->second = std::move(made);
+    }
   }
   return it->second.get();
 }
@@ -502,7 +529,6 @@ class Expander {
  private:
   static constexpr std::size_t kMaxExpansions = 4096;
 
-  static bool is_punct(const Tok& t, std::string_view text) { return t.kind == Tok::Kind::punct && t.text == text; }
 
   void count() {
     if (++m_expansions > kMaxExpansions) throw Unsupported{};
@@ -568,16 +594,13 @@ class Expander {
     const int frame = static_cast<int>(m_frames.size() - 1);
     const MacroTokens* lexed = m_state.tokens(macro);
     if (lexed == nullptr) throw Unsupported{};
+    if (lexed->va_opt) throw Unsupported{};
     const Toks& body = lexed->tokens;  // frame -1: each token the body gives takes `frame` below
     std::size_t argument_tokens = 0;
     for (const Toks& arg : args) argument_tokens += arg.size();
-    const auto param = [&](const Tok& t) -> std::optional<std::size_t> {
-      if (t.kind != Tok::Kind::ident) return std::nullopt;
-      if (t.text == "__VA_OPT__") throw Unsupported{};
-      for (std::size_t k = 0; k < macro.params.size(); ++k) {
-        if (macro.params[k] == t.text) return k;
-      }
-      return std::nullopt;
+    const auto param = [&](std::size_t k) -> std::optional<std::size_t> {  // the parameter body[k] names
+      const int p = lexed->parameter[k];
+      return p < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(p));
     };
     std::pmr::vector<std::optional<Toks>> expanded(args.size(), m_memory);
     const auto expanded_arg = [&](std::size_t k) -> const Toks& {
@@ -594,7 +617,7 @@ class Expander {
     for (std::size_t k = 0; k < body.size(); ++k) {
       const Tok& t = body[k];
       if (is_punct(t, "#")) {  // stringizing: a string literal, which no #if takes as a number
-        if (k + 1 >= body.size() || !param(body[k + 1])) throw Unsupported{};
+        if (k + 1 >= body.size() || !param(k + 1)) throw Unsupported{};
         out.push_back({"\"\"", frame, Tok::Kind::string});
         ++k;
         placemarker = false;
@@ -604,7 +627,7 @@ class Expander {
         if (k + 1 >= body.size() || (out.empty() && !placemarker)) throw Unsupported{};
         const Tok& next = body[++k];
         Toks right(m_memory);
-        if (const auto p = param(next)) {
+        if (const auto p = param(k)) {
           right = args[*p];
         } else {
           right = {next};
@@ -623,7 +646,7 @@ class Expander {
         for (std::size_t r = 1; r < right.size(); ++r) out.push_back({right[r].text, frame, right[r].kind});
         continue;
       }
-      if (const auto p = param(t)) {
+      if (const auto p = param(k)) {
         const bool pasted_next = k + 1 < body.size() && is_punct(body[k + 1], "##");
         if (pasted_next) {
           for (const Tok& a : args[*p]) out.push_back(a);

@@ -59,7 +59,7 @@ inline Macro make_macro(Macro::State state, std::string value) {
 /// Hashing for maps keyed by name that are looked up with a std::string_view (no string made per lookup).
 struct NameHash {
   using is_transparent = void;
-  std::size_t operator()(std::string_view name) const noexcept { return std::hash<std::string_view>{}(name); }
+  std::size_t operator()(std::string_view name) const noexcept;  ///< XXH3-64: names are short, looked up often
 };
 using MacroMap = std::unordered_map<std::string, Macro, NameHash, std::equal_to<>>;
 
