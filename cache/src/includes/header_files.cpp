@@ -275,9 +275,10 @@ void HeaderReadAhead::start() {
 void HeaderReadAhead::add(const Includer& includer, const std::vector<IncludeRef>& refs) {
   if (m_threads_wanted == 0 || refs.empty()) return;
   Task task;
-  task.dir_text = std::string(includer.dir);
-  task.includer = includer;
   task.refs = &refs;
+  task.from_disk = includer.from_disk;
+  task.dir = std::string(includer.dir);
+  task.folder = includer.folder;
   push(std::move(task));
 }
 
@@ -286,17 +287,17 @@ void HeaderReadAhead::push(Task task) {
     const std::lock_guard lock(m_mutex);
     if (m_stop) return;
     m_stack.push_back(std::move(task));
-    m_stack.back().includer.dir = m_stack.back().dir_text;
   }
   m_ready.notify_one();
 }
 
 void HeaderReadAhead::expand(const Task& file) {
+  const Includer includer{file.from_disk, file.dir, file.folder};
   std::vector<Task> reads;
   reads.reserve(file.refs->size());
   for (const IncludeRef& ref : *file.refs) {
     Task read;
-    each_include_place(file.includer, ref, m_folders, [&](IncludePlace place) {
+    each_include_place(includer, ref, m_folders, [&](IncludePlace place) {
       if (!place.memory) read.places.push_back(std::move(place));
       return false;
     });
@@ -328,7 +329,6 @@ void HeaderReadAhead::run(FileWork& work) {
       if (m_stop) return;
       task = std::move(m_stack.back());
       m_stack.pop_back();
-      task.includer.dir = task.dir_text;
     }
     if (task.refs != nullptr) {
       expand(task);
@@ -356,10 +356,11 @@ void HeaderReadAhead::run(FileWork& work) {
       if (!file) continue;
       // Then the file's own includes, searched as the resolve will search them from it.
       Task next;
-      next.dir_text = dirname(place.path);
-      next.includer = Includer{true, {}, place.folder};
       next.refs = &file->scan.refs;
       next.keep = file;
+      next.from_disk = true;
+      next.dir = dirname(place.path);
+      next.folder = place.folder;
       push(std::move(next));
       break;
     }

@@ -7,9 +7,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -166,8 +166,8 @@ class HeaderReadAhead {
 
   /// Whether it has helpers to start.
   [[nodiscard]] bool on() const noexcept { return m_threads_wanted > 0; }
-  /// Starts the helpers (once, not after finish()): when the resolve reads a file itself, the tree is not all in the cache.
-  /// A resolve over files the cache holds starts none.
+  /// Starts the helpers (once, not after finish()): when the resolve reads a file itself, the tree is not
+  /// all in the cache. A resolve over files the cache holds starts none.
   void start();
   /// The includes `refs` of a file the resolve entered: each include's first regular file on disk is read,
   /// unless an include whose search starts at the same path came before. `refs` must live until finish().
@@ -183,11 +183,14 @@ class HeaderReadAhead {
   /// What the stack holds: a file whose includes are to be searched (on a helper, not the resolve's
   /// thread), or one include's places on disk, to be read.
   struct Task {
-    Includer includer;                               ///< `dir` views `dir_text`
-    std::string dir_text;
-    const std::vector<IncludeRef>* refs = nullptr;  ///< a file's includes (kept alive by `keep` or the resolve)
+    // A file's includes (the file kept alive by `keep`, or by the resolve), and where it is for their search.
+    const std::vector<IncludeRef>* refs = nullptr;
     std::shared_ptr<const void> keep;
-    std::vector<IncludePlace> places;               ///< or: one include's places
+    bool from_disk = false;
+    std::string dir;
+    std::optional<std::size_t> folder;
+    // Or one include's places on disk.
+    std::vector<IncludePlace> places;
   };
   void push(Task task);
   void expand(const Task& file);
@@ -198,7 +201,7 @@ class HeaderReadAhead {
   const unsigned m_threads_wanted;
   std::vector<FileWork> m_works;  ///< the helpers' own (not the resolve's: what they read ahead is not its work)
   std::vector<std::thread> m_threads;
-  mutable std::mutex m_mutex;
+  std::mutex m_mutex;
   std::condition_variable m_ready;  ///< something to do, or stop
   std::condition_variable m_read;   ///< a file in flight was read
   std::vector<Task> m_stack;        ///< the newest on top
