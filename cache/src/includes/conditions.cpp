@@ -9,15 +9,11 @@
 #include <vector>
 
 #include "kiln/base/xxh3.hpp"
+#include "scan.hpp"
 
 namespace kiln::cache::detail {
 namespace {
 
-bool is_digit(int c) { return c >= '0' && c <= '9'; }
-bool is_ident_start(int c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c >= 0x80;
-}
-bool is_ident_char(int c) { return is_ident_start(c) || is_digit(c); }
 
 /// A token of an #if expression. Its text is a view: into the expression, a macro's replacement (the
 /// macro state does not change while an expression is evaluated), a literal, or the Expander's own

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/base/hash.hpp"
 #include "include_places.hpp"
+#include "kiln/base/hash.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "scan.hpp"
 

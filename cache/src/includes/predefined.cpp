@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "conditions.hpp"
+#include "scan.hpp"
 
 namespace kiln::cache::detail {
 namespace {
-
-bool is_digit(int c) { return c >= '0' && c <= '9'; }
 
 /// NVRTC's predefined macros that decide branches in runtime headers, as NVRTC 13.0 answers them for
 /// any -arch and -std (a compiler that answers otherwise costs a retry, never a wrong binary).

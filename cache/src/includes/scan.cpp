@@ -12,11 +12,6 @@ namespace {
 constexpr std::size_t npos = std::string_view::npos;
 
 bool is_blank(int c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
-bool is_digit(int c) { return c >= '0' && c <= '9'; }
-bool is_ident_start(int c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c >= 0x80;
-}
-bool is_ident_char(int c) { return is_ident_start(c) || is_digit(c); }
 
 /// The characters that end a stretch of plain code (Scanner::skip_plain_code).
 constexpr auto kMaySplitPlainCode = [] {
@@ -36,7 +31,9 @@ class Scanner {
     m_found = &found;
     // Every directive starts with a '#': room for them all up front (the list is moved on every growth).
     std::size_t hashes = 0;
-    for (const char* at = m_text.data(); (at = static_cast<const char*>(std::memchr(at, '#', m_text.data() + m_text.size() - at))) != nullptr; ++at) {
+    const char* const end = m_text.data() + m_text.size();
+    for (const char* at = m_text.data(); (at = static_cast<const char*>(std::memchr(at, '#', end - at))) != nullptr;
+         ++at) {
       ++hashes;
     }
     found.directives.reserve(found.directives.size() + hashes);

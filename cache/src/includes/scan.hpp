@@ -16,6 +16,14 @@
 
 namespace kiln::cache::detail {
 
+/// The preprocessor's character classes, for the scan, the `#if` evaluator and the predefined macros (ASCII
+/// letters, digits, '_' and '$'; every byte from 0x80 up may be part of an identifier, as in UTF-8 names).
+inline bool is_digit(int c) { return c >= '0' && c <= '9'; }
+inline bool is_ident_start(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c >= 0x80;
+}
+inline bool is_ident_char(int c) { return is_ident_start(c) || is_digit(c); }
+
 /// One include found by the scan: an #include / #include_next directive or a __has_include /
 /// __has_include_next operator with a header-name operand.
 struct IncludeRef {
