@@ -579,6 +579,15 @@ def part_timing(runner, runs):
         ratios = pair_ratios(reports[("cupy", label)], reports[("kiln", label)])
         print(f"  {label}: kiln / CuPy preparation, run by run (each pair moments apart): "
               f"{', '.join(f'{r:.3f}' for r in ratios)}; median {median(ratios):.3f}, worst {max(ratios):.3f}")
+        # Each pair's two sides, so that a wide pair says which side moved (NVRTC's own time, or kiln's
+        # precompiled headers made / used).
+        for index, (plain, routed) in enumerate(zip(reports[("cupy", label)], reports[("kiln", label)])):
+            engine = (routed.get("kiln") or {}).get("engine") or {}
+            first = "cupy" if order[index][0] == "cupy" else "kiln"
+            print(f"    pair {index + 1} ({first} first): cupy {plain['compile_seconds']:.2f} s (NVRTC "
+                  f"{breakdown(plain)['nvrtc']:.2f}), kiln {routed['compile_seconds']:.2f} s (NVRTC "
+                  f"{breakdown(routed)['nvrtc']:.2f}, PCH made {engine.get('pch_made', '?')} used "
+                  f"{engine.get('pch_used', '?')})")
     # The module loads (cuModuleLoadData of the same binaries) cost both sides the same; without them,
     # what is left is what each cache does.
     for label in labels:

@@ -177,14 +177,15 @@ fi
 # KILN_H200_ONLY=cold31: issue 31's figures in one call: the GPU tests, rtc_pch and include_resolve_ahead; the first
 # request of a fresh process (cold_bench over .carry/first_request.jsonl, KILN_FIRST_ROUNDS times, 20: the median of
 # the kiln / bare ratios); the program workload's cold cells (cupy_bench --workload program --cold-only --parts 2,
-# 2 runs); cold_bench over the program's recorded requests (.carry/cupy_program_requests.jsonl), each under a limit.
-# KILN_COLD31_FIRST_ONLY=1 stops after the first request.
+# 2 runs, KILN_COLD31_PROGRAM_RUNS); cold_bench over the program's recorded requests (.carry/cupy_program_requests.jsonl),
+# each under a limit. KILN_COLD31_FIRST_ONLY=1 stops after the first request; KILN_FIRST_ROUNDS=0 leaves the first
+# request out, KILN_COLD_BENCH=0 the cold_bench over the program's requests.
 if [[ "${KILN_H200_ONLY:-}" == cold31 ]]; then
   gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
   cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch include_resolve_ahead cold_bench $gpu_tests \
     >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   (cd "$build" && ctest -R '^(gpu_|rtc_pch$|include_resolve_ahead$)' 2>&1 | tee "$out/ctest.log" | grep -E 'Test +#|tests passed|FAILED')
-  if [[ -f "$root/.carry/first_request.jsonl" ]]; then
+  if [[ -f "$root/.carry/first_request.jsonl" && "${KILN_FIRST_ROUNDS:-20}" != 0 ]]; then
     echo "== first request of a fresh process, ${KILN_FIRST_ROUNDS:-20} rounds"
     for i in $(seq "${KILN_FIRST_ROUNDS:-20}"); do
       "$build/bench/cold_bench/cold_bench" --log "$root/.carry/first_request.jsonl" --json "$out/first_$i.json" >/dev/null 2>&1
@@ -213,11 +214,11 @@ PY
     rm -f "$out"/first_*.json
   fi
   [[ "${KILN_COLD31_FIRST_ONLY:-0}" == 1 ]] && exit 0  # the tests and the first request only
-  echo "== cupy_bench --workload program --cold-only --parts 2 --runs 2"
+  echo "== cupy_bench --workload program --cold-only --parts 2 --runs ${KILN_COLD31_PROGRAM_RUNS:-2}"
   KILN_LIBRARY="$build/engine/libkiln.so" timeout "${KILN_CUPY_BENCH_TIMEOUT:-240}" python3 "$root/bench/cupy_bench.py" \
-    --workload program --cold-only --parts 2 --runs 2 --kiln "$build/tools/kiln" --work /tmp/kiln-cupy-program 2>&1 \
+    --workload program --cold-only --parts 2 --runs "${KILN_COLD31_PROGRAM_RUNS:-2}" --kiln "$build/tools/kiln" --work /tmp/kiln-cupy-program 2>&1 \
     | tee "$out/cupy_program.txt" | grep -v 'said:'
-  if [[ -f "$root/.carry/cupy_program_requests.jsonl" ]]; then
+  if [[ -f "$root/.carry/cupy_program_requests.jsonl" && "${KILN_COLD_BENCH:-1}" == 1 ]]; then
     echo "== cold_bench (the program's requests)"
     timeout "${KILN_COLD_TIMEOUT:-170}" "$build/bench/cold_bench/cold_bench" --log "$root/.carry/cupy_program_requests.jsonl" \
       --json "$out/cold_program.json" 2>&1 | tee "$out/cold_program.txt" | tail -30

@@ -118,3 +118,38 @@ def test_bad_arguments(bench):
     with pytest.raises(SystemExit) as caught:
         bench.main(["--parts", "4"])
     assert caught.value.code == 2
+
+
+def test_part_timing_pairs(bench, tmp_path, capsys):
+    """Part 2 over a stand-in runner: pairs in alternating order, each pair's sides printed with kiln's PCH counts."""
+    seconds = {"cupy": iter([60.0, 70.0, 66.0]), "kiln": iter([30.0, 20.0, 24.0])}
+    made = iter([7, 8, 7])
+
+    class Runner:
+        args = type("Args", (), {"warm": False})()
+        calls = []
+
+        def fresh(self, what):
+            return str(tmp_path / what)
+
+        def run(self, mode, cupy_cache, kiln_cache):
+            self.calls.append(mode)
+            out = tmp_path / f"out{len(self.calls)}"
+            out.mkdir()
+            (out / "00_x.npy").write_bytes(b"same")
+            spent = next(seconds[mode])
+            report = {"mode": mode, "calls": 100, "compile_seconds": spent, "workload_seconds": spent + 1.0,
+                      "nvrtc_seconds": spent - 1.0, "out": str(out), "steps": []}
+            if mode == "kiln":
+                report["kiln"] = {"seconds": {"kiln": spent - 0.5}, "engine": {
+                    "compile_nanoseconds": int((spent - 1.5) * 1e9), "pch_made": next(made), "pch_used": 84}}
+            return report
+
+    runner = Runner()
+    assert bench.part_timing(runner, 3)
+    assert runner.calls == ["cupy", "kiln", "kiln", "cupy", "cupy", "kiln"]
+    text = capsys.readouterr().out
+    assert "run by run (each pair moments apart): 0.500, 0.286, 0.364" in text
+    assert "pair 1 (cupy first): cupy 60.00 s (NVRTC 59.00), kiln 30.00 s (NVRTC 28.50, PCH made 7 used 84)" in text
+    assert "pair 2 (kiln first): cupy 70.00 s (NVRTC 69.00), kiln 20.00 s (NVRTC 18.50, PCH made 8 used 84)" in text
+    assert "every run's outputs identical" in text
