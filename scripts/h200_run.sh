@@ -209,9 +209,9 @@ for mode, rows in runs.items():
 for mode in ("kiln", "kiln-pch"):
     ratios = [a[0] / b[0] for a, b in zip(runs.get(mode, []), runs.get("bare", []))]
     if ratios:
-        print(f"{mode} / bare: median of {len(ratios)} ratios {statistics.median(ratios):.3f}")
+        print(f"{mode} / bare: median of {len(ratios)} ratios {statistics.median(ratios):.3f}, mean "
+              f"{statistics.mean(ratios):.3f}; sorted: {' '.join(f'{r:.2f}' for r in sorted(ratios))}")
 PY
-    rm -f "$out"/first_*.json
   fi
   [[ "${KILN_COLD31_FIRST_ONLY:-0}" == 1 ]] && exit 0  # the tests and the first request only
   echo "== cupy_bench --workload program --cold-only --parts 2 --runs ${KILN_COLD31_PROGRAM_RUNS:-2}"
