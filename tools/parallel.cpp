@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
-#include <vector>
+
+#include "kiln/base/threads.hpp"
 
 namespace kiln::cli {
 
@@ -23,19 +24,19 @@ void parallel_for(std::size_t count, unsigned threads, const std::function<void(
   }
   std::atomic<std::size_t> next{0};
   const std::size_t batch = std::clamp<std::size_t>(count / (threads * 16), 1, 64);
-  const auto work = [&] {
+  kiln::detail::share_work(threads, [&](unsigned) {
     for (;;) {
       const std::size_t begin = next.fetch_add(batch);
       if (begin >= count) return;
       const std::size_t end = std::min(count, begin + batch);
-      for (std::size_t i = begin; i < end; ++i) fn(i);
+      try {
+        for (std::size_t i = begin; i < end; ++i) fn(i);
+      } catch (...) {
+        next = count;  // the others stop at their next batch; the caller gets the exception
+        throw;
+      }
     }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
+  });
 }
 
 }  // namespace kiln::cli

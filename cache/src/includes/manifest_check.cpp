@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "header_files.hpp"
+#include "kiln/base/threads.hpp"
 
 namespace kiln::cache::detail {
 
@@ -178,19 +179,9 @@ void Checker::prefetch(const ResultRefs& result) {
       header_stats.fetch_add(stated, std::memory_order_relaxed);
     }
   };
-  std::vector<std::thread> helpers;
-  if (parallel) {
-    const std::size_t wanted = std::min<std::size_t>(m_stat_threads, units) - 1;
-    try {
-      helpers.reserve(wanted);
-      for (std::size_t t = 0; t < wanted; ++t) helpers.emplace_back(work);
-    } catch (...) {
-      // No more threads: the ones started and this one share the work all the same.
-    }
-  }
-  work();
-  for (std::thread& helper : helpers) helper.join();
-  settle_threads = std::max<std::uint32_t>(settle_threads, static_cast<std::uint32_t>(helpers.size() + 1));
+  const unsigned threads = parallel ? static_cast<unsigned>(std::min<std::size_t>(m_stat_threads, units)) : 1;
+  const unsigned ran = kiln::detail::share_work(threads, [&](unsigned) { work(); });
+  settle_threads = std::max<std::uint32_t>(settle_threads, ran);
   stats += header_stats.load();
   for (const Walker& walker : walkers) {
     stats += walker.stats;

@@ -9,12 +9,12 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "include_places.hpp"
+#include "kiln/base/threads.hpp"
 #include "scan.hpp"
 #include "stat_memo.hpp"
 
@@ -281,31 +281,26 @@ class Resolver {
   void parallel_for(std::size_t count, unsigned threads, Job&& job) {
     std::atomic<std::size_t> next{0};
     std::vector<FileWork> works(threads);
-    std::vector<std::exception_ptr> errors(threads);
-    const auto work = [&](unsigned t) {
-      try {
-        for (std::size_t k = next++; k < count; k = next++) job(k, works[t]);
-      } catch (...) {
-        errors[t] = std::current_exception();
-        next = count;  // the others stop at their next item
+    const auto count_work = [&] {  // (the memo answers here are the probe's own stats, not counted twice)
+      for (const FileWork& w : works) {
+        m_work.stats += w.stats;
+        m_work.reads += w.reads;
       }
     };
-    std::vector<std::thread> pool;
-    pool.reserve(threads - 1);
     try {
-      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-    } catch (const std::system_error&) {
-      // Fewer threads: this one takes what they would have.
+      kiln::detail::share_work(threads, [&](unsigned t) {
+        try {
+          for (std::size_t k = next++; k < count; k = next++) job(k, works[t]);
+        } catch (...) {
+          next = count;  // the others stop at their next item
+          throw;
+        }
+      });
+    } catch (...) {
+      count_work();
+      throw;
     }
-    work(0);
-    for (std::thread& thread : pool) thread.join();
-    for (const FileWork& w : works) {  // (the memo answers here are the probe's own stats, not counted twice)
-      m_work.stats += w.stats;
-      m_work.reads += w.reads;
-    }
-    for (const std::exception_ptr& error : errors) {
-      if (error) std::rethrow_exception(error);
-    }
+    count_work();
   }
 
   /// How many threads share `items` items of which each thread should get at least `per_thread`.

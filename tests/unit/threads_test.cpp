@@ -1,0 +1,62 @@
+// share_work (base/internal/kiln/base/threads.hpp): the one way libkiln and the CLI share a call's work among
+// threads. Every item done once, the caller's thread used, an exception carried back after every thread joined.
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "kiln/base/threads.hpp"
+
+using kiln::detail::share_work;
+
+TEST_CASE("share_work runs every item once, on the caller and its helpers") {
+  constexpr std::size_t kItems = 10'000;
+  std::vector<std::atomic<int>> done(kItems);
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread::id> ids(4);
+  const unsigned ran = share_work(4, [&](unsigned t) {
+    ids[t] = std::this_thread::get_id();
+    for (std::size_t k = next++; k < kItems; k = next++) done[k]++;
+  });
+  CHECK(ran == 4);
+  for (std::size_t k = 0; k < kItems; ++k) REQUIRE(done[k] == 1);
+  CHECK(ids[0] == std::this_thread::get_id());  // t = 0 is the caller
+  for (unsigned t = 1; t < 4; ++t) CHECK(ids[t] != ids[0]);
+}
+
+TEST_CASE("share_work with one thread runs on the caller only") {
+  std::vector<unsigned> seen;
+  CHECK(share_work(1, [&](unsigned t) { seen.push_back(t); }) == 1);
+  CHECK(share_work(0, [&](unsigned t) { seen.push_back(t); }) == 1);
+  CHECK(seen == std::vector<unsigned>{0, 0});
+}
+
+TEST_CASE("share_work rethrows the lowest thread's exception after joining all") {
+  std::atomic<unsigned> finished{0};
+  const auto fail_all = [&](unsigned t) {
+    finished++;
+    throw std::runtime_error("thread " + std::to_string(t));
+  };
+  CHECK_THROWS_WITH(share_work(3, fail_all), "thread 0");
+  CHECK(finished == 3);  // every thread ran to its end before the call returned
+
+  // One failing item stops the others at their next item (the counter moved past the end).
+  constexpr std::size_t kItems = 1'000'000;
+  std::atomic<std::size_t> next{0}, processed{0};
+  const auto fail_at_10 = [&](unsigned) {
+    try {
+      for (std::size_t k = next++; k < kItems; k = next++) {
+        if (k == 10) throw std::runtime_error("item 10");
+        processed++;
+      }
+    } catch (...) {
+      next = kItems;
+      throw;
+    }
+  };
+  CHECK_THROWS_WITH(share_work(4, fail_at_10), "item 10");
+  CHECK(processed < kItems / 2);  // without the early stop: kItems - 1
+}
