@@ -179,7 +179,8 @@ fi
 # the kiln / bare ratios); the program workload's cold cells (cupy_bench --workload program --cold-only --parts 2,
 # 2 runs, KILN_COLD31_PROGRAM_RUNS); cold_bench over the program's recorded requests (.carry/cupy_program_requests.jsonl),
 # each under a limit. KILN_COLD31_FIRST_ONLY=1 stops after the first request; KILN_FIRST_ROUNDS=0 leaves the first
-# request out, KILN_COLD_BENCH=0 the cold_bench over the program's requests.
+# request out, KILN_COLD_BENCH=0 the cold_bench over the program's requests; KILN_COLD_MODES (bare,kiln-pch: about half
+# the four modes' time) chooses its modes.
 if [[ "${KILN_H200_ONLY:-}" == cold31 ]]; then
   gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
   cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch include_resolve_ahead cold_bench $gpu_tests \
@@ -221,7 +222,8 @@ PY
   if [[ -f "$root/.carry/cupy_program_requests.jsonl" && "${KILN_COLD_BENCH:-1}" == 1 ]]; then
     echo "== cold_bench (the program's requests)"
     timeout "${KILN_COLD_TIMEOUT:-170}" "$build/bench/cold_bench/cold_bench" --log "$root/.carry/cupy_program_requests.jsonl" \
-      --json "$out/cold_program.json" 2>&1 | tee "$out/cold_program.txt" | tail -30
+      --modes "${KILN_COLD_MODES:-bare,bare-pch,kiln,kiln-pch}" --json "$out/cold_program.json" 2>&1 \
+      | tee "$out/cold_program.txt" | tail -30
   fi
   exit 0
 fi

@@ -23,8 +23,10 @@
 // source or options mention CUB or Thrust is "cub", any other "small". Every request is distinct.
 //
 //   build/bench/cold_bench/cold_bench [--small 24] [--cub 6] [--rounds 1] [--target sm_90] [--log FILE]
-//                                     [--json FILE] [--out DIR]
-// --rounds R runs the four children R times, the mode order reversed every other round; a request's
+//                                     [--json FILE] [--out DIR] [--modes bare,bare-pch,kiln,kiln-pch]
+// --modes runs some of the modes only (bare, the reference, always among them; the binaries are compared when
+// both kiln modes run): a long log through two modes fits where four do not.
+// --rounds R runs the children R times, the mode order reversed every other round; a request's
 // time is its median over the rounds. --target overrides a log's recorded targets. --out keeps the
 // binaries there (else they go to a temporary folder, removed at the end). --json writes every number.
 // Exit status: 0 when every request compiled in every mode and every kiln-pch binary was kiln's (after
@@ -44,6 +46,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -74,7 +77,31 @@ struct Args {
   std::string log, json, out;
   std::string child, work;  ///< a child's mode and the parent's temporary folder
   int round = 0;
+  std::vector<std::string> modes{kModes.begin(), kModes.end()};  ///< the modes to run, in kModes' order
 };
+
+/// The modes named in `list` ("bare,kiln-pch"), in kModes' order; nullopt for an unknown one, a list without
+/// bare, or one that names a mode twice.
+std::optional<std::vector<std::string>> parse_modes(const std::string& list) {
+  std::vector<std::string> named;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    named.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  std::vector<std::string> modes;
+  for (const std::string_view mode : kModes) {
+    const auto n = std::count(named.begin(), named.end(), mode);
+    if (n > 1) return std::nullopt;
+    if (n == 1) modes.emplace_back(mode);
+  }
+  if (modes.size() != named.size() || modes.empty() || modes.front() != "bare") return std::nullopt;
+  return modes;
+}
+
+bool runs_mode(const Args& args, std::string_view mode) {
+  return std::find(args.modes.begin(), args.modes.end(), mode) != args.modes.end();
+}
 
 /// One request as every mode makes it: kiln's inputs, and the flags bare NVRTC gets for it.
 struct Request {
@@ -440,8 +467,8 @@ bool run_children(const Args& args, const std::vector<std::string>& argv, const 
                   std::size_t requests, Runs& runs) {
   bool ok = true;
   for (int round = 0; round < args.rounds; ++round) {
-    for (std::size_t k = 0; k < kModes.size(); ++k) {
-      const std::string mode(kModes[round % 2 == 0 ? k : kModes.size() - 1 - k]);
+    for (std::size_t k = 0; k < args.modes.size(); ++k) {
+      const std::string& mode = args.modes[round % 2 == 0 ? k : args.modes.size() - 1 - k];
       std::vector<std::pair<std::string, std::string>> env;
       if (mode.starts_with("kiln")) env.emplace_back("KILN_PCH", mode == "kiln-pch" ? "1" : "0");
       std::vector<std::string> child = argv;
@@ -466,10 +493,11 @@ bool run_children(const Args& args, const std::vector<std::string>& argv, const 
 }
 
 /// Prints the time tables; adds each request that failed to `failures`.
-void print_times(const std::vector<Request>& requests, Runs& runs, std::vector<std::string>& failures) {
+void print_times(const std::vector<Request>& requests, const std::vector<std::string>& modes, Runs& runs,
+                 std::vector<std::string>& failures) {
   // Each request's wall (and kiln's own time) in each mode: its median over the rounds.
   std::map<std::string_view, std::vector<double>> wall, own;
-  for (const std::string_view mode : kModes) {
+  for (const std::string_view mode : modes) {
     for (std::size_t i = 0; i < requests.size(); ++i) {
       std::vector<double> walls, owns;
       for (const ordered_json& run : runs[std::string(mode)]) {
@@ -499,28 +527,32 @@ void print_times(const std::vector<Request>& requests, Runs& runs, std::vector<s
              "median/bare");
   for (const std::string cls : {"small", "cub", "all"}) {
     const std::vector<double> bare = pick(wall["bare"], cls);
-    for (std::size_t k = 0; k < kModes.size() && !bare.empty(); ++k) {
-      const std::vector<double> v = pick(wall[kModes[k]], cls);
+    for (std::size_t k = 0; k < modes.size() && !bare.empty(); ++k) {
+      const std::vector<double> v = pick(wall[modes[k]], cls);
       fmt::print("{:<6} {:>5}  {:<9} {:>9.2f} {:>10.1f} {:>11.3f} {:>12.3f}\n", k == 0 ? cls : "",
-                 k == 0 ? std::to_string(v.size()) : "", kModes[k], ms(median(v)), ms(sum(v)), sum(v) / sum(bare),
+                 k == 0 ? std::to_string(v.size()) : "", modes[k], ms(median(v)), ms(sum(v)), sum(v) / sum(bare),
                  median(v) / median(bare));
     }
   }
   fmt::print("\nkiln's own time per request (wall less the compiler time the engine counted), ms\n");
   fmt::print("{:<6} {:>5}  {:<9} {:>9} {:>9}\n", "class", "n", "mode", "median", "p90");
   for (const std::string cls : {"small", "cub", "all"}) {
-    for (std::size_t k = 2; k < kModes.size(); ++k) {
-      const std::vector<double> v = pick(own[kModes[k]], cls);
+    bool first = true;
+    for (const std::string& mode : modes) {
+      if (!mode.starts_with("kiln")) continue;
+      const std::vector<double> v = pick(own[mode], cls);
       if (v.empty()) continue;
-      fmt::print("{:<6} {:>5}  {:<9} {:>9.3f} {:>9.3f}\n", k == 2 ? cls : "", k == 2 ? std::to_string(v.size()) : "",
-                 kModes[k], ms(median(v)), ms(kiln::bench::quantile(v, 0.9)));
+      fmt::print("{:<6} {:>5}  {:<9} {:>9.3f} {:>9.3f}\n", first ? cls : "", first ? std::to_string(v.size()) : "",
+                 mode, ms(median(v)), ms(kiln::bench::quantile(v, 0.9)));
+      first = false;
     }
   }
   if (requests.empty()) return;
   fmt::print("\nfirst request of the process (wall, ms; {}):", requests[0].source_name);
-  for (const std::string_view mode : kModes) fmt::print(" {} {:.1f}", mode, ms(wall[mode][0]));
+  for (const std::string_view mode : modes) fmt::print(" {} {:.1f}", mode, ms(wall[mode][0]));
   fmt::print("\nprecompiled headers made / used (NVRTC's log for bare-pch, Engine::stats() for kiln-pch):");
   for (const std::string mode : {"bare-pch", "kiln-pch"}) {
+    if (std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
     std::uint64_t made = 0, used = 0;
     for (const ordered_json& run : runs[mode]) {
       if (!run.is_null()) made += run["pch_made"].get<std::uint64_t>(), used += run["pch_used"].get<std::uint64_t>();
@@ -599,12 +631,17 @@ int run_parent(const Args& args, const std::vector<std::string>& argv) {
              args.log.empty() ? fmt::format(", target {}", args.target) : ", from " + args.log, args.rounds,
              nvrtc_version, nvrtc);
   std::vector<std::string> failures;
-  print_times(requests, runs, failures);
-  const Identity identity = compare_binaries(requests, runs, out);
-  fmt::print(
-      "binaries kiln-pch vs kiln: {} of {} identical; {} more identical after blanking NVRTC's "
-      "_INTERNAL_<8 hex> tag (and the process id after it)\n",
-      identity.identical, identity.pairs, identity.blanked);
+  print_times(requests, args.modes, runs, failures);
+  const bool compared = runs_mode(args, "kiln") && runs_mode(args, "kiln-pch");
+  const Identity identity = compared ? compare_binaries(requests, runs, out) : Identity{};
+  if (compared) {
+    fmt::print(
+        "binaries kiln-pch vs kiln: {} of {} identical; {} more identical after blanking NVRTC's "
+        "_INTERNAL_<8 hex> tag (and the process id after it)\n",
+        identity.identical, identity.pairs, identity.blanked);
+  } else {
+    fmt::print("binaries kiln-pch vs kiln: not compared (--modes runs not both)\n");
+  }
   for (const std::string& d : identity.differing) fmt::print("  differs: {}\n", d);
   for (const std::string& f : failures)
     fmt::print("  failed: {}\n", f.substr(0, std::min<std::size_t>(f.find('\n'), 300)));
@@ -614,7 +651,7 @@ int run_parent(const Args& args, const std::vector<std::string>& argv) {
     for (const Request& r : requests) {
       doc["requests"].push_back({{"source", r.source_name}, {"class", r.cls}, {"target", r.target}});
     }
-    for (const std::string_view mode : kModes) doc["runs"][std::string(mode)] = runs[std::string(mode)];
+    for (const std::string& mode : args.modes) doc["runs"][mode] = runs[mode];
     doc["identity"] = {{"pairs", identity.pairs},
                        {"identical", identity.identical},
                        {"identical_after_blanking", identity.blanked},
@@ -623,8 +660,9 @@ int run_parent(const Args& args, const std::vector<std::string>& argv) {
   }
   fs::remove_all(work);
   const bool ok = children_ok && failures.empty() && identity.differing.empty();
-  fmt::print("{}\n", ok ? "ok: every request compiled in every mode, every binary pair identical"
-                        : "FAILED: see the lines above");
+  fmt::print("{}\n", !ok        ? "FAILED: see the lines above"
+                     : compared ? "ok: every request compiled in every mode, every binary pair identical"
+                                : "ok: every request compiled in every mode run");
   return ok ? 0 : 1;
 }
 
@@ -645,16 +683,22 @@ int main(int argc, char** argv) {
       {"--child", [&](const std::string& v) { options.child = v; }},
       {"--round", [&](const std::string& v) { options.round = count(v, 0); }},
       {"--work", [&](const std::string& v) { options.work = v; }},
+      {"--modes", [&](const std::string& v) { options.modes = parse_modes(v).value_or(std::vector<std::string>{}); }},
   };
   for (std::size_t i = 0; i < args.size(); i += 2) {
     const auto setter = setters.find(args[i]);
     if (setter == setters.end() || i + 1 == args.size()) {
       fmt::print(stderr,
                  "usage: cold_bench [--small 24] [--cub 6] [--rounds 1] [--target sm_90] [--log FILE] "
-                 "[--json FILE] [--out DIR]\n");
+                 "[--json FILE] [--out DIR] [--modes bare,bare-pch,kiln,kiln-pch]\n");
       return 2;
     }
     setter->second(args[i + 1]);
+  }
+  if (options.modes.empty()) {
+    fmt::print(stderr, "cold_bench: --modes takes some of bare, bare-pch, kiln, kiln-pch, comma-separated, each once, "
+                       "bare among them\n");
+    return 2;
   }
   if (options.child.empty()) return run_parent(options, args);
   try {
