@@ -60,3 +60,30 @@ TEST_CASE("share_work rethrows the lowest thread's exception after joining all")
   CHECK_THROWS_WITH(share_work(4, fail_at_10), "item 10");
   CHECK(processed < kItems / 2);  // without the early stop: kItems - 1
 }
+
+TEST_CASE("share_items hands out every item once, in batches, and stops at a failing one") {
+  constexpr std::size_t kItems = 1'003;  // not a multiple of the batch
+  std::vector<std::atomic<int>> done(kItems);
+  std::vector<std::atomic<int>> by_thread(3);
+  CHECK(kiln::detail::share_items(kItems, 3, 64, [&](std::size_t k, unsigned t) {
+          done[k]++;
+          by_thread[t]++;
+        }) == 3);
+  for (std::size_t k = 0; k < kItems; ++k) REQUIRE(done[k] == 1);
+  CHECK(by_thread[0] + by_thread[1] + by_thread[2] == static_cast<int>(kItems));
+
+  std::size_t calls = 0;
+  kiln::detail::share_items(0, 4, 8, [&](std::size_t, unsigned) { ++calls; });  // nothing to do
+  kiln::detail::share_items(5, 1, 0, [&](std::size_t, unsigned) { ++calls; });   // batch 0 taken as 1
+  CHECK(calls == 5);
+
+  constexpr std::size_t kMany = 1'000'000;
+  std::atomic<std::size_t> processed{0};
+  CHECK_THROWS_WITH(kiln::detail::share_items(kMany, 4, 16,
+                                              [&](std::size_t k, unsigned) {
+                                                if (k == 10) throw std::runtime_error("item 10");
+                                                processed++;
+                                              }),
+                    "item 10");
+  CHECK(processed < kMany / 2);  // without the early stop: kMany - 1
+}

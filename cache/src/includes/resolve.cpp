@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -279,7 +278,6 @@ class Resolver {
   /// at their next item and is rethrown here.
   template <class Job>
   void parallel_for(std::size_t count, unsigned threads, Job&& job) {
-    std::atomic<std::size_t> next{0};
     std::vector<FileWork> works(threads);
     const auto count_work = [&] {  // (the memo answers here are the probe's own stats, not counted twice)
       for (const FileWork& w : works) {
@@ -288,14 +286,7 @@ class Resolver {
       }
     };
     try {
-      kiln::detail::share_work(threads, [&](unsigned t) {
-        try {
-          for (std::size_t k = next++; k < count; k = next++) job(k, works[t]);
-        } catch (...) {
-          next = count;  // the others stop at their next item
-          throw;
-        }
-      });
+      kiln::detail::share_items(count, threads, 1, [&](std::size_t k, unsigned t) { job(k, works[t]); });
     } catch (...) {
       count_work();
       throw;
