@@ -1,18 +1,36 @@
 #pragma once
 // Small helpers shared by tests: a temporary directory removed at scope exit (temp_dir.hpp), a scoped
-// environment variable, a live child process, and a skip reporter (exit code 77 = skipped for ctest).
+// environment variable, a live child process, a skip reporter (exit code 77 = skipped for ctest), and
+// whether `nobody` can run a program of the build tree.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include "temp_dir.hpp"
 
 namespace kiln::test {
+
+/// Tests that run as root run some programs of the build tree as `nobody`: that needs every folder above
+/// the program to let others in, and a clone under `mktemp -d` (a folder of mode 700) does not. Returns the
+/// first folder (or the program itself) that keeps others out, or nullopt when `nobody` can run it; such a
+/// test says so and leaves that part out rather than fail on an exec it cannot make.
+inline std::optional<std::string> closed_to_others(const std::filesystem::path& program) {
+  std::error_code ec;
+  const std::filesystem::path full = std::filesystem::canonical(program, ec);
+  if (ec) return program.string();
+  for (std::filesystem::path at = full;; at = at.parent_path()) {
+    struct stat st {};
+    if (::stat(at.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return at.string();
+    if (at == at.root_path()) return std::nullopt;
+  }
+}
 
 class ScopedEnv {
  public:
