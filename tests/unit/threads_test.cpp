@@ -1,5 +1,11 @@
 // share_work (base/internal/kiln/base/threads.hpp): the one way libkiln and the CLI share a call's work among
-// threads. Every item done once, the caller's thread used, an exception carried back after every thread joined.
+// threads. Every item done once, the caller's thread used, an exception carried back after every thread joined,
+// and the work done on the caller's thread alone when the system starts no other (a thread limit).
+#include <grp.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -86,4 +92,60 @@ TEST_CASE("share_items hands out every item once, in batches, and stops at a fai
                                               }),
                     "item 10");
   CHECK(processed < kMany / 2);  // without the early stop: kMany - 1
+}
+
+namespace {
+
+/// What the child of "share_items when the system starts no thread" exits with.
+enum RefusedThreads : int { kRan = 0, kWrong = 1, kNoNobody = 2, kNotRefused = 3 };
+
+/// In a child process: becomes `nobody` when root (a root process is not held by RLIMIT_NPROC), allows
+/// the user one process, checks that a thread then cannot start, and runs share_items over 4 threads.
+[[noreturn]] void refused_threads_child() {
+  if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+    ::_exit(kNoNobody);
+  }
+  const rlimit one{1, 1};
+  if (::setrlimit(RLIMIT_NPROC, &one) != 0) ::_exit(kNotRefused);
+  try {
+    std::thread probe([] {});
+    probe.join();
+    ::_exit(kNotRefused);  // the system started it all the same
+  } catch (const std::system_error&) {
+  }
+  constexpr std::size_t kItems = 1'000;
+  std::vector<int> done(kItems);  // one thread only: plain ints
+  unsigned ran = 0;
+  try {
+    ran = kiln::detail::share_items(kItems, 4, 7, [&](std::size_t k, unsigned t) { done[k] += t == 0 ? 1 : 100; });
+  } catch (...) {
+    ::_exit(kWrong);
+  }
+  for (const int d : done) {
+    if (d != 1) ::_exit(kWrong);  // every item once, on the caller
+  }
+  ::_exit(ran == 1 ? kRan : kWrong);
+}
+
+}  // namespace
+
+TEST_CASE("share_items when the system starts no thread: the caller does every item") {
+  // What a thread limit (RLIMIT_NPROC, a container's pids limit) does to the resolver and the CLI: std::thread
+  // throws std::system_error, and the work runs on the threads there are, here the caller's alone.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) refused_threads_child();
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  switch (WEXITSTATUS(status)) {
+    case kNoNobody:
+      WARN("left out: could not become nobody to be held by a thread limit");
+      return;
+    case kNotRefused:
+      WARN("left out: a thread limit of one process did not stop a thread from starting here");
+      return;
+    default:
+      CHECK(WEXITSTATUS(status) == kRan);
+  }
 }
