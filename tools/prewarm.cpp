@@ -164,8 +164,15 @@ int run_prewarm(const PrewarmArgs& args) {
   run_on_threads(engine, jobs, plan.in_process, parallel, results, done);
   if (!plan.in_workers.empty()) {
     KILN_LOG(debug, "prewarm: starting {} workers at {:.1f} ms", plan.workers, since_start());
-    run_in_workers(jobs, plan.in_workers, plan.workers, results, done);
+    const Unstarted unstarted = run_in_workers(jobs, plan.in_workers, plan.workers, results, done);
     KILN_LOG(debug, "prewarm: workers done at {:.1f} ms", since_start());
+    if (!unstarted.indices.empty()) {
+      // A process limit (a container's pids limit, RLIMIT_NPROC) refusing the workers is no reason to fail
+      // the requests: this process compiles them, as --workers thread does (without a worker's isolation).
+      fmt::print(stderr, "kiln prewarm: no worker process could start ({}); {} request(s) compile in this process\n",
+                 unstarted.why, unstarted.indices.size());
+      run_on_threads(engine, jobs, unstarted.indices, parallel, results, done);
+    }
   }
   progress.finish();
   std::optional<RemoteFill> remote;
@@ -194,7 +201,8 @@ void add_prewarm_command(CLI::App& app, Commands& commands) {
       "source's kernels as one program (what Engine::program(source, options, kernels) asks for).\n"
       "Options start with '-': write them as --option=--fast-math or --option -DN=4.\n"
       "With -j above 1, compiles run in worker processes (see --workers); a worker that dies fails only the request\n"
-      "it held, reported with the signal or exit status, and a fresh worker takes the rest.\n"
+      "it held, reported with the signal or exit status, and a fresh worker takes the rest. Where no worker can start\n"
+      "(a process limit), this process compiles the requests, as with --workers thread.\n"
       "Examples:\n"
       "  kiln prewarm --all-builtin --target sm_90 --target gfx90a -j 16\n"
       "  kiln prewarm --source my.cu --kernel 'scale<float, 4>' --option=-DTILE=8 --target native\n"

@@ -200,8 +200,8 @@ void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vec
   });
 }
 
-void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
-                    std::vector<JobResult>& results, const JobDone& done) {
+Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
+                         std::vector<JobResult>& results, const JobDone& done) {
   // A worker that dies must not take this process with it when we write to its pipe.
   struct sigaction ignore {};
   struct sigaction previous {};
@@ -235,18 +235,14 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
     return describe_exit(status);
   };
 
+  Unstarted unstarted;
   std::size_t outstanding = indices.size();
   fill();
   while (outstanding > 0) {
     if (workers.empty()) {
-      // No worker could be started: fail what is left with the reason.
-      while (!pending.empty()) {
-        finish_job(
-            pending.front(),
-            failed_result(fmt::format("cannot start a worker process: {}", spawn_error)));
-        pending.pop_front();
-        --outstanding;
-      }
+      // None running and none could be started: what is left goes back to the caller, with the reason.
+      unstarted.indices.assign(pending.begin(), pending.end());
+      unstarted.why = spawn_error;
       break;
     }
     for (Worker& worker : workers) {
@@ -325,6 +321,7 @@ void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>
     (void)::waitpid(worker.pid, &status, WNOHANG);
   }
   ::sigaction(SIGPIPE, &previous, nullptr);
+  return unstarted;
 }
 
 void exit_without_teardown(Engine& engine, int code, std::FILE* close_file) {

@@ -49,10 +49,18 @@ using JobDone = std::function<void(std::size_t index, const JobResult& result)>;
 void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vector<std::size_t>& indices,
                     unsigned threads, std::vector<JobResult>& results, const JobDone& done);
 
+/// The jobs run_in_workers handed to no worker, because no worker process could be started (a process
+/// limit refused the fork, or no pipe could be made), and why.
+struct Unstarted {
+  std::vector<std::size_t> indices;
+  std::string why;
+};
+
 /// Runs jobs[i] for every i in `indices` in up to `count` worker processes, in the order given;
-/// stores each result in results[i]. Returns when every worker has written all it did to disk.
-void run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices, unsigned count,
-                    std::vector<JobResult>& results, const JobDone& done);
+/// stores each result in results[i]. Returns when every worker has written all it did to disk, with the
+/// jobs left when no worker was running and none could be started (the caller runs them itself).
+[[nodiscard]] Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::size_t>& indices,
+                                       unsigned count, std::vector<JobResult>& results, const JobDone& done);
 
 /// `kiln prewarm --worker`: one job per stdin line ("<index>\t<plain kernels>\t<request log line>"), one
 /// JSON answer per stdout line, until EOF; then ends the process. Returns (kExitError) only when the

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "harness.hpp"
+#include "test_support.hpp"
 #include "kiln/engine.hpp"
 
 namespace {
@@ -227,6 +228,49 @@ TEST_CASE("an NVRTC worker process killed while compiling fails only its request
   const Result listing = run_kiln({"cache", "ls", "--json"}, cache_env(cache), dir.path());
   REQUIRE(listing.rc == 0);
   CHECK(listing.parsed().size() == kRequests - 1);
+}
+
+TEST_CASE("prewarm -j 4 where no worker process can start compiles in this process and says so") {
+  // A process limit (a container's pids limit, RLIMIT_NPROC) refuses the workers' fork: the requests are
+  // compiled by this process instead of failing. Run under prlimit --nproc=1 (as nobody when root, whom
+  // the limit does not hold).
+  if (!g_nvrtc) {
+    WARN("NVRTC does not load here: the NVRTC worker-process path is not exercised");
+    return;
+  }
+  const bool root = ::geteuid() == 0;
+  for (const char* tool : {"/usr/bin/prlimit", "/usr/bin/setpriv"}) {
+    if (::access(tool, X_OK) != 0) {
+      WARN("left out: " << tool << " is not here");
+      return;
+    }
+  }
+  if (const std::optional<std::string> closed = kiln::test::closed_to_others(KILN_CLI_PATH); root && closed) {
+    WARN("left out: nobody cannot run " << KILN_CLI_PATH << " (" << *closed << " lets no others in)");
+    return;
+  }
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::all);  // nobody makes the cache in it
+  std::vector<std::string> args{"--nproc=1:1"};
+  if (root) args.insert(args.end(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+  args.insert(args.end(), {KILN_CLI_PATH, "prewarm", "--builtin", "saxpy", "--builtin", "map", "--target", kTarget, "-j",
+                           "4", "--json"});
+  const pid_t run = start_program("/usr/bin/prlimit", args, cache_env(dir / "cache"), dir.path());
+  auto result = finish_within(run, dir.path(), kTimeout, [] {});
+  REQUIRE(result.has_value());  // else it hung (and was killed)
+  INFO(result->describe());
+  constexpr std::size_t kRequests = 4;  // saxpy, and map's three name expressions
+  if (result->err.find("no worker process could start") == std::string::npos && result->rc == 0) {
+    WARN("left out: a process limit of one did not stop a worker from starting here");
+    return;
+  }
+  CHECK_THAT(result->err, Catch::Contains("no worker process could start (fork failed: ") &&
+                              Catch::Contains("4 request(s) compile in this process"));
+  REQUIRE(result->rc == 0);
+  const json summary = result->parsed().at("summary");
+  CHECK(summary.at("requests") == kRequests);
+  CHECK(summary.at("compiled") == kRequests);
+  CHECK(summary.at("failed") == 0);
 }
 
 int main(int argc, char** argv) {
