@@ -223,6 +223,7 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
       --spawns_left;
       auto worker = spawn_worker(spawn_error);
       if (!worker) break;
+      spawn_error.clear();  // the reason is the last attempt's only
       workers.push_back(std::move(*worker));
     }
   };
@@ -239,10 +240,20 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
   std::size_t outstanding = indices.size();
   fill();
   while (outstanding > 0) {
-    if (workers.empty()) {
-      // None running and none could be started: what is left goes back to the caller, with the reason.
+    if (workers.empty() && !spawn_error.empty()) {
+      // None running and the system refused the last one: what is left goes back to the caller, with the reason.
       unstarted.indices.assign(pending.begin(), pending.end());
       unstarted.why = spawn_error;
+      break;
+    }
+    if (workers.empty()) {
+      // Every replacement was used up by workers that died: those requests would likely take this process
+      // down too, so they fail here rather than run in it.
+      while (!pending.empty()) {
+        finish_job(pending.front(), failed_result("no worker process left to run it (every replacement died)"));
+        pending.pop_front();
+        --outstanding;
+      }
       break;
     }
     for (Worker& worker : workers) {

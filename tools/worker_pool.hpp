@@ -49,8 +49,8 @@ using JobDone = std::function<void(std::size_t index, const JobResult& result)>;
 void run_on_threads(Engine& engine, const std::vector<Job>& jobs, const std::vector<std::size_t>& indices,
                     unsigned threads, std::vector<JobResult>& results, const JobDone& done);
 
-/// The jobs run_in_workers handed to no worker, because no worker process could be started (a process
-/// limit refused the fork, or no pipe could be made), and why.
+/// The jobs run_in_workers handed to no worker because, with none running, the system refused to start one
+/// (a process limit refused the fork, or no pipe could be made), and why.
 struct Unstarted {
   std::vector<std::size_t> indices;
   std::string why;
