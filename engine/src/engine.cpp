@@ -180,12 +180,20 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   } catch (const CompileError& e) {
     m_counters.add({.compile_failures = 1});
     const std::optional<std::string> missing = cache::detail::missing_include_from_log(e.log());
-    if (!missing) throw;
+    if (!missing && !r.includes) throw;
+    // The compiler quotes the text it was given: the source's includes as the user wrote them, not as kiln
+    // rewrote them to the headers it hands over.
+    std::string message = e.what(), compiler_log = e.log();
+    if (r.includes) {
+      message = cache::detail::restore_include_spellings(std::move(message), r.source.name(), r.source.text());
+      compiler_log = cache::detail::restore_include_spellings(std::move(compiler_log), r.source.name(), r.source.text());
+    }
     // A header kiln could not resolve (not in memory, not in any folder, or named by a computed
     // include the scan could not follow): say where kiln looked.
-    throw CompileError(
-        fmt::format("{}; {}", e.what(), cache::detail::describe_missing_include(*missing, r.include_folders)), e.log(),
-        e.source_name(), e.options());
+    if (missing) {
+      message = fmt::format("{}; {}", message, cache::detail::describe_missing_include(*missing, r.include_folders));
+    }
+    throw CompileError(std::move(message), std::move(compiler_log), e.source_name(), e.options());
   } catch (...) {
     m_counters.add({.compile_failures = 1});
     throw;

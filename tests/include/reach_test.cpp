@@ -130,6 +130,103 @@ TEST_CASE("an absolute #include is read by kiln and keyed: an edit is a new key 
   }
 }
 
+TEST_CASE("an absolute include spelled another way (digraph, line splice, stringizing macro, -D macro) is read by "
+          "kiln and keyed, or refused: never the old binary after an edit") {
+  TempDir dir("kiln-reach-spell");
+  TempDir folder("kiln-reach-folder");
+  const std::filesystem::path header = write_file(dir.path(), "v.h", "#define VALUE 7\n");
+  const std::string abs = header.string();
+  struct Spelling {
+    const char* what;
+    std::string text;
+    std::vector<std::string> options;
+    bool computed;  ///< the name comes out of a macro (HIPRTC cannot be handed it in memory: refused)
+  };
+  const std::vector<Spelling> spellings = {
+      {"the digraph %:", "%:include \"" + abs + "\"\n", {}, false},
+      {"a line splice in the directive's name", "#inc\\\nlude \"" + abs + "\"\n", {}, false},
+      {"a line splice in the operand", "#include \"" + abs.substr(0, 3) + "\\\n" + abs.substr(3) + "\"\n", {}, false},
+      {"a stringizing macro", "#define S(x) #x\n#define X(x) S(x)\n#include X(" + abs + ")\n", {}, true},
+      {"a stringizing macro over an object-like one",
+       "#define PATH " + abs + "\n#define S(x) #x\n#define X(x) S(x)\n#include X(PATH)\n", {}, true},
+      {"a pasting macro", "#define CAT(a, b) a ## b\n#define S(x) #x\n#define X(x) S(x)\n#include X(CAT(" +
+                              abs.substr(0, abs.size() - 2) + ", .h))\n", {}, true},
+      {"a -D macro", "#include HEADER\n", {"-DHEADER=\"" + abs + "\""}, true},
+      // Before C++17 NVRTC replaces trigraphs first: ??= is #, and ??/ a backslash (so a line splice). kiln's own
+      // -std starts at c++17; a raw flag can still ask for c++14.
+      {"the trigraph ?\?=", "?\?=include \"" + abs + "\"\n", {"-Xcuda=-std=c++14"}, false},
+      {"a line splice spelled ?\?/", "#inc?\?/\nlude \"" + abs + "\"\n", {"-Xcuda=-std=c++14"}, false},
+  };
+  std::vector<std::string> targets{"sm_90"};
+  if (can_compile("gfx90a")) targets.emplace_back("gfx90a");
+  for (const std::string& target : targets) {
+    for (const Spelling& spelling : spellings) {
+      for (const bool with_folder : {false, true}) {
+        INFO(target << ", " << spelling.what << (with_folder ? ", with -I" : ", without -I"));
+        if (target != "sm_90" && !spelling.options.empty() && spelling.options.front().starts_with("-Xcuda")) continue;
+        TempDir cache("kiln-reach-cache");
+        std::vector<std::string> options = spelling.options;
+        if (with_folder) options.push_back("-I" + folder.path().string());
+        const Source source = Source::from_text("spelled.cu", spelling.text + kValueKernel);
+        write_file(dir.path(), "v.h", "#define VALUE 7\n");
+        if (spelling.computed && target != "sm_90") {
+          // The compiler would read the path from the disk whatever kiln hands it.
+          CHECK_THROWS_WITH(engine_on(cache.path())->compile(source, Options(options), {}, target),
+                            Catch::Contains("absolute path") && Catch::Contains(abs));
+          continue;
+        }
+        const kiln::CompiledBinary seven = engine_on(cache.path())->compile(source, Options(options), {}, target);
+        const kiln::CompiledBinary again = engine_on(cache.path())->compile(source, Options(options), {}, target);
+        CHECK(again.key() == seven.key());
+        CHECK(again.origin() == kiln::Origin::disk);
+        write_file(dir.path(), "v.h", "#define VALUE 8\n");
+        const kiln::CompiledBinary eight = engine_on(cache.path())->compile(source, Options(options), {}, target);
+        CHECK(eight.key() != seven.key());
+        CHECK(eight.origin() == kiln::Origin::compiled);
+        CHECK(bytes_of(seven) != bytes_of(eight));
+        // A fresh cache compiles the edited header's bytes: the binary a warm cache gives must be that one.
+        TempDir fresh("kiln-reach-cache");
+        CHECK(bytes_of(engine_on(fresh.path())->compile(source, Options(options), {}, target)) == bytes_of(eight));
+      }
+    }
+  }
+}
+
+TEST_CASE("an include whose operand kiln cannot expand to a name is refused with the reason, never left to the "
+          "compiler to open") {
+  TempDir cache("kiln-reach-cache");
+  auto engine = engine_on(cache.path());
+  // NOWHERE is defined nowhere kiln can see: the compiler would be left to make a name of it.
+  const Source source = Source::from_text("nowhere.cu", "#include NOWHERE(v)\n" + std::string(kValueKernel));
+  try {
+    (void)engine->compile(source, Options(), {}, "sm_90");
+    FAIL("compiled an include kiln could not name");
+  } catch (const kiln::ConfigError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("cannot tell which header") != std::string::npos);
+    CHECK(what.find("NOWHERE(v)") != std::string::npos);
+    CHECK(what.find("nowhere.cu") != std::string::npos);
+  }
+}
+
+TEST_CASE("a compile error quotes the includes as the files have them, not as kiln rewrote them") {
+  TempDir dir("kiln-reach-quote");
+  TempDir cache("kiln-reach-cache");
+  // A header that includes itself without a guard: the compiler's error echoes that directive.
+  write_file(dir.path(), "self.h", "#include \"self.h\"\n");
+  const Source source = Source::from_text("quote.cu", "#include <self.h>\n" + std::string(kValueKernel));
+  try {
+    (void)engine_on(cache.path())->compile(source, Options({"-I" + dir.path().string()}), {}, "sm_90");
+    FAIL("compiled a header that includes itself forever");
+  } catch (const kiln::CompileError& e) {
+    for (const std::string& text : {std::string(e.what()), e.log()}) {
+      INFO(text);
+      CHECK(text.find("#include \"self.h\"") != std::string::npos);
+      CHECK(text.find("#include \"" + dir.path().string()) == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a source without an include by path keeps its one-level key and reads no file") {
   TempDir cache("kiln-reach-cache");
   auto engine = engine_on(cache.path());

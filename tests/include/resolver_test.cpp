@@ -354,17 +354,18 @@ TEST_CASE("computed includes: object-like macros are expanded over every definit
 }
 
 TEST_CASE(
-    "a computed include the scan cannot expand is left for the compiler; a retry name is handed under "
-    "that name",
+    "a computed include through a function-like macro is expanded and handed by name; a retry name is handed "
+    "under that name",
     "[include]") {
   TempDir dir;
   const std::string f = dir.path().string();
   write_file(f, "impl/config_a.h", "#include \"detail.h\"\n");
   write_file(f, "impl/detail.h", "int detail;\n");
-  // A function-like macro is not followed.
+  // A function-like macro is expanded as the preprocessor does.
   const std::string source = "#define PICK(x) <impl/x.h>\n#include PICK(config_a) // picked by a macro\nint x;\n";
   const ResolvedIncludes first = resolve(source, {f});
-  CHECK(first.dependencies.headers.empty());
+  CHECK(read_paths(first) == std::vector<std::string>{f + "/impl/config_a.h", f + "/impl/detail.h"});
+  CHECK(compiler_header(first, "impl/config_a.h") != nullptr);
   CHECK(first.computed == std::vector<std::string>{"PICK(config_a)"});
   CHECK(first.compiler_source == source);
   // The engine learns the name from the failed compile's log and resolves again with it.
@@ -381,6 +382,38 @@ TEST_CASE(
   CHECK(compiler_header(retry, f + "/impl/config_a.h") == nullptr);  // one file, one name
   CHECK(retry.compiler_headers.size() == 2);
   CHECK(retry.unresolved == std::vector<std::string>{"impl/not_there.h"});
+}
+
+TEST_CASE("guess_computed expands macros as the preprocessor does: function-like, #, ##, arguments first",
+          "[include]") {
+  using kiln::cache::detail::Defines;
+  using kiln::cache::detail::Guess;
+  using kiln::cache::detail::guess_computed;
+  const auto names = [](std::string_view operand, const Defines& defines) {
+    std::vector<std::string> out;
+    for (const Guess& g : guess_computed(operand, defines)) out.push_back((g.angled ? "<" : "\"") + g.name);
+    return out;
+  };
+  Defines d;
+  d["S"] = {{"(x) #x", true}};
+  d["X"] = {{"(x) S(x)", true}};
+  d["PATH"] = {{"/abs/v.h", false}};
+  d["CAT"] = {{"(a, b) a ## b", true}};
+  d["ROOT"] = {{"lib", false}, {"other", false}};  // two definitions (two branches): both names
+  d["HDR"] = {{"(name) <ROOT/name.h>", true}};
+  d["VA"] = {{"(...) S(__VA_ARGS__)", true}};
+  d["SELF"] = {{"SELF", false}};
+  CHECK(names("X(/abs/v.h)", d) == std::vector<std::string>{"\"/abs/v.h"});
+  CHECK(names("S(PATH)", d) == std::vector<std::string>{"\"PATH"});        // '#' takes the argument as written
+  CHECK(names("X(PATH)", d) == std::vector<std::string>{"\"/abs/v.h"});    // X's argument is expanded first
+  CHECK(names("X(CAT(v, .h))", d) == std::vector<std::string>{"\"v.h"});
+  CHECK(names("HDR(config)", d) == std::vector<std::string>{"<lib/config.h", "<other/config.h"});
+  CHECK(names("VA(a/b.h)", d) == std::vector<std::string>{"\"a/b.h"});
+  CHECK(names("S(  a   b  )", d) == std::vector<std::string>{"\"a b"});
+  CHECK(names("S(\"q.h\")", d).empty());  // a string with quotes inside is no header name
+  CHECK(names("SELF", d).empty());         // no name, and the expansion stops
+  CHECK(names("NOWHERE(x)", d).empty());
+  CHECK(names("X", d).empty());            // a function-like macro without arguments is no call
 }
 
 TEST_CASE("missing_include_from_log reads NVRTC's and clang's wording", "[include]") {

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -154,6 +157,9 @@ TEST_CASE("a header set's second compile makes a PCH, the third uses it, and all
   CHECK_FALSE(second.pch_made);
   CHECK(second.log.empty());
   CHECK(with->precompiled_headers().starts_with("on (1 made, 1 used"));
+  // Where the files go and how large they may get (kiln devices prints this line).
+  CHECK(with->precompiled_headers().find(tmp.path().string()) != std::string::npos);
+  CHECK(with->precompiled_headers().find("at most 2048 MiB a process") != std::string::npos);
 
   const vendor::CompileOutput plain_first = compile(*without, kernel(5));
   const vendor::CompileOutput plain_second = compile(*without, kernel(6));
@@ -237,6 +243,166 @@ TEST_CASE("a source that includes after code compiles with its prefix hoisted: t
   CHECK(with_error.find("k.cu(11)") != std::string::npos);
   CHECK(with_error.find("__kiln_prelude") == std::string::npos);
   CHECK(error_text(*without).find("k.cu(11)") != std::string::npos);
+}
+
+TEST_CASE("the hoist keeps the translation unit: a header reading __INCLUDE_LEVEL__, a GNU line marker before the last "
+          "include and a byte order mark give the bytes of compiles without PCH",
+          "[rtc][pch]") {
+  test::TempDir tmp;
+  ScopedEnv where("TMPDIR", tmp.path().string());
+  std::unique_ptr<vendor::Compiler> with = pch_compiler();
+  if (!with) return;
+  const std::unique_ptr<vendor::Compiler> without = load(false);
+  struct Shape {
+    const char* what;
+    std::string prefix;  ///< code, then the includes (heavy.h last)
+    std::string level_header;
+  };
+  const std::vector<Shape> shapes = {
+      // Every header the prefix includes would be one level deeper in the prelude header.
+      {"__INCLUDE_LEVEL__ in a header", "typedef int T;\n#include \"/abs/level.h\"\n",
+       "#pragma once\n#define LEVEL __INCLUDE_LEVEL__\n__device__ const int level = LEVEL;\n"},
+      // The marker sets the presumed line: the #line the hoist writes after the prefix would undo it.
+      {"a GNU line marker", "typedef int T;\n# 100 \"other.cu\"\n#include \"/abs/level.h\"\n",
+       "#pragma once\n__device__ const int level = 1;\n"},
+      {"a GNU line marker with flags", "typedef int T;\n# 100 \"other.cu\" 1\n#include \"/abs/level.h\"\n",
+       "#pragma once\n__device__ const int level = 1;\n"},
+      {"the digraph of #line", "typedef int T;\n%:line 100\n#include \"/abs/level.h\"\n",
+       "#pragma once\n__device__ const int level = 1;\n"},
+      // NVRTC takes a byte order mark for a stray token anywhere but at the start of a text.
+      {"a byte order mark", "\xEF\xBB\xBFtypedef int T;\n#include \"/abs/level.h\"\n",
+       "#pragma once\n__device__ const int level = 1;\n"},
+  };
+  for (const Shape& shape : shapes) {
+    INFO(shape.what);
+    const auto source = [&](int body) {
+      Request r;
+      r.source = shape.prefix + fmt::format("#include \"/abs/heavy.h\"\n__global__ void k(T* p) {{ p[0] = f{}(p[0]) + "
+                                            "level + __LINE__; p[1] = __FILE__[0]; }}\n",
+                                            body);
+      r.headers.push_back({"/abs/heavy.h", kHeavy});
+      r.headers.push_back({"/abs/level.h", shape.level_header});
+      return r;
+    };
+    // The set's first compile goes without PCH, the second makes one, the third would use it.
+    for (int body = 1; body <= 3; ++body) {
+      const vendor::CompileOutput pch = compile(*with, source(body));
+      const vendor::CompileOutput plain = compile(*without, source(body));
+      CHECK(pch.binary == plain.binary);
+      CHECK(pch.ptx == plain.ptx);
+    }
+  }
+}
+
+namespace {
+
+/// Runs `body` in a child process (a SIGBUS there ends only the child) and says how it ended.
+std::string in_child(const std::function<int()>& body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int code = 3;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+  return fmt::format("exit {}", WEXITSTATUS(status));
+}
+
+/// A tmpfs of `mib` MiB mounted on a new folder for the scope (root only), or none.
+class SmallDisk {
+ public:
+  explicit SmallDisk(int mib) {
+    if (::geteuid() != 0) return;
+    const std::string options = fmt::format("size={}m,mode=0700", mib);
+    if (::mount("kiln-pch-test", m_dir.path().c_str(), "tmpfs", 0, options.c_str()) == 0) m_mounted = true;
+  }
+  ~SmallDisk() {
+    if (m_mounted) ::umount2(m_dir.path().c_str(), MNT_DETACH);
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  [[nodiscard]] bool mounted() const noexcept { return m_mounted; }
+  [[nodiscard]] const fs::path& path() const noexcept { return m_dir.path(); }
+
+ private:
+  test::TempDir m_dir;
+  bool m_mounted = false;
+};
+
+}  // namespace
+
+TEST_CASE("a TMPDIR too small for a PCH: compiles go without one, never a SIGBUS or a failed compile", "[rtc][pch]") {
+  for (const int mib : {10, 20}) {
+    INFO(mib << " MiB");
+    SmallDisk disk(mib);
+    if (!disk.mounted()) {
+      WARN("skipped: mounting a small tmpfs needs root and a system that allows it");
+      return;
+    }
+    ScopedEnv where("TMPDIR", disk.path().string());
+    // The heavy header makes a PCH of about 26 MB: more than either disk holds.
+    const std::string ended = in_child([] {
+      std::unique_ptr<vendor::Compiler> with = pch_compiler();
+      if (!with) return 0;
+      const std::unique_ptr<vendor::Compiler> without = load(false);
+      for (int body = 1; body <= 4; ++body) {
+        if (compile(*with, kernel(body)).binary != compile(*without, kernel(body)).binary) return 1;
+      }
+      // It stays on: the folder may have room later.
+      return with->precompiled_headers().starts_with("on (0 made") ? 0 : 2;
+    });
+    CHECK(ended == "exit 0");
+  }
+}
+
+TEST_CASE("a PCH file cut short or garbled by someone else: never a SIGBUS or another binary", "[rtc][pch]") {
+  // Cut short: NVRTC would read past the end of the mapped file (a SIGBUS): the lane sees the size first and
+  // turns PCH off for the process. Garbled with its size and time kept: NVRTC checks the file, takes it for
+  // another prelude's and makes a new one.
+  for (const bool cut : {true, false}) {
+    INFO((cut ? "cut short" : "garbled"));
+    test::TempDir tmp;
+    ScopedEnv where("TMPDIR", tmp.path().string());
+    const std::string ended = in_child([&] {
+      std::unique_ptr<vendor::Compiler> with = pch_compiler();
+      if (!with) return 0;
+      const std::unique_ptr<vendor::Compiler> without = load(false);
+      (void)compile(*with, kernel(1));
+      if (!compile(*with, kernel(2)).pch_made) return 1;
+      std::size_t changed = 0;
+      for (const auto& e : fs::recursive_directory_iterator(tmp.path())) {
+        if (!e.is_regular_file()) continue;
+        if (cut) {
+          fs::resize_file(e.path(), e.file_size() / 2);
+        } else {
+          struct stat before {};
+          ::stat(e.path().c_str(), &before);
+          std::fstream file(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+          const std::string zeros(4096, '\0');
+          file.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+          file.close();
+          const struct timespec times[2] = {before.st_atim, before.st_mtim};
+          ::utimensat(AT_FDCWD, e.path().c_str(), times, 0);
+        }
+        ++changed;
+      }
+      if (changed == 0) return 2;
+      for (int body = 3; body <= 5; ++body) {
+        if (compile(*with, kernel(body)).binary != compile(*without, kernel(body)).binary) return 3;
+      }
+      const std::string state = with->precompiled_headers();
+      std::fprintf(stderr, "child: %s\n", state.c_str());
+      return state.starts_with(cut ? "off: a precompiled header file was cut short" : "on (2 made") ? 0 : 4;
+    });
+    CHECK(ended == "exit 0");
+  }
 }
 
 TEST_CASE("a header handed again under its name with other bytes never meets the PCH of the old bytes", "[rtc][pch]") {
@@ -337,7 +503,7 @@ TEST_CASE("small header sets and requests with PCH flags of their own compile wi
   input.flags = own.flags;
   input.target = "sm_90";
   vendor::pch::Folders folders("");
-  CHECK_FALSE(folders.plan(input));
+  CHECK_FALSE(folders.plan(input, 256ULL << 20));
 }
 
 TEST_CASE("the PCH flags are recognised and their messages leave the log", "[rtc][pch][unit]") {

@@ -171,10 +171,9 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
                   .folders = {input.folders.begin(), input.folders.end()},
                   .vendor = input.vendor,
                   .retry_names = std::move(retry_names)};
-  // The lean walk, unless it is off, this is a retry, or a lean walk of this signature missed a header.
-  const MacroContext macros = m_lean && !full && in.retry_names.empty()
-                                  ? MacroContext::from_flags(input.flags, input.vendor, input.compiler)
-                                  : MacroContext{};
+  // The lean walk, unless it is off, this is a retry, or a lean walk of this signature missed a header. The
+  // macros are the request's either way: computed includes are expanded with its -D definitions.
+  const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
   in.lean = m_lean && !full && in.retry_names.empty();
   in.macros = &macros;
   in.file_cache = &m_files;

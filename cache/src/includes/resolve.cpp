@@ -157,6 +157,22 @@ class Resolver {
     m_access.trust_window = input.trust_window;
     m_access.work = &m_work;
     for (const std::filesystem::path& folder : input.folders) m_folders.push_back(checked_folder(folder));
+    if (input.macros != nullptr) {
+      // The request's -D macros (and the compiler's predefined ones kiln knows) may build a computed
+      // include's name: `-DHEADER="/abs/v.h"` with `#include HEADER`.
+      for (const auto& [name, macro] : input.macros->initial) {
+        if (macro.state == Macro::State::object) {
+          m_defines[name].push_back({macro.value, false});
+        } else if (macro.state == Macro::State::function) {
+          std::string params;
+          for (std::size_t i = 0; i < macro.params.size(); ++i) {
+            const bool rest = macro.variadic && i + 1 == macro.params.size() && macro.params[i] == "__VA_ARGS__";
+            params += fmt::format("{}{}", i > 0 ? ", " : "", rest ? std::string("...") : macro.params[i]);
+          }
+          m_defines[name].push_back({fmt::format("({}) {}", params, macro.value), true});
+        }
+      }
+    }
     Unit source;
     source.kind = Unit::Kind::source;
     source.name = std::string(input.source_name);
@@ -250,6 +266,44 @@ class Resolver {
       }
       if (!guessed && scanned == m_units.size()) break;
     }
+    check_computed();
+    load_unread(0);
+  }
+
+  /// Every computed include of a text the compiler gets must expand to names kiln can hand over, read and
+  /// keyed: the compiler opens whatever name its expansion gives, and an absolute one from the disk (read,
+  /// not keyed: an edit of it would be served the old binary). So an operand with no name at all is refused,
+  /// and every absolute name one may give is read (in any branch: the lean walk may judge a branch wrong).
+  /// HIPRTC reads an absolute include from the disk even when an in-memory header has its name: refused.
+  void check_computed() {
+    for (std::size_t i = 0; i < m_computed.size(); ++i) {
+      const Computed& computed = m_computed[i];
+      const std::vector<Guess> guesses = guess_computed(computed.operand, m_defines);
+      const std::string& where = m_units[computed.unit].name;
+      if (guesses.empty()) {
+        throw IncludeError(fmt::format(
+            "{}: kiln cannot tell which header '#include {}' names (its macros do not expand to a \"name\" or <name> "
+            "with the definitions kiln reads: the source's and headers' #defines and the -D options); kiln hands the "
+            "compiler only headers it has read and keyed, so it does not compile this request: write the header's name, "
+            "or define the macro with #define or -D",
+            where, computed.operand));
+      }
+      for (const Guess& guess : guesses) {
+        if (!guess.name.starts_with('/')) continue;
+        if (m_input.vendor != Vendor::cuda) {
+          throw IncludeError(fmt::format(
+              "{}: '#include {}' may name the absolute path '{}', which HIPRTC would read from the disk instead of the "
+              "bytes kiln keyed; include it by a name under an include folder (-I)",
+              where, computed.operand, guess.name));
+        }
+        add_alias(m_units[computed.unit], guess.name, guess.angled, false);  // (m_computed may grow: by index)
+      }
+    }
+  }
+
+  /// Notes a file's #defines for computed includes (every branch).
+  void note_defines(const std::vector<Define>& defines) {
+    for (const Define& d : defines) m_defines[d.name].push_back({d.text, d.function_like});
   }
 
   enum class Where { none, memory, disk };
@@ -407,7 +461,7 @@ class Resolver {
     } else {
       scan_includes(m_units[index].text, scanned);
     }
-    for (const auto& [name, text] : found->defines) m_defines[name].push_back(text);
+    note_defines(found->defines);
     for (const std::string& operand : found->computed) m_computed.push_back({index, operand});
     for (std::size_t i = 0; i < found->refs.size(); ++i) {
       const IncludeRef& ref = found->refs[i];
@@ -465,6 +519,7 @@ class Resolver {
       }
     }
     m_read_ahead_reads = read_ahead.finish();
+    check_computed();
     load_unread(0);
   }
 
@@ -473,7 +528,7 @@ class Resolver {
   /// compiler probes must be there whether or not kiln thinks the branch is taken).
   void first_entry(Unit& unit, std::size_t index, const ScanResult& scan) {
     unit.ref_targets.assign(scan.refs.size(), kNotTaken);
-    for (const auto& [name, text] : scan.defines) m_defines[name].push_back(text);
+    note_defines(scan.defines);
     for (const std::string& operand : scan.computed) m_computed.push_back({index, operand});
     unit.guard = include_guard(scan.directives);
     int depth = 0;
@@ -722,16 +777,6 @@ class Resolver {
 };
 
 /// The text between `open` and the next `close` after the first occurrence of `marker`, on one line.
-std::optional<std::string> quoted_after(std::string_view log, std::string_view marker, char close) {
-  const std::size_t at = log.find(marker);
-  if (at == npos) return std::nullopt;
-  const std::size_t begin = at + marker.size();
-  const std::size_t end = log.find_first_of(std::string_view(&close, 1), begin);
-  const std::size_t line_end = log.find('\n', begin);
-  if (end == npos || end > line_end || end == begin) return std::nullopt;
-  return std::string(log.substr(begin, end - begin));
-}
-
 }  // namespace
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) {
@@ -769,42 +814,6 @@ std::vector<std::filesystem::path> checked_include_folders(std::span<const std::
   const std::int64_t now_ns = memo != nullptr ? realtime_now_ns() : 0;
   for (const std::filesystem::path& folder : folders) out.emplace_back(checked_folder(folder, memo, now_ns));
   return out;
-}
-
-std::optional<std::string> missing_include_from_log(std::string_view log) {
-  // NVRTC: `catastrophic error: cannot open source file "x"`, or `could not open source file "x"
-  // (no directories in search list)` for an <x> include.
-  if (auto name = quoted_after(log, "cannot open source file \"", '"')) return name;
-  if (auto name = quoted_after(log, "could not open source file \"", '"')) return name;
-  // clang (HIPRTC): `fatal error: 'x' file not found`, or `error: 'x' file not found, did you mean 'y'?`.
-  for (std::size_t at = log.find("' file not found"); at != npos; at = log.find("' file not found", at + 1)) {
-    const std::size_t line = log.rfind('\n', at);
-    const std::size_t begin = log.find("error: '", line == npos ? 0 : line + 1);
-    if (begin != npos && begin < at) {
-      const std::size_t name = begin + 8;
-      if (name < at) return std::string(log.substr(name, at - name));
-    }
-  }
-  return std::nullopt;
-}
-
-std::string describe_missing_include(std::string_view name, std::span<const std::filesystem::path> folders) {
-  if (folders.empty()) {
-    return fmt::format(
-        "header '{}' is not among the in-memory headers and no include folder was given (pass -I DIR, or "
-        "--toolkit-includes for the toolkit's own headers; the compiler searches neither the working directory "
-        "nor the source's folder, so a header there needs -I too)",
-        name);
-  }
-  std::string list;
-  for (const std::filesystem::path& folder : folders) {
-    if (!list.empty()) list += ", ";
-    list += folder.string();
-  }
-  return fmt::format(
-      "header '{}' is not among the in-memory headers nor in the include folders searched: {} (the working directory "
-      "and the source's folder are not searched: a header there needs -I too)",
-      name, list);
 }
 
 }  // namespace kiln::cache::detail

@@ -156,4 +156,11 @@ struct ResolvedIncludes {
 [[nodiscard]] std::string describe_missing_include(std::string_view name,
                                                    std::span<const std::filesystem::path> folders);
 
+/// `log` with each line the compiler echoes from a source or header that is an #include directive shown as
+/// the file has it ("self.h") instead of as kiln rewrote it ("/abs/inc/self.h"): the compiler quotes the text
+/// it was given, which is not what the user reads in their file. NVRTC's `<file>(<line>): ...` locations
+/// name the line: the source's from `source_text`, a header's (handed under its path) from its file.
+[[nodiscard]] std::string restore_include_spellings(std::string log, std::string_view source_name,
+                                                    std::string_view source_text);
+
 }  // namespace kiln::cache::detail

@@ -68,10 +68,13 @@ Hash128 ResolvedSets::signature(const IncludeInput& input, const ScanResult& sou
   field(bytes, std::to_string(source_scan.computed.size()));
   for (const std::string& operand : source_scan.computed) field(bytes, operand);
   field(bytes, std::to_string(source_scan.defines.size()));
-  for (const auto& [name, replacement] : source_scan.defines) {
-    field(bytes, name);
-    field(bytes, replacement);
+  for (const Define& d : source_scan.defines) {
+    field(bytes, d.name);
+    field(bytes, d.text);
+    field(bytes, d.function_like ? "f" : "o");
   }
+  // A computed include's names depend on the request's -D macros too (resolve.hpp), lean walk or not.
+  if (!lean && input.macros != nullptr) field(bytes, input.macros->signature());
   return hash128(bytes);
 }
 

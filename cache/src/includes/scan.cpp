@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 
 namespace kiln::cache::detail {
 namespace {
@@ -23,7 +24,7 @@ constexpr auto kMaySplitPlainCode = [] {
 /// The scanner behind scan_includes (its comment says what it skips and why).
 class Scanner {
  public:
-  explicit Scanner(std::string_view text) : m_text(text) {}
+  explicit Scanner(std::string_view text) : m_text(text), m_trigraphs(text.find("??") != npos) {}
 
   /// Fills `found`: the includes in order, the computed includes' operands, the object-like macro
   /// definitions.
@@ -54,9 +55,11 @@ class Scanner {
         skip_line_comment();
       } else if (c == '/' && peek_second() == '*') {
         skip_block_comment();  // a comment is one space: a line that starts with one still starts there
-      } else if (c == '#' && line_start) {
+      } else if (line_start && (c == '#' || (c == '%' && peek_second() == ':'))) {
+        // `%:` is the digraph of `#` (the preprocessor sees the same directive either way).
         line_start = false;
         m_in_directive = true;
+        if (c == '%') advance();
         advance();
         directive();
       } else {
@@ -71,33 +74,65 @@ class Scanner {
   }
 
  private:
-  /// The raw index of the character at or after `at` once line splices are skipped.
+  /// A trigraph's character (`??=` is '#', `??/` a backslash, ...; compilers replace them before anything else
+  /// in C++ before 17), or 0 when no trigraph starts at `at`. Only a text with "??" in it is asked.
+  [[nodiscard]] char trigraph(std::size_t at) const {
+    if (!m_trigraphs || at + 2 >= m_text.size() || m_text[at] != '?' || m_text[at + 1] != '?') return 0;
+    switch (m_text[at + 2]) {
+      case '=': return '#';
+      case '/': return '\\';
+      case '\'': return '^';
+      case '(': return '[';
+      case ')': return ']';
+      case '!': return '|';
+      case '<': return '{';
+      case '>': return '}';
+      case '-': return '~';
+      default: return 0;
+    }
+  }
+  /// How many raw characters the character at `at` takes (3 for a trigraph).
+  [[nodiscard]] std::size_t width(std::size_t at) const { return trigraph(at) != 0 ? 3 : 1; }
+  /// The raw index of the character at or after `at` once line splices are skipped (a backslash, or the
+  /// trigraph `??/`, before a newline).
   [[nodiscard]] std::size_t logical(std::size_t at) const {
-    while (at < m_text.size() && m_text[at] == '\\') {
-      if (at + 1 < m_text.size() && m_text[at + 1] == '\n')
-        at += 2;
-      else if (at + 2 < m_text.size() && m_text[at + 1] == '\r' && m_text[at + 2] == '\n')
-        at += 3;
+    while (at < m_text.size()) {
+      std::size_t after = npos;
+      if (m_text[at] == '\\') {
+        after = at + 1;
+      } else if (trigraph(at) == '\\') {
+        after = at + 3;
+      } else {
+        break;
+      }
+      if (after < m_text.size() && m_text[after] == '\n')
+        at = after + 1;
+      else if (after + 1 < m_text.size() && m_text[after] == '\r' && m_text[after + 1] == '\n')
+        at = after + 2;
       else
         break;
     }
     return at;
   }
+  [[nodiscard]] int char_at(std::size_t at) const {
+    if (at >= m_text.size()) return -1;
+    const char t = trigraph(at);
+    return static_cast<unsigned char>(t != 0 ? t : m_text[at]);
+  }
   /// The current character (-1 at the end).
   int peek() {
     m_pos = logical(m_pos);
-    return m_pos < m_text.size() ? static_cast<unsigned char>(m_text[m_pos]) : -1;
+    return char_at(m_pos);
   }
   /// The character after the current one (-1 at the end).
   int peek_second() {
     m_pos = logical(m_pos);
     if (m_pos >= m_text.size()) return -1;
-    const std::size_t at = logical(m_pos + 1);
-    return at < m_text.size() ? static_cast<unsigned char>(m_text[at]) : -1;
+    return char_at(logical(m_pos + width(m_pos)));
   }
   void advance() {
     m_pos = logical(m_pos);
-    if (m_pos < m_text.size()) ++m_pos;
+    if (m_pos < m_text.size()) m_pos += width(m_pos);
   }
 
   void skip_blanks_and_comments() {  // within one line
@@ -113,7 +148,7 @@ class Scanner {
   }
   /// Whether the raw text in [from, to) has no backslash: no line splice there, so raw and logical agree.
   [[nodiscard]] bool unspliced(std::size_t from, std::size_t to) const {
-    return m_text.substr(from, to - from).find('\\') == npos;
+    return !m_trigraphs && m_text.substr(from, to - from).find('\\') == npos;
   }
   void skip_line_comment() {  // up to, not including, the newline (a spliced newline continues it)
     m_pos = logical(m_pos);
@@ -190,6 +225,7 @@ class Scanner {
   /// lines, the newline), less an identifier that runs into it (a literal's prefix: R"(...)", u8'x'). A
   /// stretch that names __has_include or __INCLUDE_LEVEL__ is left to token(). False when it did not move.
   bool skip_plain_code() {
+    if (m_trigraphs) return false;  // a trigraph may be any of those characters: character by character
     const std::string_view rest = m_text.substr(m_pos);
     std::size_t stop = 0;
     while (stop < rest.size() && !kMaySplitPlainCode[static_cast<unsigned char>(rest[stop])]) ++stop;
@@ -212,7 +248,7 @@ class Scanner {
     std::size_t at = begin;
     while (at < m_text.size() && is_ident_char(static_cast<unsigned char>(m_text[at]))) ++at;
     if (at > begin) m_pos = m_identifier_end = at;
-    if (at >= m_text.size() || m_text[at] != '\\') return m_text.substr(begin, at - begin);
+    if (at >= m_text.size() || (m_text[at] != '\\' && trigraph(at) != '\\')) return m_text.substr(begin, at - begin);
     m_identifier.assign(m_text.substr(begin, at - begin));
     for (int c = peek(); is_ident_char(c); c = peek()) {
       m_identifier += static_cast<char>(c);
@@ -309,6 +345,7 @@ class Scanner {
     m_pos = logical(m_pos);
     const std::size_t end = std::min(m_text.find('\n', m_pos), m_text.size());
     if (const std::string_view line = m_text.substr(m_pos, end - m_pos);
+        !m_trigraphs && line.find("%:") == npos &&
         std::none_of(line.begin(), line.end(), [](char c) { return kMaySplitPlainCode[static_cast<unsigned char>(c)]; })) {
       // No splice, comment or literal on the line: it is its own text.
       m_pos = end;
@@ -323,6 +360,12 @@ class Scanner {
       if (c == '/' && peek_second() == '*') {
         skip_block_comment();
         text += ' ';
+        continue;
+      }
+      if (c == '%' && peek_second() == ':') {  // the digraph of '#' (so `%:%:` is `##`)
+        advance();
+        advance();
+        text += '#';
         continue;
       }
       text += static_cast<char>(c);
@@ -353,6 +396,9 @@ class Scanner {
   /// main loop (so __has_include there is found).
   void directive() {
     skip_blanks_and_comments();
+    // A GNU line marker (`# 100 "other.cu"`) sets the presumed line and file as #line does: text that would
+    // mean another thing moved into a header.
+    if (is_digit(peek())) m_prelude_blocked = true;
     if (!is_ident_start(peek())) return;
     const std::size_t begin = logical(m_pos);
     const std::string word(read_identifier());
@@ -370,14 +416,15 @@ class Scanner {
         const std::size_t parameters = m_pos;
         std::string text = rest_of_line();
         m_pos = parameters;
-        directives.push_back({Directive::Kind::define, std::move(name), std::move(text), true, 0});
+        directives.push_back({Directive::Kind::define, name, text, true, 0});
+        m_found->defines.push_back({std::move(name), std::move(text), true});
         return;
       }
       const std::size_t replacement = m_pos;
       std::string text = rest_of_line();
       m_pos = replacement;
       directives.push_back({Directive::Kind::define, name, text, false, 0});
-      m_found->defines.emplace_back(std::move(name), std::move(text));
+      m_found->defines.push_back({std::move(name), std::move(text), false});
       return;
     }
     if (word == "if" || word == "elif") {
@@ -432,6 +479,7 @@ class Scanner {
   enum class Line { code, condition, definition };
 
   std::string_view m_text;
+  const bool m_trigraphs;  ///< the text has "??": peek() and advance() read trigraphs, the raw fast paths step aside
   std::size_t m_pos = 0;
   Line m_line = Line::code;
   // ScanResult::prelude_end: the conditional depth, whether the current line is a directive (and an #include
@@ -492,60 +540,311 @@ void scan_includes(std::string_view text, ScanResult& found) {
   mark_inert_groups(found);
 }
 
-std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines) {
-  constexpr int kMaxDepth = 8;
-  constexpr std::size_t kMaxSteps = 256;
-  std::vector<Guess> out;
-  std::vector<std::pair<std::string, int>> work = {{std::string(operand), 0}};
-  for (std::size_t steps = 0; !work.empty() && steps < kMaxSteps; ++steps) {
-    auto [text, depth] = std::move(work.back());
-    work.pop_back();
-    // The first identifier outside a string literal that names a macro.
-    std::size_t begin = npos, end = npos;
-    Defines::const_iterator macro = defines.end();
-    for (std::size_t i = 0; i < text.size();) {
+namespace {
+
+/// The bounded macro expansion behind guess_computed: every way the operand's macros may expand, each to
+/// a text without a macro call left, over text (spellings and blanks kept, so a name's spelling survives).
+class Expander {
+ public:
+  explicit Expander(const Defines& defines) : m_defines(defines) {}
+
+  /// Every full expansion of `text` (at most kMaxResults), searching for macro names from `from` on.
+  std::vector<std::string> expand(std::string text, std::size_t from, int depth) {
+    std::vector<std::string> out;
+    expand_into(std::move(text), from, depth, out);
+    return out;
+  }
+
+  static constexpr int kMaxDepth = 16;
+  static constexpr std::size_t kMaxSteps = 512;
+  static constexpr std::size_t kMaxResults = 64;
+
+ private:
+  struct Call {
+    std::size_t begin = 0, end = 0;  ///< the span replaced: the name, or the name through its ')'
+    const std::vector<Definition>* definitions = nullptr;
+    std::vector<std::string> args;   ///< a function-like call's arguments, as written
+    bool function_like = false;
+  };
+
+  void expand_into(std::string text, std::size_t from, int depth, std::vector<std::string>& out) {
+    if (out.size() >= kMaxResults || ++m_steps > kMaxSteps) return;
+    const std::optional<Call> call = next_call(text, from);
+    if (!call) {
+      out.push_back(std::move(text));
+      return;
+    }
+    if (depth >= kMaxDepth) return;  // a macro that keeps expanding into itself: no name from this way
+    for (const Definition& d : *call->definitions) {
+      if (d.function_like != call->function_like) continue;
+      for (std::string& replaced : replacements(d, *call, depth)) {
+        std::string next = text.substr(0, call->begin) + replaced + text.substr(call->end);
+        expand_into(std::move(next), call->begin, depth + 1, out);
+      }
+    }
+  }
+
+  /// The first macro name at or after `from` outside a literal that is called: an object-like definition,
+  /// or a function-like one followed by '(' (then its arguments are read too).
+  [[nodiscard]] std::optional<Call> next_call(const std::string& text, std::size_t from) const {
+    for (std::size_t i = from; i < text.size();) {
       const auto c = static_cast<unsigned char>(text[i]);
-      if (c == '"') {
-        const std::size_t close = text.find('"', i + 1);
-        if (close == npos) break;
-        i = close + 1;
-      } else if (is_ident_start(c) && (i == 0 || !is_ident_char(static_cast<unsigned char>(text[i - 1])))) {
+      if (c == '"' || c == '\'') {
+        i = past_literal(text, i);
+      } else if (is_digit(c)) {
+        while (i < text.size() && (is_ident_char(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+      } else if (is_ident_start(c)) {
         std::size_t j = i;
         while (j < text.size() && is_ident_char(static_cast<unsigned char>(text[j]))) ++j;
-        macro = defines.find(text.substr(i, j - i));
-        if (macro != defines.end()) {
-          begin = i;
-          end = j;
-          break;
+        const auto macro = m_defines.find(text.substr(i, j - i));
+        if (macro != m_defines.end()) {
+          Call call{i, j, &macro->second, {}, false};
+          const bool object = std::any_of(macro->second.begin(), macro->second.end(),
+                                          [](const Definition& d) { return !d.function_like; });
+          std::size_t open = j;
+          while (open < text.size() && is_blank(static_cast<unsigned char>(text[open]))) ++open;
+          if (open < text.size() && text[open] == '(' &&
+              std::any_of(macro->second.begin(), macro->second.end(), [](const Definition& d) { return d.function_like; })) {
+            if (std::optional<std::size_t> close = arguments(text, open, call.args)) {
+              call.function_like = true;
+              call.end = *close + 1;
+              return call;
+            }
+          }
+          if (object) return call;
         }
         i = j;
       } else {
         ++i;
       }
     }
-    if (macro == defines.end()) {
-      const std::size_t first = text.find_first_not_of(" \t");
-      const std::size_t last = text.find_last_not_of(" \t");
-      if (first == npos || last - first < 2) continue;
-      const char open = text[first], close = text[last];
-      if (!((open == '<' && close == '>') || (open == '"' && close == '"'))) continue;
-      Guess guess{text.substr(first + 1, last - first - 1), open == '<'};
-      const bool seen = std::any_of(out.begin(), out.end(),
-                                    [&](const Guess& g) { return g.name == guess.name && g.angled == guess.angled; });
-      if (!seen) out.push_back(std::move(guess));
-      continue;
+    return std::nullopt;
+  }
+
+  static std::size_t past_literal(const std::string& text, std::size_t at) {
+    const char quote = text[at];
+    for (std::size_t i = at + 1; i < text.size(); ++i) {
+      if (text[i] == '\\') {
+        ++i;
+      } else if (text[i] == quote) {
+        return i + 1;
+      }
     }
-    if (depth >= kMaxDepth) continue;
-    const std::vector<std::string>& definitions = macro->second;
-    for (auto d = definitions.rbegin(); d != definitions.rend(); ++d) {  // the first definition is tried first
-      work.emplace_back(text.substr(0, begin) + *d + text.substr(end), depth + 1);
+    return text.size();
+  }
+
+  /// The arguments of a call whose '(' is at `open`, split at top-level commas; the index of its ')'.
+  static std::optional<std::size_t> arguments(const std::string& text, std::size_t open, std::vector<std::string>& args) {
+    int nesting = 0;
+    std::size_t start = open + 1;
+    for (std::size_t i = open + 1; i < text.size();) {
+      const char c = text[i];
+      if (c == '"' || c == '\'') {
+        i = past_literal(text, i);
+        continue;
+      }
+      if (c == '(') ++nesting;
+      if ((c == ',' && nesting == 0) || (c == ')' && nesting == 0)) {
+        args.push_back(text.substr(start, i - start));
+        if (c == ')') return i;
+        start = i + 1;
+      } else if (c == ')') {
+        --nesting;
+      }
+      ++i;
     }
+    return std::nullopt;
+  }
+
+  static std::string_view trim(std::string_view text) {
+    while (!text.empty() && is_blank(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+    while (!text.empty() && is_blank(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+    return text;
+  }
+
+  /// `#x`: the argument's spelling as a string literal (blanks between tokens one space; '"' and '\' in
+  /// its literals escaped).
+  static std::string stringize(std::string_view arg) {
+    arg = trim(arg);
+    std::string out = "\"";
+    const auto put = [&out](char c) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    };
+    char quote = 0;  // inside a literal: its quote
+    bool blank = false;
+    for (std::size_t i = 0; i < arg.size(); ++i) {
+      const char c = arg[i];
+      if (quote == 0 && is_blank(static_cast<unsigned char>(c))) {
+        blank = true;
+        continue;
+      }
+      if (blank) out += ' ';
+      blank = false;
+      if (quote == 0) {
+        if (c == '"' || c == '\'') quote = c;
+        put(c);
+      } else if (c == '\\' && i + 1 < arg.size()) {
+        put(c);
+        put(arg[++i]);
+      } else {
+        if (c == quote) quote = 0;
+        put(c);
+      }
+    }
+    return out + '"';
+  }
+
+  /// A definition's replacement with the call's arguments in place: every way it can read (an argument
+  /// expanded first may expand more than one way).
+  std::vector<std::string> replacements(const Definition& d, const Call& call, int depth) {
+    if (!d.function_like) return {d.text};
+    // "(a, b) body": the parameters, then the body.
+    const std::size_t close = d.text.find(')');
+    if (d.text.empty() || d.text.front() != '(' || close == std::string::npos) return {};
+    std::vector<std::string> params;
+    bool variadic = false;
+    for (std::string_view list(d.text.data() + 1, close - 1); !trim(list).empty();) {
+      const std::size_t comma = list.find(',');
+      std::string_view param = trim(list.substr(0, comma));
+      if (param == "...") {
+        param = "__VA_ARGS__";
+        variadic = true;
+      }
+      params.emplace_back(param);
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
+    }
+    std::vector<std::string> args = call.args;
+    if (args.size() == 1 && params.empty() && trim(args.front()).empty()) args.clear();
+    if (variadic && args.size() > params.size()) {  // the rest of the arguments, commas and all, are __VA_ARGS__
+      for (std::size_t i = params.size(); i < args.size(); ++i) args[params.size() - 1] += "," + args[i];
+      args.resize(params.size());
+    }
+    if (variadic && args.size() + 1 == params.size()) args.emplace_back();
+    if (args.size() != params.size()) return {};  // a call the compiler would reject: no name from it
+    const std::string_view body = trim(std::string_view(d.text).substr(close + 1));
+
+    // The body's pieces: text, a parameter (with how it is used), '#' + parameter, '##'.
+    struct Piece {
+      enum Kind { text, param, stringized, paste } kind;
+      std::string value;  ///< text: the text; param/stringized: the parameter's index as text
+    };
+    std::vector<Piece> pieces;
+    const auto param_index = [&](std::string_view name) -> int {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        if (params[i] == name) return static_cast<int>(i);
+      }
+      return -1;
+    };
+    for (std::size_t i = 0; i < body.size();) {
+      const auto c = static_cast<unsigned char>(body[i]);
+      if (c == '"' || c == '\'') {
+        const std::size_t end = past_literal(std::string(body), i);
+        pieces.push_back({Piece::text, std::string(body.substr(i, end - i))});
+        i = end;
+      } else if (c == '#' && i + 1 < body.size() && body[i + 1] == '#') {
+        while (!pieces.empty() && pieces.back().kind == Piece::text && trim(pieces.back().value).empty()) pieces.pop_back();
+        if (!pieces.empty() && pieces.back().kind == Piece::text) pieces.back().value = std::string(trim(pieces.back().value));
+        pieces.push_back({Piece::paste, {}});
+        i += 2;
+        while (i < body.size() && is_blank(static_cast<unsigned char>(body[i]))) ++i;
+      } else if (c == '#') {
+        std::size_t j = i + 1;
+        while (j < body.size() && is_blank(static_cast<unsigned char>(body[j]))) ++j;
+        std::size_t k = j;
+        while (k < body.size() && is_ident_char(static_cast<unsigned char>(body[k]))) ++k;
+        const int index = param_index(body.substr(j, k - j));
+        if (index < 0) return {};  // '#' not before a parameter: the compiler rejects the definition
+        pieces.push_back({Piece::stringized, std::to_string(index)});
+        i = k;
+      } else if (is_ident_start(c)) {
+        std::size_t j = i;
+        while (j < body.size() && is_ident_char(static_cast<unsigned char>(body[j]))) ++j;
+        const int index = param_index(body.substr(i, j - i));
+        if (index >= 0) {
+          pieces.push_back({Piece::param, std::to_string(index)});
+        } else {
+          pieces.push_back({Piece::text, std::string(body.substr(i, j - i))});
+        }
+        i = j;
+      } else {
+        pieces.push_back({Piece::text, std::string(1, static_cast<char>(c))});
+        ++i;
+      }
+    }
+    // A parameter next to '##' takes its argument as written; any other is expanded first.
+    std::vector<std::string> results = {std::string()};
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      const Piece& piece = pieces[p];
+      std::vector<std::string> choices;
+      if (piece.kind == Piece::paste) {
+        for (std::string& r : results) {
+          while (!r.empty() && is_blank(static_cast<unsigned char>(r.back()))) r.pop_back();
+        }
+        continue;
+      }
+      if (piece.kind == Piece::text) {
+        choices = {piece.value};
+      } else {
+        const std::string& arg = args[static_cast<std::size_t>(std::stoi(piece.value))];
+        const bool pasted = (p > 0 && pieces[p - 1].kind == Piece::paste) ||
+                            (p + 1 < pieces.size() && pieces[p + 1].kind == Piece::paste);
+        if (piece.kind == Piece::stringized) {
+          choices = {stringize(arg)};
+        } else if (pasted) {
+          choices = {std::string(trim(arg))};
+        } else {
+          choices = expand(std::string(trim(arg)), 0, depth + 1);
+        }
+      }
+      const bool after_paste = p > 0 && pieces[p - 1].kind == Piece::paste;
+      std::vector<std::string> next;
+      for (const std::string& r : results) {
+        for (const std::string& choice : choices) {
+          if (next.size() >= kMaxResults) break;
+          next.push_back(r + (after_paste ? std::string(trim(choice)) : choice));
+        }
+      }
+      results = std::move(next);
+    }
+    return results;
+  }
+
+  const Defines& m_defines;
+  std::size_t m_steps = 0;
+};
+
+}  // namespace
+
+std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines) {
+  std::vector<Guess> out;
+  Expander expander(defines);
+  for (const std::string& text : expander.expand(std::string(operand), 0, 0)) {
+    const std::string_view name = text;
+    const std::size_t first = name.find_first_not_of(" \t");
+    const std::size_t last = name.find_last_not_of(" \t");
+    if (first == npos || last - first < 2) continue;
+    const char open = name[first], close = name[last];
+    if (!((open == '<' && close == '>') || (open == '"' && close == '"'))) continue;
+    const std::string_view inner = name.substr(first + 1, last - first - 1);
+    // A "..." operand is one string literal; <...> is spelled by its tokens (blanks kept as written).
+    if (open == '"' && inner.find('"') != npos) continue;
+    Guess guess{std::string(inner), open == '<'};
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const Guess& g) { return g.name == guess.name && g.angled == guess.angled; });
+    if (!seen) out.push_back(std::move(guess));
   }
   return out;
 }
 
 bool opens_files_by_name(std::string_view text) {
-  if (text.find("include") == std::string_view::npos) return false;  // no include of any form
+  // No include of any form: the word is not there, nor a line splice that could be cutting it in two (a
+  // backslash, or the trigraph ??/).
+  if (text.find("include") == std::string_view::npos && text.find('\\') == std::string_view::npos &&
+      text.find("?\?/") == std::string_view::npos) {
+    return false;
+  }
   ScanResult found;
   scan_includes(text, found);
   return !found.computed.empty() || std::any_of(found.refs.begin(), found.refs.end(), [](const IncludeRef& ref) {

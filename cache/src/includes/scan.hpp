@@ -3,9 +3,10 @@
 // preprocessing it. Every branch is scanned (#if 0 and #ifdef _WIN32 included), so the set is a
 // superset of what the compiler reads. __has_include operands count as includes (a header the compiler
 // did not get would flip the answer). A computed include (#include MACRO) cannot be rewritten; the scan
-// notes its operand and every object-like #define it saw, and guess_computed expands the one with the
-// others. What that cannot reach (function-like macros, token pasting) the engine retries with the name
-// a failed compile asked for (missing_include_from_log, IncludeInput::retry_names).
+// notes its operand and every #define it saw, and guess_computed expands the one with the others. A name
+// the expansion misses (a definition the scan cannot see) the engine retries with the name a failed
+// compile asked for (missing_include_from_log, IncludeInput::retry_names); an operand that expands to no
+// name at all is refused (resolve.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -51,10 +52,17 @@ struct Directive {
   std::size_t index = 0;       ///< include: into ScanResult::refs; computed: into ScanResult::computed
 };
 
+/// A #define as the scan saw it.
+struct Define {
+  std::string name;
+  std::string text;            ///< the replacement; a function-like one's parameter list first: "(a, b) a + b"
+  bool function_like = false;
+};
+
 struct ScanResult {
   std::vector<IncludeRef> refs;
   std::vector<std::string> computed;                         ///< operands of #include MACRO, as written
-  std::vector<std::pair<std::string, std::string>> defines;  ///< object-like #define: name, replacement
+  std::vector<Define> defines;  ///< every #define, any branch, in order (for computed includes)
   /// The directives that decide what a compile reads: conditionals, #define/#undef, includes, #pragma once.
   std::vector<Directive> directives;
   /// Per directive: for an #if/#ifdef/#ifndef whose group holds no #define, #undef or #include in any of
@@ -80,8 +88,13 @@ struct ScanResult {
 /// language.
 void scan_includes(std::string_view text, ScanResult& found);
 
-/// Every object-like definition seen for a macro name, in the order seen (any branch, never undone).
-using Defines = std::unordered_map<std::string, std::vector<std::string>>;
+/// Every definition seen for a macro name, in the order seen (any branch, never undone). A function-like
+/// one's text starts with its parameter list, as Define::text.
+struct Definition {
+  std::string text;
+  bool function_like = false;
+};
+using Defines = std::unordered_map<std::string, std::vector<Definition>>;
 
 /// A header name a computed include may expand to.
 struct Guess {
@@ -89,12 +102,16 @@ struct Guess {
   bool angled = false;
 };
 
-/// The header names a computed include's operand can expand to, using every object-like definition
-/// the scan saw for each macro (every branch: an over-approximation, like the scan itself). Thrust
-/// picks its system headers this way (`#include __THRUST_DEVICE_SYSTEM_TAG_HEADER`, defined as
-/// `<__THRUST_DEVICE_SYSTEM_ROOT/detail/...>`); guessing them saves a failed compile for each one.
-/// Function-like macros and token pasting are not followed: what cannot be guessed is left to the
-/// engine's retry. Bounded: at most 8 nested expansions and 256 texts per operand.
+/// The header names a computed include's operand can expand to, using every definition the scan saw for
+/// each macro (every branch: an over-approximation, like the scan itself) and the request's -D macros.
+/// Object-like and function-like macros are expanded as the preprocessor does: arguments are expanded
+/// before they replace a parameter (unless `#` or `##` takes them), `#` makes a string of its argument's
+/// spelling, `##` joins tokens, and the result is rescanned. Thrust picks its system headers this way
+/// (`#include __THRUST_DEVICE_SYSTEM_TAG_HEADER`, defined as `<__THRUST_DEVICE_SYSTEM_ROOT/detail/...>`),
+/// and a stringizing macro can build any name, an absolute path too (`#include X(/abs/v.h)`): kiln hands
+/// the compiler only headers it has read and keyed, so an operand that yields no name is refused by the
+/// resolver rather than left to the compiler to open. Bounded: at most 16 nested expansions, 512 steps and
+/// 64 names per operand.
 [[nodiscard]] std::vector<Guess> guess_computed(std::string_view operand, const Defines& defines);
 
 /// Whether `text` (a source or an in-memory header) has an include the compiler would open from the disk

@@ -223,6 +223,11 @@ class Engine {
   /// first (the same request answered earlier by this engine's compile(): origin
   /// memory, no disk access; the last 256 such requests are remembered), then every cache tier, then
   /// compiles and stores like prewarm().
+  /// Headers read from include folders (-I, or an include by absolute path): within one engine, a header's
+  /// stat is reused for up to a second (ManifestConfig::stat_memo), so a header edited less than a second
+  /// after a compile that read it can still be compiled into a *new* request (another kernel over the same
+  /// tree) with the bytes that compile read; another process, or this one a second later, sees the edit.
+  /// A header changed in the last 2 s is never trusted by its stat across processes.
   /// Throws CompileError, ConfigError, DeviceUnavailable.
   [[nodiscard]] CompiledBinary compile(const Source& source, const Options& options = {},
                                        const std::vector<std::string>& names = {}, std::string_view target = "native");

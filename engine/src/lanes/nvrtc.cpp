@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -84,32 +85,53 @@ class Nvrtc final : public Compiler {
     // same translation unit: nvrtc_pch.hpp); without, as it is.
     const std::unique_ptr<pch::Hoisted> hoisted = m_pch->on() ? pch::Hoisted::make(input) : nullptr;
     const CompileInput& with_pch = hoisted ? hoisted->input() : input;
-    std::optional<pch::Plan> plan = m_pch->plan(with_pch);
+    std::optional<pch::Plan> plan = m_pch->on() ? m_pch->plan(with_pch, heap_size()) : std::nullopt;
     if (!plan) return compile_once(input, nullptr);
-    // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
-    std::shared_lock heap(heap_mutex());
-    std::optional<std::size_t> needed;
-    CompileOutput out = compile_once(with_pch, &*plan, &needed);
-    if (needed) {
-      // The PCH did not fit the heap (the compile succeeded without making one, with a warning in its
-      // log): grow the heap to what NVRTC asked for and compile again with a new program, once.
-      heap.unlock();
-      grow_heap(*needed);
-      heap.lock();
-      needed.reset();
-      out = compile_once(with_pch, &*plan, &needed);
-      if (needed) out = compile_once(input, nullptr);  // another compile's PCH took the room: without PCH
+    try {
+      // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
+      std::shared_lock heap(heap_mutex());
+      std::optional<std::size_t> needed;
+      CompileOutput out = compile_once(with_pch, &*plan, &needed);
+      if (needed) {
+        // The PCH did not fit the heap (the compile succeeded without making one, with a warning in its
+        // log): grow the heap to what NVRTC asked for and compile again with a new program, once.
+        heap.unlock();
+        grow_heap(*needed);
+        heap.lock();
+        needed.reset();
+        if (!m_pch->has_room(*plan, heap_size())) return compile_once(input, nullptr);
+        out = compile_once(with_pch, &*plan, &needed);
+        if (needed) out = compile_once(input, nullptr);  // another compile's PCH took the room: without PCH
+      }
+      return out;
+    } catch (const CompileError& with_error) {
+      // A PCH problem (a PCH file damaged or cut short by someone else, a mapping the system refused) must
+      // not fail a compile: the same compile without PCH decides. If it succeeds, the failure was the
+      // PCH's, and PCH goes off for this process; if it fails too, its error (free of PCH lines) is the
+      // request's.
+      CompileOutput out = compile_once(input, nullptr);
+      m_pch->turn_off(fmt::format("a compile with a precompiled header failed where the same compile without one "
+                                  "succeeded ({})",
+                                  first_line(with_error.log().empty() ? std::string(with_error.what()) : with_error.log())));
+      return out;
     }
-    return out;
   }
 
-  std::string precompiled_headers() const override {
-    std::size_t heap = 0;
-    if (m_pch->on()) m_api.nvrtcGetPCHHeapSize(&heap);
-    return m_pch->describe(heap);
-  }
+  std::string precompiled_headers() const override { return m_pch->describe(m_pch->on() ? heap_size() : 0); }
 
  private:
+  /// NVRTC's PCH heap's size now (PCH on only: the call is NVRTC 12.8's).
+  std::size_t heap_size() const {
+    std::size_t heap = 0;
+    m_api.nvrtcGetPCHHeapSize(&heap);
+    return heap;
+  }
+
+  static std::string first_line(std::string_view text) {
+    while (!text.empty() && (text.front() == '\n' || text.front() == ' ')) text.remove_prefix(1);
+    return std::string(text.substr(0, std::min(text.find('\n'), std::size_t{300})));
+  }
+
   /// One program, compiled with the request's flags plus `plan`'s. With a plan, `heap_needed` is set
   /// when the PCH did not fit the heap (to the size NVRTC asks for).
   CompileOutput compile_once(const CompileInput& input, const pch::Plan* plan,

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -85,11 +86,21 @@ std::unique_ptr<Hoisted> Hoisted::make(const CompileInput& input) {
   cache::detail::ScanResult scan;
   cache::detail::scan_includes(input.source, scan);
   if (scan.prelude_end == 0 || scan.prelude_end > input.source.size()) return nullptr;
+  // Every header the prefix includes is one level deeper once the prefix is a header: a header that reads
+  // __INCLUDE_LEVEL__ would see another number (the scan refuses the prefix itself when it names it).
+  // Which headers the prefix reaches is not known here, so no handed header may name it.
+  constexpr std::string_view kLevel = "__INCLUDE_LEVEL__";
+  for (const HeaderText& h : input.headers) {
+    if (::memmem(h.text, std::strlen(h.text), kLevel.data(), kLevel.size()) != nullptr) return nullptr;
+  }
   return std::make_unique<Hoisted>(input, scan.prelude_end);
 }
 
 Hoisted::Hoisted(const CompileInput& input, std::size_t prelude_end) : m_input(input) {
-  const std::string_view prefix = input.source.substr(0, prelude_end);
+  // A leading byte order mark stays out of the prefix: in the prelude header it would follow the #line and be
+  // a stray token (the lane drops it only at the start of a text, rtc_compile.hpp).
+  const std::size_t bom = input.source.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  const std::string_view prefix = input.source.substr(bom, prelude_end - bom);
   const std::string_view rest = input.source.substr(prelude_end);
   // Named by its text, so that the compiles sharing a prefix hand NVRTC the same header under the same name
   // (the PCH is taken only then).
@@ -137,7 +148,37 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan) {
   return notes;
 }
 
-Folders::Folders(std::string off_reason) : m_off_reason(std::move(off_reason)) {}
+Folders::Folders(std::string off_reason) : m_off_reason(std::move(off_reason)), m_on(m_off_reason.empty()) {}
+
+void Folders::turn_off(const std::string& reason) {
+  const std::lock_guard lock(m_mutex);
+  if (!m_on.exchange(false)) return;
+  m_off_reason = reason;
+  KILN_LOG(warn, "precompiled headers off for this process: {}", reason);
+  if (!m_root.empty() && m_root_pid == ::getpid()) {
+    std::error_code ignored;
+    fs::remove_all(m_root, ignored);
+    m_root.clear();
+  }
+}
+
+bool Folders::has_room(const Plan& plan, std::uint64_t heap_bytes) {
+  // NVRTC writes a PCH through a mapping of its file: a write past the space the file system has left is a
+  // SIGBUS, which ends the process and cannot be caught. A PCH is an image of NVRTC's PCH heap, so it is
+  // never larger than the heap (a PCH that does not fit is not made): that much room, and some to spare, or
+  // this compile goes without one.
+  struct statvfs fs_info {};
+  if (::statvfs(plan.folder.c_str(), &fs_info) != 0) return false;
+  const std::uint64_t free = static_cast<std::uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
+  if (free >= heap_bytes + kSpareBytes) return true;
+  if (!m_space_warned.exchange(true)) {
+    KILN_LOG(warn,
+             "precompiled headers skipped: {} has {} MiB free, and a precompiled header may take up to {} MiB (NVRTC's "
+             "PCH heap) plus {} MiB to spare; compiles go without until there is room (TMPDIR names another folder)",
+             plan.folder.parent_path().parent_path().string(), free >> 20, heap_bytes >> 20, kSpareBytes >> 20);
+  }
+  return false;
+}
 
 Folders::~Folders() {
   const std::lock_guard lock(m_mutex);
@@ -166,7 +207,7 @@ std::optional<fs::path> Folders::root() {
   return m_root;
 }
 
-std::optional<Plan> Folders::plan(const CompileInput& input) {
+std::optional<Plan> Folders::plan(const CompileInput& input, std::uint64_t heap_bytes) {
   if (!on()) return std::nullopt;
   // The request's own PCH flags are refused by the options; a raw flag that slipped through wins.
   if (std::any_of(input.flags.begin(), input.flags.end(), [](const std::string& f) { return is_pch_flag(f); })) {
@@ -186,6 +227,20 @@ std::optional<Plan> Folders::plan(const CompileInput& input) {
   Plan plan;
   plan.folder = *where / digest.hex();
   if (::mkdir(plan.folder.c_str(), 0700) != 0 && errno != EEXIST) return std::nullopt;
+  // NVRTC maps a PCH file it uses: one cut short since it was made is a SIGBUS when NVRTC reads past its end,
+  // which ends the process. The folder is private to this process, so a file changed under it means something
+  // else writes there: PCH goes off for the process.
+  std::string changed;
+  switch (check_files(plan.folder, changed)) {
+    case Check::intact:
+      break;
+    case Check::rewritten:  // not as this process last saw it: this compile goes without
+      return std::nullopt;
+    case Check::cut_short:
+      turn_off("a precompiled header file was cut short after this process made it (" + changed + ")");
+      return std::nullopt;
+  }
+  if (!has_room(plan, heap_bytes)) return std::nullopt;
   plan.flags = {"-pch", "--pch-dir=" + plan.folder.string(), "--instantiate-templates-in-pch=false",
                 "--pch-verbose=false", "--pch-messages=true"};
   return plan;
@@ -196,7 +251,56 @@ void Folders::note(const Plan& plan, const LogNotes& notes) {
   if (!notes.created) return;
   m_made.fetch_add(1, std::memory_order_relaxed);
   ::utimensat(AT_FDCWD, plan.folder.c_str(), nullptr, 0);  // the folder's mtime: when it last made a PCH
+  remember_files(plan.folder);
   trim();
+}
+
+namespace {
+
+/// What says a PCH file is still the one NVRTC wrote: its inode, size and modification time.
+Folders::Stamp stamp_of(const struct stat& st) {
+  return {static_cast<std::uint64_t>(st.st_ino), static_cast<std::uint64_t>(st.st_size),
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+/// Each regular file of `folder` with its stat.
+template <class F>
+void each_file(const fs::path& folder, F&& f) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string path = (folder / e->d_name).string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) f(path, st);
+  }
+  ::closedir(dir);
+}
+
+}  // namespace
+
+void Folders::remember_files(const fs::path& folder) {
+  const std::lock_guard lock(m_mutex);
+  each_file(folder, [&](const std::string& path, const struct stat& st) { m_files[path] = stamp_of(st); });
+}
+
+Folders::Check Folders::check_files(const fs::path& folder, std::string& changed) {
+  const std::lock_guard lock(m_mutex);
+  Check verdict = Check::intact;
+  each_file(folder, [&](const std::string& path, const struct stat& st) {
+    const auto known = m_files.find(path);
+    // A file this process has not seen finished (another of its compiles may be writing it) is NVRTC's to judge.
+    if (verdict == Check::cut_short || known == m_files.end()) return;
+    const Stamp now = stamp_of(st);
+    if (now.size < known->second.size) {
+      verdict = Check::cut_short;
+      changed = fmt::format("{} is {} bytes; this process made it {} bytes", path, now.size, known->second.size);
+    } else if (now.inode != known->second.inode || now.size != known->second.size ||
+               now.mtime_ns != known->second.mtime_ns) {
+      verdict = Check::rewritten;  // NVRTC may rewrite a PCH of another prelude under the same name
+    }
+  });
+  return verdict;
 }
 
 void Folders::trim() {
@@ -224,15 +328,20 @@ void Folders::trim() {
   for (const Folder& f : folders) {
     if (total <= kMaxBytes) break;
     // A compile that is using a file of this folder keeps its open file; a later one makes it again.
+    each_file(f.path, [&](const std::string& path, const struct stat&) { m_files.erase(path); });
     fs::remove_all(f.path, ec);
     total -= f.bytes;
   }
 }
 
 std::string Folders::describe(std::uint64_t heap_bytes) const {
+  const std::lock_guard lock(m_mutex);
   if (!on()) return "off: " + m_off_reason;
-  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB)", m_made.load(), m_used.load(),
-                     heap_bytes >> 20);
+  const std::string where = !m_root.empty() ? m_root.string()
+                                            : (temp_folder() / (root_prefix() + "<pid>-*")).string();
+  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB; files in {}, at most {} MiB a process, "
+                     "removed when it ends)",
+                     m_made.load(), m_used.load(), heap_bytes >> 20, where, kMaxBytes >> 20);
 }
 
 }  // namespace kiln::vendor::pch

@@ -49,6 +49,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -66,6 +67,8 @@ inline constexpr std::uint64_t kMinHeaderBytes = 256 * 1024;
 inline constexpr std::uint64_t kMakeAtFirstBytes = 4ULL << 20;
 /// The PCH files one process keeps at most; the least recently made folders go first.
 inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
+/// The room left free on the PCH folders' file system beyond the largest PCH a compile may write.
+inline constexpr std::uint64_t kSpareBytes = 64ULL << 20;
 
 /// How one compile uses PCH.
 struct Plan {
@@ -115,11 +118,24 @@ class Folders {
   Folders(const Folders&) = delete;
   Folders& operator=(const Folders&) = delete;
 
-  [[nodiscard]] bool on() const noexcept { return m_off_reason.empty(); }
+  [[nodiscard]] bool on() const noexcept { return m_on.load(std::memory_order_relaxed); }
   /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
   /// its headers are small, this is the first compile of its header set in this process (unless the set
-  /// is heavy: kMakeAtFirstBytes), or the private root cannot be made (said once in the log).
-  [[nodiscard]] std::optional<Plan> plan(const CompileInput& input);
+  /// is heavy: kMakeAtFirstBytes), the private root cannot be made (said once in the log), or its file
+  /// system has no room for a PCH of up to `heap_bytes` (has_room).
+  [[nodiscard]] std::optional<Plan> plan(const CompileInput& input, std::uint64_t heap_bytes);
+  /// Whether the plan's file system has room for a PCH as large as NVRTC's PCH heap (`heap_bytes`) and
+  /// kSpareBytes more; said once in the log when not.
+  [[nodiscard]] bool has_room(const Plan& plan, std::uint64_t heap_bytes);
+  /// Turns PCH off for the rest of the process (a PCH problem made a compile fail), with one warning, and
+  /// removes the folders.
+  void turn_off(const std::string& reason);
+
+  /// A PCH file as this process made it.
+  struct Stamp {
+    std::uint64_t inode = 0, size = 0;
+    std::int64_t mtime_ns = 0;
+  };
   /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
   void note(const Plan& plan, const LogNotes& notes);
   /// One line for `kiln devices`: "on (N made, M used, heap X MiB; <root>)" or "off: <reason>".
@@ -128,10 +144,19 @@ class Folders {
  private:
   [[nodiscard]] std::optional<std::filesystem::path> root();
   void trim();
+  /// Notes the stamps of the files in `folder` (after a compile made a PCH there).
+  void remember_files(const std::filesystem::path& folder);
+  /// Whether the files of `folder` this process made are as it made them: `cut_short` (one is shorter: NVRTC
+  /// would read past its end) says which in `changed`.
+  enum class Check { intact, rewritten, cut_short };
+  [[nodiscard]] Check check_files(const std::filesystem::path& folder, std::string& changed);
 
-  const std::string m_off_reason;
-  std::mutex m_mutex;                // the root, trimming, the header sets seen
+  mutable std::mutex m_mutex;        // the root, trimming, the header sets seen, the reason it is off
+  std::string m_off_reason;
+  std::atomic<bool> m_on;
+  std::atomic<bool> m_space_warned{false};
   std::unordered_set<cache::Hash128, cache::Hash128Hasher> m_seen;  // header sets compiled once already
+  std::unordered_map<std::string, Stamp> m_files;  // the PCH files this process made, as it made them
   std::filesystem::path m_root;      // empty until the first plan
   long m_root_pid = 0;               // the process that made m_root (a forked child makes its own)
   bool m_root_failed = false;
