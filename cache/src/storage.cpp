@@ -231,18 +231,20 @@ bool Storage::remove(const Hash128& key) noexcept {
   return removed;
 }
 
-bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept {
+bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical,
+                             const ManifestScope& scope) noexcept {
   // A manifest could not be installed (memory-only or read-only): not worth a round trip per request.
   if (m_manifests->mode() != StoreMode::read_write) return false;
   for (std::size_t i = 0; i < m_remotes.size(); ++i) {
     const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key);
     if (fetched.outcome != ManifestFetch::Outcome::hit) continue;
     // The tier checked that the bytes parse as this request's manifest; the install checks it all again
-    // against the canonical key, and refuses when a manifest was recorded here meanwhile.
-    const std::string refused = m_manifests->install(request_key, request_canonical, fetched.bytes);
+    // against the canonical key and the request's scope, and refuses when a manifest was recorded here
+    // meanwhile.
+    const std::string refused = m_manifests->install(request_key, request_canonical, fetched.bytes, scope);
     try {
       KILN_LOG(debug, "{} served the dependency manifest of {} ({} bytes): {}", m_remotes[i]->describe(),
-               request_key.hex(), fetched.bytes.size(), refused.empty() ? "installed, every stat untrusted" : refused);
+               request_key.hex(), fetched.bytes.size(), refused.empty() ? "installed" : refused);
     } catch (...) {
     }
     if (!refused.empty()) return false;

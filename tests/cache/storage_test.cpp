@@ -449,10 +449,12 @@ TEST_CASE("storage: a manifest is asked of the remotes in order, installed untru
                          true, kiln::cache::hash128("x")});
   const std::vector<std::byte> bytes = elsewhere.record(request.hash(), request.bytes(), set, kiln::cache::hash128("r"));
   REQUIRE_FALSE(bytes.empty());
+  // The request's include folder: the header lies in it (nothing is there on this machine).
+  const kiln::cache::ManifestScope scope{{"/nowhere"}, {}};
 
-  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes()));  // no remote has it
+  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes(), scope));  // no remote has it
   b.manifests[request.hash()] = bytes;
-  REQUIRE(storage.fetch_manifest(request.hash(), request.bytes()));
+  REQUIRE(storage.fetch_manifest(request.hash(), request.bytes(), scope));
   CHECK(a.manifests.at(request.hash()) == bytes);  // back-filled into the remote asked first
   const auto installed = storage.manifests().bytes(request.hash());
   REQUIRE(installed);
@@ -462,7 +464,7 @@ TEST_CASE("storage: a manifest is asked of the remotes in order, installed untru
   CHECK_FALSE(header.trusted_stat);
   CHECK(header.stat == kiln::cache::FileStat{});
   // Installed only where none is.
-  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes()));
+  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes(), scope));
 
   // Offered to every remote; nothing for an empty record (nothing was written).
   a.manifests.clear();

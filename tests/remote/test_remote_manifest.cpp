@@ -5,7 +5,11 @@
 // includes; after a header is edited, node C gets the manifest, finds that it does not match, resolves
 // and compiles the new binary. Through the storage front end: a manifest planted without a MAC, with a
 // wrong one or with an entry's, garbage with a valid MAC and another request's manifest are refused,
-// counted, deleted and never installed; an authentic one is installed with every stat untrusted.
+// counted, deleted and never installed; an authentic one is installed with the stats read here. Through
+// the include home: a forged manifest naming a file outside the include folders, with a guessed digest
+// and the result key that digest gives, is refused whatever the file holds (no request depends on it).
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -19,10 +23,13 @@
 
 #include "engine_access.hpp"
 #include "http_server.hpp"
+#include "include_folders.hpp"
 #include "kiln/base/sha256.hpp"
 #include "kiln/cache/dep_manifest.hpp"
+#include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/stats.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "redis_server.hpp"
@@ -220,6 +227,7 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
   const ScopedEnv secret_file("KILN_REMOTE_SECRET_FILE", secret.c_str());
   write_file(dir / "tree" / "h.h", "#define H 1\n");
   const Request request("kernel"), other("another kernel");
+  const kiln::cache::ManifestScope scope{{(dir / "tree").string()}, {}};
   const std::string bytes = text_of(recorded_manifest(dir / "recorder", dir / "tree" / "h.h", request));
   const Hash128 object = documented_object_key(request.key);
   const std::string name = "kiln:v1:" + object.hex();
@@ -232,7 +240,7 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     server.set(name, value);
     if (mac != nullptr) server.set(mac_name, *mac);
     StderrCapture capture;
-    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical));
+    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_refused == count);
     CHECK_FALSE(node.manifests().bytes(request.key));  // never installed
     CHECK_FALSE(server.exists(name));                   // deleted with its MAC
@@ -260,10 +268,10 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     const std::string foreign_mac = documented_mac(kSecret, "kiln-remote-manifest/1", object, foreign);
     refused(foreign, &foreign_mac, 1);
   }
-  SECTION("an authentic manifest is installed with every stat untrusted") {
+  SECTION("an authentic manifest is installed with the stats read here") {
     server.set(name, bytes);
     server.set(mac_name, valid_mac);
-    REQUIRE(node.fetch_manifest(request.key, request.canonical));
+    REQUIRE(node.fetch_manifest(request.key, request.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_hits == 1);
     const auto installed = node.manifests().bytes(request.key);
     REQUIRE(installed);
@@ -271,14 +279,17 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     REQUIRE(std::holds_alternative<kiln::cache::Manifest>(parsed));
     const auto& manifest = std::get<kiln::cache::Manifest>(parsed);
     REQUIRE(manifest.files.size() == 1);
-    CHECK_FALSE(manifest.files[0].trusted_stat);
-    CHECK(manifest.files[0].stat == kiln::cache::FileStat{});
-    // The lookup re-reads and re-hashes the header: the same bytes here, so a hit.
+    // Read and hashed by the install: the stat it has here (the recorder's meant nothing).
+    struct stat st {};
+    REQUIRE(::stat((dir / "tree" / "h.h").c_str(), &st) == 0);
+    CHECK(manifest.files[0].stat == kiln::cache::to_file_stat(st));
+    // The lookup re-reads the header only while its stat is not trusted (written within the trust
+    // window): the same bytes here, so a hit.
     kiln::cache::LookupStats looked;
     CHECK(node.manifests().lookup(request.key, request.canonical, &looked) == kiln::cache::hash128("result"));
-    CHECK(looked.reads == 1);
+    CHECK(looked.reads == (manifest.files[0].trusted_stat ? 0 : 1));
     // A second fetch finds the local one in the way: nothing is replaced.
-    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical));
+    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical, scope));
   }
   SECTION("a node whose manifests are read-only asks nothing (nothing could be installed)") {
     server.set(name, bytes);
@@ -287,13 +298,79 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     config.local.read_only = true;
     Storage read_only(config);
     REQUIRE(read_only.remote() != nullptr);
-    CHECK_FALSE(read_only.fetch_manifest(request.key, request.canonical));
+    CHECK_FALSE(read_only.fetch_manifest(request.key, request.canonical, scope));
     const kiln::cache::RemoteStats stats = read_only.remote()->remote_stats();
     CHECK(stats.manifest_hits + stats.manifest_misses + stats.manifest_refused == 0);
   }
   SECTION("nothing there is a miss") {
-    CHECK_FALSE(node.fetch_manifest(other.key, other.canonical));
+    CHECK_FALSE(node.fetch_manifest(other.key, other.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_misses == 1);
+  }
+}
+
+TEST_CASE("a forged manifest naming a file outside the include folders makes no request depend on its bytes",
+          "[remote][manifest][auth]") {
+  // No fleet secret: whoever can write to the server can plant a manifest (with one, a holder of it can).
+  const RedisServer server;
+  const TempDir dir;
+  write_file(dir / "tree" / "lib" / "value.h", "#pragma once\n#define VALUE 1\n");
+  const fs::path shadow = dir / "etc" / "shadow";
+  const std::string secret_bytes = "root:$6$salt$hash:19000:0:99999:7:::\n";
+  write_file(shadow, secret_bytes);
+  const Request request("#include <lib/value.h>\n");
+  const std::string source = "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n";
+  const std::vector<fs::path> folders = {dir / "tree"};
+  // The engine's rule, as far as settle() sees it: an entry key is the request keyed with a dependency part.
+  const auto key_with = [&](const std::string& part) { return kiln::cache::hash128(request.canonical + part); };
+  int nodes = 0;
+  // What a fresh node settles the request to: the dependency part (it names the entry key the engine then
+  // asks the remote for), whether a resolve made it, and how many fetched manifests the node refused.
+  struct Outcome {
+    std::string part;
+    bool resolved = false;
+    std::uint64_t refused = 0;
+  };
+  const auto settle = [&] {
+    Storage node(node_config(dir / ("node" + std::to_string(nodes++)), server.url()));
+    REQUIRE(node.remote() != nullptr);
+    kiln::cache::AtomicCounters counters;
+    kiln::cache::detail::IncludeFolders home(node, counters);
+    kiln::cache::detail::SettleInput input;
+    input.request_hash = request.key;
+    input.request_canonical = request.canonical;
+    input.source_name = "k.cu";
+    input.source_text = source;
+    input.folders = folders;
+    input.compiler = "nvrtc 13.0";
+    input.key_with = key_with;
+    StderrCapture capture;
+    const kiln::cache::detail::Settled settled = home.settle(input, true);
+    return Outcome{settled.dependency_part, settled.includes != nullptr, node.manifests().installs_refused()};
+  };
+  const Outcome honest = settle();  // nothing on the server yet: a resolve
+  REQUIRE(honest.resolved);
+  CHECK(honest.part.find(shadow.string()) == std::string::npos);
+
+  // The forger's manifest: the request's real header, plus the shadow file with a guessed digest, and the
+  // result key this node would accept for that set. Unchecked, a node would ask the remote for that key
+  // only when the guess is right: the file's bytes, one guess per manifest.
+  const std::string object_name = "kiln:v1:" + documented_object_key(request.key).hex();
+  for (const std::string& guess : {secret_bytes, std::string("root:$6$other$hash:19000:0:99999:7:::\n")}) {
+    INFO("guess: " << guess);
+    kiln::cache::DependencySet set;
+    const std::string value = read_file(dir / "tree" / "lib" / "value.h");
+    set.headers.push_back(
+        {(dir / "tree" / "lib" / "value.h").string(), kiln::cache::FileStat{}, true, kiln::cache::hash128(value)});
+    set.headers.push_back({shadow.string(), kiln::cache::FileStat{}, true, kiln::cache::hash128(guess)});
+    const Hash128 forged = key_with(kiln::cache::canonical_dependencies(set));
+    kiln::cache::DependencyManifests forger(dir / ("forger" + std::to_string(nodes)), false);
+    const std::vector<std::byte> bytes = forger.record(request.key, request.canonical, set, forged);
+    REQUIRE_FALSE(bytes.empty());
+    server.set(object_name, text_of(bytes));
+    const Outcome outcome = settle();
+    CHECK(outcome.resolved);             // resolved here: the manifest's answer was not taken
+    CHECK(outcome.part == honest.part);  // the same entry key, whatever the file holds
+    CHECK(outcome.refused == 1);
   }
 }
 
@@ -308,6 +385,7 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
   const ScopedEnv secret_file("KILN_REMOTE_SECRET_FILE", secret.c_str());
   write_file(dir / "tree" / "h.h", "#define H 1\n");
   const Request request("kernel");
+  const kiln::cache::ManifestScope scope{{(dir / "tree").string()}, {}};
   const std::string bytes = text_of(recorded_manifest(dir / "recorder", dir / "tree" / "h.h", request));
   const Hash128 object = documented_object_key(request.key);
   const fs::path file = server.root() / "kiln" / object.hex().substr(0, 2) / object.hex();
@@ -322,7 +400,7 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
   write_file(file, frame({}));
   {
     StderrCapture capture;
-    CHECK_FALSE(node->fetch_manifest(request.key, request.canonical));
+    CHECK_FALSE(node->fetch_manifest(request.key, request.canonical, scope));
   }
   CHECK(node->remote()->remote_stats().manifest_refused == 1);
   CHECK_FALSE(node->manifests().bytes(request.key));
@@ -334,7 +412,7 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
   REQUIRE(publisher.remote()->flush(10s));
   CHECK(publisher.remote()->remote_stats().manifests_published == 1);
   CHECK(read_file(file) == frame(documented_mac(kSecret, "kiln-remote-manifest/1", object, bytes)));
-  CHECK(node->fetch_manifest(request.key, request.canonical));
+  CHECK(node->fetch_manifest(request.key, request.canonical, scope));
   CHECK(node->remote()->remote_stats().manifest_hits == 1);
 
   // The tier's lifetime counters (recorded when the node closes) and kiln cache stats.

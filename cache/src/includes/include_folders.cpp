@@ -53,6 +53,41 @@ std::optional<Hash128> IncludeFolders::look_up(const SettleInput& input, LookupS
   return result;
 }
 
+namespace {
+
+/// What a dependency manifest from another machine may name for this request (ManifestScope): below its
+/// include folders, or one of the absolute paths its source and in-memory headers include, by name or by
+/// a computed include's guesses (as the resolver makes them), and its retry names. A file such an include
+/// reaches is not in it: a manifest naming one is refused and the request resolves, which is correct.
+ManifestScope scope_of(const SettleInput& input) {
+  ManifestScope scope;
+  for (const std::filesystem::path& folder : input.folders) scope.folders.push_back(folder.string());
+  Defines defines;
+  std::vector<std::string> computed;
+  const auto scan = [&](std::string_view text) {
+    ScanResult scanned;
+    scan_includes(text, scanned);
+    for (const IncludeRef& ref : scanned.refs) {
+      if (!ref.name.empty() && ref.name.front() == '/') scope.files.push_back(normalize(ref.name));
+    }
+    for (auto& [name, replacement] : scanned.defines) defines[name].push_back(std::move(replacement));
+    for (std::string& operand : scanned.computed) computed.push_back(std::move(operand));
+  };
+  scan(input.source_text);
+  for (const MemoryHeader& header : input.memory_headers) scan(header.text);
+  for (const std::string& operand : computed) {
+    for (const Guess& guess : guess_computed(operand, defines)) {
+      if (!guess.name.empty() && guess.name.front() == '/') scope.files.push_back(normalize(guess.name));
+    }
+  }
+  for (const std::string& name : input.retry_names) {
+    if (!name.empty() && name.front() == '/') scope.files.push_back(normalize(name));
+  }
+  return scope;
+}
+
+}  // namespace
+
 Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
   if (use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
@@ -60,10 +95,13 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
     std::string dependency_part;
     LookupStats looked;
     std::optional<Hash128> result = look_up(input, looked, dependency_part);
-    // None here: a node with the same tree may have recorded one. Fetched, it is installed with every
-    // stat untrusted, so this lookup reads and hashes each header it names (no resolve).
-    if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr &&
-        m_storage->fetch_manifest(input.request_hash, input.request_canonical)) {
+    // None here: a node with the same tree may have recorded one. Fetched, it is installed only when it
+    // names nothing a resolve of this request could not read, after each header it names was read and
+    // hashed once here (so this lookup re-reads none whose digest matched; no resolve).
+    // (The scope is made only where a remote may be asked: it scans the request's texts.)
+    if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr && !m_storage->remotes().empty() &&
+        m_manifests.mode() == StoreMode::read_write &&
+        m_storage->fetch_manifest(input.request_hash, input.request_canonical, scope_of(input))) {
       result = look_up(input, looked, dependency_part);
     }
     if (result) {

@@ -92,8 +92,9 @@ class IncludeFolders {
   /// Settles which files the request reads: from its dependency manifest when `use_manifest` and every
   /// recorded header still has its stat (or its digest) and every path probed empty is still empty (no
   /// header is read; `key_with` has keyed the request), else by resolving the includes. With no manifest
-  /// here, the storage's remotes are asked for one first (installed with every stat untrusted, so each
-  /// header is read and hashed once, but not resolved). Throws IncludeError (from a resolve).
+  /// here, the storage's remotes are asked for one first (installed only when it names nothing outside
+  /// the request's include folders and absolute includes, after each header it names was read and hashed
+  /// once within bounds: not resolved). Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
 
   /// The resolve settle() would make without a manifest, made ahead (while the compiler loads, before

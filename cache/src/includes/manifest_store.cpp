@@ -16,6 +16,7 @@
 #include "atomic_file.hpp"
 #include "header_files.hpp"
 #include "kiln/base/log.hpp"
+#include "manifest_fetched.hpp"
 #include "manifest_store.hpp"
 #include "manifest_view.hpp"
 #include "mode_state.hpp"
@@ -592,7 +593,7 @@ std::vector<std::byte> DependencyManifests::record(const Hash128& request_key, s
 }
 
 std::string DependencyManifests::install(const Hash128& request_key, std::string_view request_canonical,
-                                         std::span<const std::byte> bytes) noexcept {
+                                         std::span<const std::byte> bytes, const ManifestScope& scope) noexcept {
   State& s = *m_state;
   try {
     if (s.mode.load() != StoreMode::read_write) return "the dependency manifests are not writable here";
@@ -600,19 +601,41 @@ std::string DependencyManifests::install(const Hash128& request_key, std::string
     std::variant<ManifestView, ContentError> parsed = parse_view(bytes, m_config.limits, &expected);
     if (auto* error = std::get_if<ContentError>(&parsed)) return error->reason;
     ManifestView& view = std::get<ManifestView>(parsed);
-    for (FileInfo& info : view.files) {
-      info.stat = FileStat{};
-      info.trusted = false;
-    }
+    // Only where none is: a manifest recorded here meanwhile knows more than one from elsewhere (asked
+    // before the check too, which reads every header).
     const std::string path = s.path_of(request_key);
-    // Only where none is: a manifest recorded here meanwhile knows more than one from elsewhere.
     struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) return "a manifest exists here";
+    const auto started = std::chrono::steady_clock::now();
+    const detail::FetchedCheck checked = detail::check_fetched(view, scope, m_config);
+    if (!checked.refused.empty()) {
+      s.installs_refused.fetch_add(1, std::memory_order_relaxed);
+      const std::string text = fmt::format("refused the dependency manifest of request {} from another machine: {}",
+                                           request_key.hex(), checked.refused);
+      if (!s.install_refusal_warned.exchange(true)) {
+        KILN_LOG(warn, "{} (the request resolves its includes here instead; further refusals are said at debug level)",
+                 text);
+      } else {
+        KILN_LOG(debug, "{}", text);
+      }
+      return checked.refused;
+    }
+    KILN_LOG(debug,
+             "dependency manifest of request {} from another machine checked in {:.3f} ms: {} of {} header "
+             "info(s) have the digest found here ({} header(s), {} bytes read)",
+             request_key.hex(),
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+             checked.verified, view.files.size(), checked.reads, checked.bytes_hashed);
     if (::lstat(path.c_str(), &st) == 0) return "a manifest exists here";
     if (!s.publish(path, serialize_view(view))) return "cannot write it";
     return {};
   } catch (const std::exception& error) {
     return error.what();
   }
+}
+
+std::uint64_t DependencyManifests::installs_refused() const noexcept {
+  return m_state->installs_refused.load(std::memory_order_relaxed);
 }
 
 }  // namespace kiln::cache

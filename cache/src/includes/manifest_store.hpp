@@ -90,6 +90,8 @@ struct DependencyManifests::State {
   std::atomic<bool> write_failure_warned{false};
   std::atomic<bool> refusal_warned{false};
   std::atomic<bool> damage_warned{false};
+  std::atomic<bool> install_refusal_warned{false};
+  std::atomic<std::uint64_t> installs_refused{0};  ///< install(): refused for scope, counts or cost
   detail::StatMemo stat_memo;  ///< shared by this instance's lookups and resolves (ManifestConfig::stat_memo)
   detail::ValidatedSets validated;  ///< dependency sets checked by this instance's lookups (same time limit)
   detail::ReadBuffers buffers;      ///< what lookups read manifests into

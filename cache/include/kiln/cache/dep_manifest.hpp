@@ -155,6 +155,30 @@ struct Manifest {
 /// result with the headers and absent paths it depends on.
 [[nodiscard]] std::string render_manifest(const Manifest& manifest);
 
+/// What a dependency manifest from another machine may name (DependencyManifests::install): the places a
+/// resolve of the request here could read. Such a manifest is untrusted input: every path it names is
+/// stat'ed, and every header read and hashed, and what the node then asks a remote for (the result key,
+/// taken when the digests match) would tell its writer what a file holds. So it may name only paths
+/// below the request's include folders, or one of the absolute paths its own source and in-memory
+/// headers include; a header reached through a symbolic link must still lie, as the link resolves,
+/// below one of the folders as they resolve. Anything else (a path outside, one with "." or ".." parts or
+/// doubled slashes, a link out of the folders) refuses the whole manifest, before any file is opened.
+struct ManifestScope {
+  std::vector<std::string> folders;  ///< the request's include folders, absolute (IncludeFolders::folders)
+  std::vector<std::string> files;    ///< absolute paths the source and in-memory headers include by name
+};
+
+/// The bounds on checking a manifest from another machine (install() reads and hashes each header it names
+/// once): past any of them the manifest is refused and the request resolves its includes here, which is
+/// always correct. Real sets are far below them: a CUB or CuPy kernel reads 675-1,000 headers of 8-10 MB
+/// and probes 700-2,200 paths absent (bench/RESULTS.md); the bounds leave about ten times that.
+struct FetchedLimits {
+  std::uint32_t max_files = 8192;            ///< header infos
+  std::uint32_t max_absent = 32768;          ///< absent paths
+  std::uint64_t max_bytes = 128ULL << 20;    ///< bytes read and hashed, all headers together
+  std::chrono::milliseconds max_time{2000};  ///< the whole check
+};
+
 struct ManifestConfig {
   std::filesystem::path root;  ///< the cache root (manifests/ lives below it); empty: memory-only
   bool disabled = false;       ///< memory-only: nothing is read or written
@@ -176,6 +200,8 @@ struct ManifestConfig {
   /// Threads a lookup may stat a large result's paths on (at most the machine's hardware threads; only
   /// for a result with hundreds of paths not stat'ed yet). 1: one by one, on the calling thread.
   unsigned stat_threads = 8;
+  /// The bounds on checking a manifest from another machine before it is installed (install()).
+  FetchedLimits fetched{};
 };
 
 enum class ManifestOutcome : std::uint8_t {
@@ -303,14 +329,22 @@ class DependencyManifests {
                                 const DependencySet& dependencies, const Hash128& result_key) noexcept;
 
   /// Installs a manifest that came from another machine (a remote tier) as the request's, when none is
-  /// here: parsed with every check of a local one, for this request (key and canonical key), then every
-  /// header's stat is cleared and untrusted before it is written. A stat of another machine means nothing
-  /// here, so the next lookup re-reads and re-hashes each header once and its digest decides (the same
-  /// bytes: a hit, and the stat is refreshed as for any re-read header; other bytes: that result does not
-  /// match); absent paths are checked as always. Read-write only. Returns why it was not installed
-  /// (empty when it was). Never throws.
-  std::string install(const Hash128& request_key, std::string_view request_canonical,
-                      std::span<const std::byte> bytes) noexcept;
+  /// here. Parsed with every check of a local one, for this request (key and canonical key); then, before
+  /// any file is opened, its counts are held to ManifestConfig::fetched and every path it names to
+  /// `scope` (ManifestScope: a manifest naming anything else is refused whole). Then each header it names
+  /// is read and hashed once, within ManifestConfig::fetched's bytes and time: a header info whose digest
+  /// is the one found keeps the stat just read (trusted as a re-read header's is), any other keeps no stat
+  /// and is untrusted (a stat of another machine means nothing here), so the lookup that follows stats
+  /// the headers and re-reads only those; absent paths are checked by it as always. A refusal for what
+  /// it names or what checking it would cost is counted (installs_refused) and warned of once per
+  /// instance (then at debug level). Read-write only. Returns why it was not installed (empty when it
+  /// was). Never throws.
+  std::string install(const Hash128& request_key, std::string_view request_canonical, std::span<const std::byte> bytes,
+                      const ManifestScope& scope) noexcept;
+
+  /// Manifests from other machines that install() refused for a path outside the request's scope, for
+  /// their counts, or for the bytes or time checking them would take.
+  [[nodiscard]] std::uint64_t installs_refused() const noexcept;
 
   /// The bytes of the request's manifest, when it exists and parses as the manifest of `request_key`
   /// (`kiln prewarm --remote` publishes them). Reads only. Never throws but std::bad_alloc.

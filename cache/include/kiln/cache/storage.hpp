@@ -20,9 +20,10 @@
 // a memory-only store keeps none, a read-only one only reads them. The remotes hold them too (packs do
 // not): a manifest recorded here is published to every remote (publish_manifest), and a request whose
 // manifest is not here asks the remotes in order (fetch_manifest); the first authentic one (remote.hpp,
-// "Dependency manifests") is installed with every header's stat untrusted (a stat means nothing on
-// another machine), so the lookup that follows reads and hashes each header once, and the digests
-// decide. What it saves is the resolve.
+// "Dependency manifests") is installed when every path it names lies in the request's scope (its include
+// folders, the absolute paths its source includes: ManifestScope) and each header it names has been read
+// and hashed once within bounds (a stat of another machine means nothing here); the digests decide. What
+// it saves is the resolve.
 //
 // Remote tiers form a chain (KILN_REMOTE_CACHE="redis://...,https://..."), asked in order after the
 // packs. A hit in one is back-filled into every remote before it (publish(), queued) and copied into
@@ -184,11 +185,14 @@ class Storage {
   [[nodiscard]] const DependencyManifests& manifests() const noexcept { return *m_manifests; }
 
   /// A request with no dependency manifest here: asks every remote in order for the manifest of
-  /// `request_key`; the first that answers one (authentic, parsed, the request's) is installed into
-  /// manifests() with every stat untrusted (DependencyManifests::install) and published to the remotes
-  /// asked before it (back-fill, queued). True when one was installed. Asks nothing when the manifests
-  /// are not writable here (memory-only or read-only: nothing could be installed). Never throws.
-  bool fetch_manifest(const Hash128& request_key, std::string_view request_canonical) noexcept;
+  /// `request_key`; the first that answers one (authentic, parsed, the request's) is checked against
+  /// `scope` (what a resolve of the request here could read) and installed into manifests()
+  /// (DependencyManifests::install: refused whole when it names anything else, or when checking it would
+  /// cost too much) and published to the remotes asked before it (back-fill, queued). True when one was
+  /// installed. Asks nothing when the manifests are not writable here (memory-only or read-only: nothing
+  /// could be installed). Never throws.
+  bool fetch_manifest(const Hash128& request_key, std::string_view request_canonical,
+                      const ManifestScope& scope) noexcept;
   /// Offers a manifest's bytes, as recorded here, to every remote (queued: the caller does not wait).
   /// Never throws.
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept;
