@@ -63,6 +63,7 @@ ManifestScope scope_of(const SettleInput& input) {
   ManifestScope scope;
   for (const std::filesystem::path& folder : input.folders) scope.folders.push_back(folder.string());
   Defines defines;
+  add_flag_defines(MacroContext::from_flags(input.flags, input.vendor, input.compiler), defines);
   std::vector<std::string> computed;
   const auto scan = [&](std::string_view text) {
     ScanResult scanned;
@@ -70,7 +71,7 @@ ManifestScope scope_of(const SettleInput& input) {
     for (const IncludeRef& ref : scanned.refs) {
       if (!ref.name.empty() && ref.name.front() == '/') scope.files.push_back(normalize(ref.name));
     }
-    for (auto& [name, replacement] : scanned.defines) defines[name].push_back(std::move(replacement));
+    for (Define& d : scanned.defines) defines[d.name].push_back({std::move(d.text), d.function_like});
     for (std::string& operand : scanned.computed) computed.push_back(std::move(operand));
   };
   scan(input.source_text);

@@ -157,22 +157,7 @@ class Resolver {
     m_access.trust_window = input.trust_window;
     m_access.work = &m_work;
     for (const std::filesystem::path& folder : input.folders) m_folders.push_back(checked_folder(folder));
-    if (input.macros != nullptr) {
-      // The request's -D macros (and the compiler's predefined ones kiln knows) may build a computed
-      // include's name: `-DHEADER="/abs/v.h"` with `#include HEADER`.
-      for (const auto& [name, macro] : input.macros->initial) {
-        if (macro.state == Macro::State::object) {
-          m_defines[name].push_back({macro.value, false});
-        } else if (macro.state == Macro::State::function) {
-          std::string params;
-          for (std::size_t i = 0; i < macro.params.size(); ++i) {
-            const bool rest = macro.variadic && i + 1 == macro.params.size() && macro.params[i] == "__VA_ARGS__";
-            params += fmt::format("{}{}", i > 0 ? ", " : "", rest ? std::string("...") : macro.params[i]);
-          }
-          m_defines[name].push_back({fmt::format("({}) {}", params, macro.value), true});
-        }
-      }
-    }
+    if (input.macros != nullptr) add_flag_defines(*input.macros, m_defines);
     Unit source;
     source.kind = Unit::Kind::source;
     source.name = std::string(input.source_name);
@@ -778,6 +763,21 @@ class Resolver {
 
 /// The text between `open` and the next `close` after the first occurrence of `marker`, on one line.
 }  // namespace
+
+void add_flag_defines(const MacroContext& macros, Defines& defines) {
+  for (const auto& [name, macro] : macros.initial) {
+    if (macro.state == Macro::State::object) {
+      defines[name].push_back({macro.value, false});
+    } else if (macro.state == Macro::State::function) {
+      std::string params;
+      for (std::size_t i = 0; i < macro.params.size(); ++i) {
+        const bool rest = macro.variadic && i + 1 == macro.params.size() && macro.params[i] == "__VA_ARGS__";
+        params += fmt::format("{}{}", i > 0 ? ", " : "", rest ? std::string("...") : macro.params[i]);
+      }
+      defines[name].push_back({fmt::format("({}) {}", params, macro.value), true});
+    }
+  }
+}
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) {
   // A header that vanished between its stat and its read: the tree changed under the resolve, which

@@ -148,6 +148,10 @@ struct ResolvedIncludes {
 /// when the toolkit folder lacks the toolkit's headers, naming the folder (toolkit_dirs.cpp).
 [[nodiscard]] std::vector<std::filesystem::path> toolkit_include_dirs(const std::filesystem::path& compiler_library);
 
+/// Adds the macros a compile starts with (the request's -D, the predefined ones kiln knows) to `defines`, for
+/// guess_computed: `-DHEADER="/abs/v.h"` with `#include HEADER` names a file too.
+void add_flag_defines(const MacroContext& macros, Defines& defines);
+
 /// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
 /// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
 [[nodiscard]] std::optional<std::string> missing_include_from_log(std::string_view log);
