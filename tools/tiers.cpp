@@ -38,6 +38,9 @@ std::vector<TierReport> describe_tiers(const EngineConfig& config) {
                             ? fmt::format("authenticated: entries carry an HMAC-SHA-256 under the secret in {}",
                                           remote->config().secret_file)
                             : std::string("unauthenticated: set KILN_REMOTE_SECRET_FILE to refuse planted entries");
+      if (remote->config().tls && !remote->config().verify_tls) {
+        report.security += "; TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1)";
+      }
     }
     reports.push_back(std::move(report));
   }

@@ -24,6 +24,7 @@
 #include "formatting.hpp"
 #include "json_output.hpp"
 #include "kiln/base/log.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/request_log.hpp"
 #include "parallel.hpp"
@@ -336,6 +337,11 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
 }
 
 void exit_without_teardown(Engine& engine, int code, std::FILE* close_file) {
+  // What the storage's destructor would do for the remote tiers, bounded in time: the background
+  // publishes written, the fleet compile leases released, the tiers' counters recorded. Before the
+  // engine's counters (they include the remotes'), and before a worker closes its answer pipe (the
+  // parent's signal that all is done).
+  engine.storage().close_tiers();
   if (engine.store().mode() == cache::StoreMode::read_write) {
     cache::PersistentStats(engine.store().config().root).add(engine.stats());
   }

@@ -67,12 +67,12 @@ struct Unstarted {
 /// pipes cannot be set up or a line is not a job.
 [[nodiscard]] int run_worker();
 
-/// Ends this process without tearing anything down, after persisting the engine's lifetime counters
-/// (what its destructor would do), flushing output and closing `close_file` (a worker's answer pipe:
-/// the parent's signal that all is on disk). Unloading a compiler library that has compiled is slow
-/// (bench/RESULTS.md, section 11), and it would be paid by every worker and by the parent after all the
-/// work
-/// is done.
+/// Ends this process without tearing anything down, after closing the storage's remote tiers
+/// (Storage::close_tiers: queued publishes written, leases released, tier counters recorded, bounded in
+/// time) and persisting the engine's lifetime counters (what the destructors would do), flushing output
+/// and closing `close_file` (a worker's answer pipe: the parent's signal that all is done). Unloading a
+/// compiler library that has compiled is slow (bench/RESULTS.md, section 11), and it would be paid by
+/// every worker and by the parent after all the work is done.
 [[noreturn]] void exit_without_teardown(Engine& engine, int code, std::FILE* close_file = nullptr);
 
 }  // namespace kiln::cli::prewarm

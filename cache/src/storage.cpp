@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <exception>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "kiln/base/hot_path.hpp"
@@ -35,6 +38,19 @@ std::string_view to_string(HitOrigin origin) noexcept {
   return "?";
 }
 
+namespace {
+
+/// `error` without a leading "remote cache <url>: ": whoever shows it names the tier already.
+std::string without_subject(std::string error) {
+  constexpr std::string_view kSubject = "remote cache ";
+  if (!error.starts_with(kSubject)) return error;
+  const std::size_t colon = error.find(": ", kSubject.size());
+  if (colon == std::string::npos || error.find(' ', kSubject.size()) < colon) return error;
+  return error.substr(colon + 2);
+}
+
+}  // namespace
+
 std::vector<OpenedTier> open_tiers(const StorageConfig& config) {
   std::vector<OpenedTier> opened;
   for (const std::string& pack : config.packs) {
@@ -55,7 +71,7 @@ std::vector<OpenedTier> open_tiers(const StorageConfig& config) {
       slot.location = remote->config().display();  // never the password
       slot.tier = std::move(remote);
     } catch (const std::exception& e) {
-      slot.error = e.what();
+      slot.error = without_subject(e.what());
     }
     opened.push_back(std::move(slot));
   }
@@ -128,12 +144,19 @@ Storage::Storage(StorageConfig config)
   }
 }
 
-Storage::~Storage() {
-  // Each remote tier's lifetime counters, beside the cache's own (kiln cache stats shows them). Only a
-  // store that writes records them; a failed write is never an error.
+Storage::~Storage() { close_tiers(); }
+
+void Storage::close_tiers() noexcept {
+  if (m_tiers_closed.exchange(true)) return;
+  // One start for all: each tier's thread drains its queue while an earlier tier is joined, so the
+  // whole close takes about the longest close_flush, not their sum.
+  const auto start = std::chrono::steady_clock::now();
+  for (RemoteTier* remote : m_remotes) remote->close(start + remote->config().close_flush);
+  // Each remote tier's lifetime counters, beside the cache's own (kiln cache stats shows them), now
+  // that its publishes are counted. Only a store that writes records them; a failed write is never an
+  // error.
   if (m_local.mode() != StoreMode::read_write) return;
   for (RemoteTier* remote : m_remotes) {
-    (void)remote->flush(remote->config().close_flush);  // what the tier's destructor would wait for anyway
     record_tier_stats(m_local.config().root, remote->config().display(), remote->remote_stats());
   }
 }

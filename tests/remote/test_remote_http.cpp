@@ -3,6 +3,8 @@
 // tag and runs as its own ctest test (tests/remote/CMakeLists.txt), each with its own servers.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +43,10 @@ using kiln::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
+
+/// The remote entry cap (remote.hpp, kRemoteMaxEntryBytes), written out: the test must not take it from
+/// the code it checks.
+constexpr std::uint64_t kRemoteCap = 64ULL << 20;
 
 NginxOptions basic_auth(std::string password) {
   NginxOptions options;
@@ -416,42 +422,174 @@ TEST_CASE("http: a body cut short of its Content-Length is a failed transfer, ne
   CHECK(tier->remote_stats().failures == 1);
 }
 
-TEST_CASE("http: an object of the wrong size or with a damaged entry is refused and deleted", "[http_wrong_size]") {
+TEST_CASE("http: a wrong-size object is a failing server (one warning an outage); a damaged entry is refused",
+          "[http_wrong_size]") {
   const NginxServer server;
-  const auto tier = kiln::cache::open_remote(config_for(server.url()));
+  RemoteConfig config = config_for(server.url());
+  config.retry_after = std::chrono::seconds(0);  // ask every time: each answer is judged
+  const auto tier = kiln::cache::open_remote(config);
   const Entry entry = make_entry("http-wrong-size", 8 * 1024);
   const std::string object = documented_object(serialized(entry), {});
   StderrCapture capture;
 
-  // Cut short on the server (its header says more than it holds): wrong size.
+  // Cut short on the server (its header says more than it holds): wrong size, a failing server.
   write_file(object_file(server, entry), object.substr(0, object.size() - 100));
   auto result = tier->get(entry.key_hash, entry.canonical_key);
   CHECK(result.outcome == LookupOutcome::corrupt_removed);
   CHECK(result.detail.find("wrong size") != std::string::npos);
-  CHECK_FALSE(fs::exists(object_file(server, entry)));
+  CHECK_FALSE(fs::exists(object_file(server, entry)));  // deleted all the same
+  CHECK(tier->remote_stats().failures == 1);
 
-  // Longer than its header says: wrong size too.
+  // Longer than its header says: refused as the body passes the declared size, in the same outage.
   write_file(object_file(server, entry), object + "trailing");
   result = tier->get(entry.key_hash, entry.canonical_key);
   CHECK(result.outcome == LookupOutcome::corrupt_removed);
   CHECK(result.detail.find("wrong size") != std::string::npos);
+  CHECK(tier->remote_stats().failures == 2);
+  CHECK(capture.warnings() == 1);  // one outage, one warning
 
-  // The right size, one payload bit flipped: the entry's own checksum refuses it.
+  // The right size, one payload bit flipped: a well-formed object whose entry's own checksum refuses it:
+  // the object is at fault, not the server (warned for the object).
   std::string flipped = object;
   flipped[flipped.size() - 200] ^= 0x01;
   write_file(object_file(server, entry), flipped);
   result = tier->get(entry.key_hash, entry.canonical_key);
   CHECK(result.outcome == LookupOutcome::corrupt_removed);
   CHECK_FALSE(fs::exists(object_file(server, entry)));
+  CHECK(tier->remote_stats().failures == 2);
+  CHECK(capture.warnings() == 2);
 
-  // Not a kiln object at all.
+  // Not a kiln object at all: the server failing again, a new outage.
   write_file(object_file(server, entry), "<html>hello</html>");
   result = tier->get(entry.key_hash, entry.canonical_key);
   CHECK(result.outcome == LookupOutcome::corrupt_removed);
+  CHECK(result.detail.find("bad magic") != std::string::npos);
+  CHECK(tier->remote_stats().failures == 3);
 
   CHECK(tier->remote_stats().rejected == 4);
   CHECK(tier->counters().remote_hits == 0);
-  CHECK(capture.warnings() == 4);
+  CHECK(capture.warnings() == 3);
+}
+
+TEST_CASE("http: HTML for every path and 405 to PUT trips the breaker once; kiln devices calls it unusable",
+          "[http_garbage]") {
+  const FaultServer server("html");
+  const TempDir dir("kiln-http-garbage");
+  ScopedEnv retry("KILN_REMOTE_RETRY_S", "30");
+  kiln::cache::Storage node(storage_config(dir, server.url()));
+  StderrCapture capture;
+  for (int i = 0; i < 5; ++i) {
+    const Entry entry = make_entry("http-garbage-" + std::to_string(i));
+    CHECK_FALSE(node.find(entry.key_hash, entry.canonical_key).has_value());
+  }
+  const auto stats = node.remote()->remote_stats();
+  CHECK(stats.failures == 1);  // the first answer; the breaker skipped the other four
+  CHECK(stats.skipped == 4);
+  CHECK(stats.hits == 0);
+  CHECK(node.counters().remote_errors == 5);
+  CHECK(capture.warnings() == 1);
+  CHECK(capture.text().find("not a kiln object") != std::string::npos);
+
+  // Its HEAD answers 200 for every path: that is not the object (not its size), so it is not counted as
+  // published; the PUT's 405 is a failure.
+  RemoteConfig config = config_for(server.url());
+  config.retry_after = std::chrono::seconds(0);
+  const auto tier = kiln::cache::open_remote(config);
+  tier->publish(make_entry("http-garbage-publish"));
+  REQUIRE(tier->flush(5s));
+  CHECK(tier->remote_stats().published == 0);
+  CHECK(tier->remote_stats().publish_dropped == 1);
+  CHECK(tier->remote_stats().failures == 1);
+  CHECK(server.requests().find("PUT /kiln/") != std::string::npos);
+  std::string detail;
+  CHECK_FALSE(tier->ping(&detail));
+  CHECK(detail.find("answers every path") != std::string::npos);
+
+#ifdef KILN_CLI_PATH
+  const std::string command = "KILN_CACHE_DIR=" + dir.path().string() + " KILN_REMOTE_CACHE=" + server.url() + " " +
+                              KILN_CLI_PATH + " devices 2>&1";
+  const std::string output = kiln::test::shell_output(command);
+  INFO(output);
+  CHECK(output.find("unusable: HEAD of an object no node writes answered HTTP 200") != std::string::npos);
+  CHECK(output.find("ok: HTTP 200") == std::string::npos);
+#endif
+}
+
+namespace {
+
+/// The peak resident set of this process so far, in bytes.
+std::uint64_t peak_rss() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+/// How many body bytes a flood mode of the fault server wrote before the client stopped reading ("sent N").
+std::uint64_t bytes_sent(const FaultServer& server) {
+  for (int i = 0; i < 500; ++i) {
+    const std::string log = server.requests();
+    if (const std::size_t at = log.find("sent "); at != std::string::npos) return std::stoull(log.substr(at + 5));
+    std::this_thread::sleep_for(10ms);
+  }
+  FAIL("the fault server never said how much it sent:\n" << server.requests());
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("http: a hostile server cannot make a lookup read past the cap or the object's own header",
+          "[http_hostile]") {
+  RemoteConfig base;
+  base.operation_timeout = 20s;  // the caps, not the time-out, must stop these
+  const std::uint64_t rss_before = peak_rss();
+  const Entry entry = make_entry("http-hostile", 2000);
+  const std::string object = documented_object(serialized(entry), {});
+  // The 24 bytes that say an object's size, declaring 2 GB.
+  const std::string huge_header = "KILNOBJ1" + std::string("0000000080000000");
+  const struct {
+    const char* mode;
+    std::string body;  // sent first, then zeros
+    const char* why;
+    std::uint64_t max_sent;
+  } cases[] = {
+      // A Content-Length over the cap: refused before the body is read.
+      {"flood", "", "announced", 16U << 20},
+      // Chunked, no Content-Length: zeros are not a kiln object, refused at its first 24 bytes.
+      {"flood_chunked", "", "bad magic", 16U << 20},
+      // Chunked, an object header that declares more than the cap.
+      {"flood_chunked", huge_header, "over the cap", 16U << 20},
+      // Chunked, a well-formed object that goes on past its declared size.
+      {"flood_chunked", object, "past the", 16U << 20},
+  };
+  for (const auto& c : cases) {
+    INFO(c.mode << " " << c.why);
+    const FaultServer server(c.mode, c.body);
+    RemoteConfig config = kiln::cache::parse_remote_url(server.url());
+    config.operation_timeout = base.operation_timeout;
+    const auto tier = kiln::cache::open_remote(config);
+    CHECK(tier->config().limits.max_file_bytes == kRemoteCap);
+    StderrCapture capture;
+    const auto start = std::chrono::steady_clock::now();
+    const auto result = tier->get(entry.key_hash, entry.canonical_key);
+    CHECK(result.outcome != LookupOutcome::hit);
+    CHECK(result.detail.find(c.why) != std::string::npos);
+    CHECK(bytes_sent(server) < c.max_sent);
+    CHECK(ms_since(start) < 10000);
+    CHECK(tier->remote_stats().failures == 1);  // a server that sends such things is failing
+  }
+  // Nothing near the old 1 GiB cap (or the 300 MB a flood sends) was ever held.
+  CHECK(peak_rss() - rss_before < (100ULL << 20));
+}
+
+TEST_CASE("http: KILN_REMOTE_MAX_ENTRY_MB sets the cap", "[http_hostile]") {
+  {
+    const ScopedEnv cap("KILN_REMOTE_MAX_ENTRY_MB", "2");
+    CHECK(kiln::cache::remote_config_from_environment("http://127.0.0.1/kiln").limits.max_file_bytes == (2U << 20));
+  }
+  CHECK(kiln::cache::remote_config_from_environment("http://127.0.0.1/kiln").limits.max_file_bytes == kRemoteCap);
+  const ScopedEnv cap("KILN_REMOTE_MAX_ENTRY_MB", "0");
+  CHECK_THROWS_WITH(kiln::cache::remote_config_from_environment("http://127.0.0.1/kiln"),
+                    Catch::Contains("KILN_REMOTE_MAX_ENTRY_MB"));
 }
 
 TEST_CASE("http: basic auth from a password file; missing and wrong credentials are refused", "[http_basic_auth]") {
@@ -579,6 +717,26 @@ TEST_CASE("http: TLS verification refuses a self-signed server unless its CA is 
   CHECK(capture.warnings() == 1);
   CHECK(capture.text().find("verification is off") != std::string::npos);
   require_hit(*tier, entry);
+}
+
+TEST_CASE("http: with KILN_REMOTE_HTTP_INSECURE=1 kiln devices warns once and its remote line says so",
+          "[http_insecure]") {
+#ifdef KILN_CLI_PATH
+  const NginxServer server(with_tls());
+  const TempDir dir("kiln-http-insecure");
+  const std::string command = "KILN_CACHE_DIR=" + dir.path().string() + " KILN_REMOTE_CACHE=" + server.url() +
+                              " KILN_REMOTE_HTTP_INSECURE=1 " + KILN_CLI_PATH + " devices 2>&1";
+  const std::string output = kiln::test::shell_output(command);
+  INFO(output);
+  CHECK(count_occurrences(output, "kiln: warning:") == 1);
+  const std::size_t line = output.find("\nremote: ");
+  REQUIRE(line != std::string::npos);
+  const std::string remote_line = output.substr(line + 1, output.find('\n', line + 1) - line - 1);
+  CHECK(remote_line.find("TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1)") != std::string::npos);
+  CHECK(remote_line.find("(HTTP 404 in") != std::string::npos);
+#else
+  SUCCEED("no kiln CLI in this build");
+#endif
 }
 
 TEST_CASE("http: without libcurl the tier is unavailable with one warning and kiln works locally",

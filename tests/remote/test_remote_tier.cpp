@@ -3,6 +3,8 @@
 // breaker, authentication, the compile lease, TTL, concurrency.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "http_server.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
@@ -28,6 +31,10 @@ using kiln::test::RedisServer;
 using kiln::test::StderrCapture;
 
 namespace {
+
+/// The remote entry cap (remote.hpp, kRemoteMaxEntryBytes), written out: the test must not take it from
+/// the code it checks.
+constexpr std::uint64_t kRemoteCap = 64ULL << 20;
 
 std::string as_string(const std::vector<std::byte>& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -156,6 +163,46 @@ TEST_CASE("truncated, bit-flipped, foreign and non-string values are rejected an
     const auto result = small_tier->get(entry.key_hash, entry.canonical_key);
     CHECK(result.outcome == LookupOutcome::corrupt_removed);
     CHECK(result.detail.find("cap") != std::string::npos);
+  }
+}
+
+TEST_CASE("a server that announces a value of gigabytes is refused before the value is read", "[remote][hostile]") {
+  // fault_server.py's redis_flood: GET and MGET answer "$3221225472" and then zeros as long as they are
+  // read (up to 300 MB); hiredis alone would buffer all of it.
+  for (const bool authenticated : {false, true}) {  // GET, then MGET (with a secret)
+    INFO("with a secret: " << authenticated);
+    const kiln::test::FaultServer server("redis_flood");
+    const std::string http_url = server.url("");  // http://127.0.0.1:<port>
+    RemoteConfig config = kiln::cache::parse_remote_url("redis://" + http_url.substr(http_url.find("://") + 3));
+    config.lease_wait = 0ms;
+    config.operation_timeout = 5000ms;  // the cap, not the time-out, must stop it
+    if (authenticated) config.secret = "fleet-secret-0123456789abcdef";
+    CHECK(config.limits.max_file_bytes == kRemoteCap);
+    const auto tier = kiln::cache::open_remote(config);
+    const Entry entry = make_entry("hostile-redis");
+    rusage before{};
+    ::getrusage(RUSAGE_SELF, &before);
+    const StderrCapture capture;
+    const auto result = tier->get(entry.key_hash, entry.canonical_key);
+    INFO(result.detail);
+    CHECK(result.outcome == LookupOutcome::corrupt_removed);
+    CHECK(result.detail.find("larger than the remote entry cap") != std::string::npos);
+    CHECK(tier->remote_stats().rejected == 1);
+    CHECK(tier->remote_stats().failures == 0);  // the value is refused, not the server
+    // The server said how much it wrote before kiln stopped reading: socket buffers' worth at most.
+    std::string log;
+    for (int i = 0; i < 500 && log.find("sent ") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(10ms);
+      log = server.requests();
+    }
+    INFO(log);
+    const std::size_t at = log.find("sent ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stoull(log.substr(at + 5)) < (16ULL << 20));
+    CHECK(log.find("DEL kiln:v1:" + entry.key_hash.hex()) != std::string::npos);  // and asked to delete it
+    rusage after{};
+    ::getrusage(RUSAGE_SELF, &after);
+    CHECK(after.ru_maxrss - before.ru_maxrss < 100 * 1024);  // KiB: nothing near the 300 MB it offered
   }
 }
 

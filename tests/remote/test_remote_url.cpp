@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kiln/cache/remote.hpp"
+#include "kiln/cache/storage.hpp"
+#include "stderr_capture.hpp"
 #include "test_support.hpp"
 
 using kiln::cache::parse_remote_url;
@@ -338,4 +340,81 @@ TEST_CASE("an http tier's credentials come from files or the environment, never 
   // Redis URLs ignore the HTTP variables.
   const ScopedEnv token_env("KILN_REMOTE_HTTP_TOKEN", "x");
   CHECK(kiln::cache::remote_config_from_environment("redis://h:1").bearer_token.empty());
+}
+
+TEST_CASE("http URLs: escaped dot segments, a repeated layout and an unknown scheme are refused clearly",
+          "[remote][url][http]") {
+  // A server decodes %2e before it resolves the path: "%2e%2e" is "..".
+  for (const char* url : {"http://host/a/%2e%2e/b", "http://host/a/%2E%2e", "http://host/%2e/x", "http://host/a/.%2E/b",
+                          "http://host/a/./b"}) {
+    INFO(url);
+    CHECK(url_error(url).find("\".\" or \"..\" segments") != std::string::npos);
+  }
+  CHECK(url_error("http://host/a%2Fb").find("%2F") != std::string::npos);
+  CHECK(url_error("http://host/a%0d%0ab").find("control") != std::string::npos);
+  CHECK(url_error("http://host/a%zz").find("%-escape") != std::string::npos);
+  CHECK(parse_remote_url("http://host/a..b/%2e%2ex").path == "/a..b/%2e%2ex");  // not a dot segment
+  // Last-wins would hide a mistake: one layout only.
+  CHECK(url_error("http://host/k?layout=flat&layout=bazel").find("layout is given more than once") !=
+        std::string::npos);
+  CHECK(url_error("http://host/k?layout=flat&layout=flat").find("more than once") != std::string::npos);
+  // The message for an unknown scheme names both forms, not only Redis's.
+  const std::string ftp = url_error("ftp://host:21/x");
+  CHECK(ftp.find("the scheme must be redis://, http:// or https://") != std::string::npos);
+  CHECK(ftp.find("http(s)://[user@]host[:port][/path]") != std::string::npos);
+  CHECK(url_error("http://u%0a@host/k").find("control character") != std::string::npos);
+}
+
+TEST_CASE("split_remote_urls keeps one tier per server", "[remote][url][http]") {
+  using V = std::vector<std::string>;
+  std::string forty;
+  for (int i = 0; i < 40; ++i) forty += "http://cache:8080/kiln,";
+  CHECK(kiln::cache::split_remote_urls(forty) == V{"http://cache:8080/kiln"});
+  // The same server written two ways is one tier; another path, db or layout is another tier.
+  CHECK(kiln::cache::split_remote_urls("redis://h,redis://h:6379/0,redis://h:6379/1") ==
+        V{"redis://h", "redis://h:6379/1"});
+  CHECK(kiln::cache::split_remote_urls("http://c/k/,http://c:80/k,http://c/k?layout=flat,http://c/j") ==
+        V{"http://c/k/", "http://c/k?layout=flat", "http://c/j"});
+  // An unparsable item is kept (opening it says what is wrong), once.
+  CHECK(kiln::cache::split_remote_urls("ftp://x,ftp://x") == V{"ftp://x"});
+}
+
+TEST_CASE("http credentials from the environment: no line breaks in a token; the URL's user is not replaced",
+          "[remote][url][http]") {
+  for (const char* token : {"abc\r\nX-Injected: 1", "abc\n", "abc\rdef"}) {
+    const ScopedEnv env("KILN_REMOTE_HTTP_TOKEN", token);
+    try {
+      (void)kiln::cache::remote_config_from_environment("https://h/k");
+      FAIL("a token with a line break was accepted");
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      CHECK(message.find("KILN_REMOTE_HTTP_TOKEN holds a line break") != std::string::npos);
+      CHECK(message.find("Injected") == std::string::npos);  // a credential is not echoed
+    }
+  }
+  {
+    const ScopedEnv password("KILN_REMOTE_HTTP_PASSWORD", "pw");
+    const ScopedEnv user("KILN_REMOTE_HTTP_USER", "other");
+    CHECK_THROWS_WITH(kiln::cache::remote_config_from_environment("https://u@h/k"),
+                      Catch::Contains("the URL's user and KILN_REMOTE_HTTP_USER (\"other\") differ"));
+    CHECK(kiln::cache::remote_config_from_environment("https://other@h/k").user == "other");
+    CHECK(kiln::cache::remote_config_from_environment("https://h/k").user == "other");
+  }
+}
+
+TEST_CASE("a tier that cannot be opened is named once in the warning", "[remote][url][http]") {
+  const TempDir dir("kiln-url-prefix");
+  const ScopedEnv token("KILN_REMOTE_HTTP_TOKEN", "t");
+  const ScopedEnv password("KILN_REMOTE_HTTP_PASSWORD", "pw");
+  const ScopedEnv user("KILN_REMOTE_HTTP_USER", "u");
+  kiln::cache::StorageConfig config;
+  config.local.root = dir.path();
+  config.remote_url = "http://cache.example:8080/kiln";
+  const kiln::test::StderrCapture capture;
+  const kiln::cache::Storage storage(config);
+  CHECK(storage.remotes().empty());
+  const std::string text = capture.text();
+  INFO(text);
+  CHECK(kiln::test::count_occurrences(text, "remote cache http://") == 1);
+  CHECK(text.find("remote cache http://cache.example:8080/kiln: both a bearer token") != std::string::npos);
 }

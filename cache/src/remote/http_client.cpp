@@ -8,7 +8,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 namespace kiln::cache::detail {
 
@@ -41,21 +44,87 @@ bool look_up(void* library, const char* name, F& function, std::string& missing)
   return function != nullptr;
 }
 
+/// The body of a response as it arrives, bounded by a BodyLimit (http_client.hpp).
 struct Sink {
-  std::string* body;
-  std::size_t max;
+  const CurlApi* api = nullptr;
+  CURL* curl = nullptr;
+  std::string* body = nullptr;
+  const BodyLimit* limit = nullptr;
+  bool started = false;  ///< the first bytes came (the status and Content-Length are known)
+  bool keep = false;     ///< a 2xx body: kept; any other is read and dropped
+  std::size_t dropped = 0;
+  std::uint64_t end = 0;  ///< the most bytes kept: max_bytes, then the size the body declares
+  bool declared = false;  ///< `end` is the body's own declared size
   bool too_large = false;
+  std::string stopped;  ///< why the transfer was stopped on purpose
 };
+
+/// A status's body is not used: read this much of it (the connection stays usable), then stop.
+constexpr std::size_t kIgnoredBodyBytes = 64 * 1024;
+
+/// Stops the transfer on purpose (CURLE_WRITE_ERROR): `why` becomes HttpResponse::stopped.
+std::size_t stop(Sink& sink, std::string why, bool too_large = false) {
+  sink.stopped = std::move(why);
+  sink.too_large = too_large;
+  return 0;
+}
 
 std::size_t write_body(char* data, std::size_t size, std::size_t count, void* user) {
   auto* sink = static_cast<Sink*>(user);
   const std::size_t bytes = size * count;
-  if (sink->body->size() + bytes > sink->max) {
-    sink->too_large = true;
-    return 0;  // stops the transfer (CURLE_WRITE_ERROR)
+  try {
+    if (!sink->started) {
+      sink->started = true;
+      long status = 0;
+      sink->api->easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
+      sink->keep = status >= 200 && status < 300;
+      sink->end = sink->limit->max_bytes;
+      curl_off_t announced = -1;
+      if (sink->keep &&
+          sink->api->easy_getinfo(sink->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
+          announced >= 0 && static_cast<std::uint64_t>(announced) > sink->end) {
+        return stop(*sink, fmt::format("the server announced {} bytes, over the cap of {}", announced, sink->end),
+                    true);
+      }
+    }
+    if (!sink->keep) {
+      sink->dropped += bytes;
+      return sink->dropped > kIgnoredBodyBytes ? 0 : bytes;
+    }
+    std::string& body = *sink->body;
+    if (body.size() + bytes > sink->end) {
+      if (sink->declared) {
+        return stop(*sink, fmt::format("the body goes on past the {} bytes its header declares", sink->end));
+      }
+      return stop(*sink, fmt::format("the body passed the cap of {} bytes", sink->end), true);
+    }
+    body.append(data, bytes);
+    const BodyLimit& limit = *sink->limit;
+    if (!sink->declared && limit.declared_size != nullptr && body.size() >= limit.head_bytes) {
+      std::string why;
+      const std::optional<std::uint64_t> total = limit.declared_size(body, why);
+      if (!total) return stop(*sink, std::move(why));
+      if (*total > limit.max_bytes) {
+        return stop(*sink, fmt::format("its header declares {} bytes, over the cap of {}", *total, limit.max_bytes),
+                    true);
+      }
+      curl_off_t announced = -1;
+      if (sink->api->easy_getinfo(sink->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
+          announced >= 0 && static_cast<std::uint64_t>(announced) != *total) {
+        return stop(*sink, fmt::format("wrong size: the server announced {} bytes, the object header says {}",
+                                       announced, *total));
+      }
+      if (body.size() > *total) {
+        return stop(*sink, fmt::format("the body goes on past the {} bytes its header declares", *total));
+      }
+      sink->declared = true;
+      sink->end = *total;
+      body.reserve(static_cast<std::size_t>(*total));  // one allocation, not a doubling series
+    }
+    return bytes;
+  } catch (...) {  // std::bad_alloc: stop the transfer, never unwind through libcurl
+    return stop(*sink, "out of memory while reading the body");
   }
-  sink->body->append(data, bytes);
-  return bytes;
 }
 
 struct Source {
@@ -174,17 +243,22 @@ void HttpClient::give_back(void* handle) {
   m_api->easy_cleanup(curl);
 }
 
-HttpResponse HttpClient::get(const std::string& path, std::size_t max_body) {
-  return perform(Method::get, path, {}, max_body);
+namespace {
+/// What kiln reads of an answer to anything but GET: nothing it uses, a little to keep the connection.
+constexpr BodyLimit kSmallBody{64 * 1024, 0, nullptr};
+}  // namespace
+
+HttpResponse HttpClient::get(const std::string& path, const BodyLimit& limit) {
+  return perform(Method::get, path, {}, limit);
 }
-HttpResponse HttpClient::head(const std::string& path) { return perform(Method::head, path, {}, 0); }
+HttpResponse HttpClient::head(const std::string& path) { return perform(Method::head, path, {}, kSmallBody); }
 HttpResponse HttpClient::put(const std::string& path, std::span<const std::byte> body) {
-  return perform(Method::put, path, body, 64 * 1024);
+  return perform(Method::put, path, body, kSmallBody);
 }
-HttpResponse HttpClient::remove(const std::string& path) { return perform(Method::remove, path, {}, 64 * 1024); }
+HttpResponse HttpClient::remove(const std::string& path) { return perform(Method::remove, path, {}, kSmallBody); }
 
 HttpResponse HttpClient::perform(Method method, const std::string& path, std::span<const std::byte> body,
-                                 std::size_t max_body) {
+                                 const BodyLimit& limit) {
   HttpResponse response;
   if (!load(&response.error)) return response;
   const CurlApi& api = *m_api;
@@ -195,7 +269,11 @@ HttpResponse HttpClient::perform(Method method, const std::string& path, std::sp
   }
   char error_buffer[CURL_ERROR_SIZE] = {};
   const std::string url = m_origin + path;
-  Sink sink{&response.body, max_body};
+  Sink sink;
+  sink.api = &api;
+  sink.curl = curl;
+  sink.body = &response.body;
+  sink.limit = &limit;
   Source source{body};
   HeaderList headers{api};
   headers.add("Expect:");  // no 100-continue round trip before a PUT's body
@@ -239,18 +317,22 @@ HttpResponse HttpClient::perform(Method method, const std::string& path, std::sp
   const auto start = std::chrono::steady_clock::now();
   const CURLcode code = api.easy_perform(curl);
   response.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && sink.too_large)) {
+  const bool dropped_body = code == CURLE_WRITE_ERROR && sink.started && !sink.keep;  // its beginning was enough
+  if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && !sink.stopped.empty()) || dropped_body) {
     long status = 0;
     api.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     response.status = status;
+    curl_off_t announced = -1;
+    if (api.easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK) {
+      response.length = static_cast<std::int64_t>(announced);
+    }
     response.too_large = sink.too_large;
+    response.stopped = std::move(sink.stopped);
     response.answered = true;
-    if (method == Method::get && status == 200 && !sink.too_large) {
+    if (method == Method::get && status == 200 && response.stopped.empty()) {
       // A server that announced more than it sent makes libcurl fail (CURLE_PARTIAL_FILE); check the
       // other way too, so what is used is exactly what was announced.
-      curl_off_t announced = -1;
-      if (api.easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK && announced >= 0 &&
-          static_cast<std::uint64_t>(announced) != response.body.size()) {
+      if (announced >= 0 && static_cast<std::uint64_t>(announced) != response.body.size()) {
         response.answered = false;
         response.error = fmt::format("the body is {} bytes, the server announced {}", response.body.size(), announced);
       }

@@ -10,6 +10,8 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <span>
 
 #include "remote_mac.hpp"
@@ -19,6 +21,10 @@ namespace kiln::cache::detail {
 namespace {
 
 using std::chrono::milliseconds;
+
+/// What a value's reply may hold beyond the value itself: an MGET's array header, the MAC element and
+/// the length lines.
+constexpr std::uint64_t kReplyFramingBytes = 4096;
 
 /// A connection keeps its reader buffer (as large as the largest reply it read); one that read more
 /// than this is closed instead of going back to the pool, so idle connections hold little memory.
@@ -90,6 +96,57 @@ Reply command(redisContext* context, std::initializer_list<std::string_view> arg
   if (!argv.assign(args)) return nullptr;
   const SigpipeGuard guard;
   return Reply(static_cast<redisReply*>(redisCommandArgv(context, argv.argc, argv.argv.data(), argv.lengths.data())));
+}
+
+/// The length a bulk string reply announces ("$<n>\r\n"), once its header has arrived; nullopt
+/// otherwise. hiredis takes the type byte ('$') off and leaves its cursor before the length until the
+/// whole string has arrived, so this is the length of the value being read (a GET's, or an MGET's
+/// element): the reader's current task says it is a string.
+std::optional<std::uint64_t> pending_bulk_length(const redisReader* reader) noexcept {
+  if (reader->ridx < 0) return std::nullopt;
+#if HIREDIS_MAJOR >= 1
+  const int type = reader->task[reader->ridx]->type;
+#else
+  const int type = reader->rstack[reader->ridx].type;
+#endif
+  if (type != REDIS_REPLY_STRING) return std::nullopt;
+  std::string_view unread(reader->buf + reader->pos, reader->len - reader->pos);
+  if (unread.starts_with('$')) unread.remove_prefix(1);  // should a reader leave the type byte
+  std::uint64_t length = 0;
+  for (std::size_t i = 0; i < unread.size() && i < 21; ++i) {
+    const char c = unread[i];
+    if (c == '\r') return i == 0 ? std::nullopt : std::optional<std::uint64_t>(length);
+    if (c < '0' || c > '9') return std::nullopt;  // "-1" (nil) or malformed: hiredis judges it
+    length = length * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return std::nullopt;
+}
+
+/// Runs one command as command() does, but reads its reply itself so that a reply larger than
+/// `max_bytes` is never held: one that announces a longer string, or whose unread bytes pass the cap,
+/// is read no further (`too_large`; nullptr: the connection is mid-reply and must be closed). hiredis
+/// itself would buffer a bulk string of any length the server announces.
+Reply capped_command(redisContext* context, std::initializer_list<std::string_view> args, std::uint64_t max_bytes,
+                     bool& too_large) noexcept {
+  Argv argv;
+  if (!argv.assign(args)) return nullptr;
+  const SigpipeGuard guard;
+  if (redisAppendCommandArgv(context, argv.argc, argv.argv.data(), argv.lengths.data()) != REDIS_OK) return nullptr;
+  for (int done = 0; !done;) {
+    if (redisBufferWrite(context, &done) != REDIS_OK) return nullptr;
+  }
+  for (;;) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(context, &raw) != REDIS_OK) return nullptr;
+    if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
+    const redisReader* reader = context->reader;
+    const std::optional<std::uint64_t> announced = pending_bulk_length(reader);
+    if ((announced && *announced > max_bytes) || reader->len - reader->pos > max_bytes) {
+      too_large = true;
+      return nullptr;
+    }
+    if (redisBufferRead(context) != REDIS_OK) return nullptr;
+  }
 }
 
 /// Sends MULTI, `commands` and EXEC together, then reads every reply (so the connection stays in step
@@ -276,11 +333,16 @@ bool ping_server(const RemoteConfig& config, std::string& detail) {
 }
 
 CommandResult ConnectionPool::run(std::initializer_list<std::string_view> args, ValueSink* sink) {
-  return execute(*args.begin(), sink, [args](redisContext* context) { return command(context, args); });
+  // The value and, with a secret, its MAC (an MGET's second element) and the array around them.
+  const std::uint64_t max_bytes = m_config.limits.max_file_bytes + kReplyFramingBytes;
+  return execute(*args.begin(), sink, [args, max_bytes](redisContext* context, bool& too_large) {
+    return capped_command(context, args, max_bytes, too_large);
+  });
 }
 
 CommandResult ConnectionPool::run_transaction(std::initializer_list<std::initializer_list<std::string_view>> commands) {
-  return execute("MULTI", nullptr, [commands](redisContext* context) { return transaction(context, commands); });
+  // EXEC answers a status per SET: nothing large.
+  return execute("MULTI", nullptr, [commands](redisContext* context, bool&) { return transaction(context, commands); });
 }
 
 template <class Send>
@@ -305,8 +367,16 @@ CommandResult ConnectionPool::execute(std::string_view command_name, ValueSink* 
     }
     if (sink != nullptr) sink->reset();
     context->reader->privdata = sink;
-    Reply reply = send(context.get());
+    bool too_large = false;
+    Reply reply = send(context.get(), too_large);
     context->reader->privdata = nullptr;
+    if (too_large) {
+      // The value, not the server, is at fault: no breaker. The connection (mid-reply) is closed here.
+      return {nullptr,
+              fmt::format("{} answered a value larger than the remote entry cap of {} bytes (KILN_REMOTE_MAX_ENTRY_MB)",
+                          command_name, m_config.limits.max_file_bytes),
+              true};
+    }
     if (!reply) {
       const bool timed_out = context->err == REDIS_ERR_IO &&
                              std::string_view(context->errstr).find("temporarily") != std::string_view::npos;

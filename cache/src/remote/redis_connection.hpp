@@ -71,6 +71,9 @@ struct Connection {
 struct CommandResult {
   Reply reply;  ///< null: the command failed (error says why; already reported to the breaker)
   std::string error;
+  /// The reply passed the entry cap (RemoteConfig::limits.max_file_bytes) and was not read: the value
+  /// is refused, not the server (the breaker was not told). `reply` is null.
+  bool too_large = false;
 };
 
 class ConnectionPool {
@@ -79,9 +82,9 @@ class ConnectionPool {
   ConnectionPool(const RemoteConfig& config, CircuitBreaker& breaker) : m_config(config), m_breaker(breaker) {}
 
   /// Runs one command on an idle connection or a new one; a reused connection that turns out dead is
-  /// replaced once. A failure is reported to the breaker; an error reply (other than an
-  /// authentication error) is returned as a reply for the caller to judge. With `sink`, a top-level
-  /// string reply goes to the sink.
+  /// replaced once. A reply larger than the entry cap is not read (CommandResult::too_large). A failure
+  /// is reported to the breaker; an error reply (other than an authentication error) is returned as a
+  /// reply for the caller to judge. With `sink`, a top-level string reply goes to the sink.
   CommandResult run(std::initializer_list<std::string_view> args, ValueSink* sink = nullptr);
   /// Runs `commands` as one transaction (MULTI, the commands, EXEC), sent together in one round trip.
   /// The reply is EXEC's (an array of the commands' replies), or the first error reply the server

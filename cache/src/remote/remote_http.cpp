@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -88,6 +89,15 @@ std::string status_error(std::string_view method, long status) {
   return fmt::format("{} answered HTTP {}", method, status);
 }
 
+/// True the first time this process asks for `display`: a process that opens a tier twice (kiln devices:
+/// the engine's, then one to ask) says once that its TLS verification is off.
+bool first_insecure_warning(const std::string& display) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  const std::lock_guard lock(mutex);
+  return warned.insert(display).second;
+}
+
 class HttpTier final : public RemoteTier {
  public:
   explicit HttpTier(RemoteConfig config)
@@ -97,21 +107,29 @@ class HttpTier final : public RemoteTier {
         m_client(m_config),
       m_queue(m_config),
         m_thread([this] { run(); }) {
-    if (!m_config.verify_tls && m_config.tls) {
+    if (!m_config.verify_tls && m_config.tls && first_insecure_warning(m_display)) {
       KILN_LOG(warn, "remote cache {}: TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1): anyone on "
                "the path can serve or read this tier{}",
                m_display, m_config.authenticated() ? "" : ", and entries are not authenticated either");
     }
   }
 
-  ~HttpTier() override {
-    {
-      const std::lock_guard lock(m_mutex);
-      m_queue.close();
-      m_close_deadline = Clock::now() + m_config.close_flush;
+  ~HttpTier() override { close(Clock::now() + m_config.close_flush); }
+
+  void close(std::chrono::steady_clock::time_point deadline) noexcept override {
+    try {
+      {
+        const std::lock_guard lock(m_mutex);
+        if (!m_queue.closed()) {
+          m_queue.close();
+          m_close_deadline = deadline;
+        }
+      }
+      m_wake.notify_all();
+      const std::lock_guard join_lock(m_join_mutex);
+      if (m_thread.joinable()) m_thread.join();
+    } catch (...) {  // std::system_error from a mutex or the join: what is queued is lost
     }
-    m_wake.notify_all();
-    m_thread.join();
   }
 
   HttpTier(const HttpTier&) = delete;
@@ -207,11 +225,17 @@ class HttpTier final : public RemoteTier {
         set_detail(detail, response.error);
         return false;
       }
-      const bool ok = response.status < 400 || response.status == 404;
+      // No node writes an object under the zero key: a 200 for it means the server answers every path
+      // (a web page in place of the cache, or the URL's path is wrong), which would serve only garbage.
+      const bool every_path = response.status >= 200 && response.status < 300;
+      const bool ok = !every_path && (response.status < 400 || response.status == 404);
       if (ok) m_breaker.succeed();
-      set_detail(detail, ok ? fmt::format("HTTP {} in {:.2f} ms, {}, layout {}", response.status,
-                                          response.seconds * 1000, m_client.version(), to_string(m_config.layout))
-                            : status_error("HEAD", response.status));
+      set_detail(detail, ok           ? fmt::format("HTTP {} in {:.2f} ms, {}, layout {}", response.status,
+                                                    response.seconds * 1000, m_client.version(), to_string(m_config.layout))
+                         : every_path ? fmt::format("HEAD of an object no node writes answered HTTP {}: the server "
+                                                    "answers every path (is the URL's path the cache's?)",
+                                                    response.status)
+                                      : status_error("HEAD", response.status));
       return ok;
     } catch (const std::exception& e) {
       set_detail(detail, e.what());
@@ -304,11 +328,15 @@ class HttpTier final : public RemoteTier {
 
   /// What one GET of an object found (filled in place: `payload` views into `response`).
   struct Fetch {
-    enum class Kind { failed, absent, bad, unauthenticated, value } kind = Kind::failed;
+    /// garbage: the server answered 200 with something that is not a kiln object of the size it says
+    /// within the cap (HTML, random bytes, a wrong size): the server is failing (the breaker was told),
+    /// and the object is deleted where it can be. unauthenticated: a well-formed object without the
+    /// fleet's MAC.
+    enum class Kind { failed, absent, garbage, unauthenticated, value } kind = Kind::failed;
     std::string path;          ///< the object's
     HttpResponse response;     ///< holds the body
     std::string_view payload;  ///< value: the entry's (or manifest's) bytes, MAC verified with a secret
-    std::string why;           ///< failed: the lookup's detail; bad: why the object is not one
+    std::string why;           ///< failed: the lookup's detail; garbage: why the body is not an object
     bool had_mac = false;      ///< unauthenticated: it had a MAC (a wrong one)
   };
 
@@ -327,8 +355,14 @@ class HttpTier final : public RemoteTier {
                             m_config.retry_after.count());
       return;
     }
-    out.response =
-        m_client.get(out.path, detail::kObjectHeaderBytes + static_cast<std::size_t>(m_config.limits.max_file_bytes));
+    // The body is read only while it can still be an object: a Content-Length over the cap is refused
+    // before any of it arrives, and the object's own header (its first 24 bytes) is checked first, so
+    // a hostile server costs a lookup at most the cap, never what it chooses to send.
+    detail::BodyLimit limit;
+    limit.max_bytes = detail::kObjectHeaderBytes + static_cast<std::size_t>(m_config.limits.max_file_bytes);
+    limit.head_bytes = detail::kObjectSizeBytes;
+    limit.declared_size = &detail::declared_object_size;
+    out.response = m_client.get(out.path, limit);
     const HttpResponse& response = out.response;
     if (!response.answered) {
       m_breaker.fail(fmt::format("GET: {}", response.error));
@@ -346,17 +380,21 @@ class HttpTier final : public RemoteTier {
       out.why = fmt::format("remote cache {}: {}", m_display, why);
       return;
     }
+    std::string garbage = response.stopped;
+    detail::Unframed object;
+    if (garbage.empty()) {
+      object = detail::unframe_object(response.body);
+      garbage = object.error;
+    }
+    if (!garbage.empty()) {
+      // Not a server's honest answer for an object kiln wrote: a server that answers HTML or anything
+      // for every path must cost one warning per outage and be skipped, not warn for each object.
+      m_breaker.fail(fmt::format("GET {} answered HTTP 200 with what is not a kiln object: {}", out.path, garbage));
+      out.kind = Fetch::Kind::garbage;
+      out.why = std::move(garbage);
+      return;
+    }
     m_breaker.succeed();
-    out.kind = Fetch::Kind::bad;
-    if (response.too_large) {
-      out.why = fmt::format("larger than the entry size cap ({} bytes)", m_config.limits.max_file_bytes);
-      return;
-    }
-    const detail::Unframed object = detail::unframe_object(response.body);
-    if (!object.error.empty()) {
-      out.why = object.error;
-      return;
-    }
     if (m_config.authenticated()) {
       const std::string expected =
           detail::remote_mac(m_config.secret, what, key, object.entry.data(), object.entry.size());
@@ -379,8 +417,8 @@ class HttpTier final : public RemoteTier {
         return {LookupOutcome::io_error, std::nullopt, std::move(fetched.why)};
       case Fetch::Kind::absent:
         return {LookupOutcome::miss, std::nullopt, {}};
-      case Fetch::Kind::bad:
-        return reject(key, path, fetched.why);
+      case Fetch::Kind::garbage:
+        return refuse_garbage(key, path, fetched.why);
       case Fetch::Kind::unauthenticated:
         refused_unauthenticated = true;
         return refuse_unauthenticated(key, path, fetched.had_mac);
@@ -410,7 +448,7 @@ class HttpTier final : public RemoteTier {
         return {Outcome::error, {}, std::move(fetched.why)};
       case Fetch::Kind::absent:
         return {Outcome::miss, {}, {}};
-      case Fetch::Kind::bad:
+      case Fetch::Kind::garbage:
         why = std::move(fetched.why);
         break;
       case Fetch::Kind::unauthenticated:
@@ -442,6 +480,16 @@ class HttpTier final : public RemoteTier {
     const bool deleted = delete_refused(key, path);
     m_rejected.fetch_add(1, std::memory_order_relaxed);
     KILN_LOG(warn, "remote cache {}: rejected the object at {} ({}); {} it, compiling instead", m_display, path, why,
+             deleted ? "deleted" : "could not delete");
+    return {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
+  }
+
+  /// A body that is not a kiln object (the breaker was told, and warns once per outage): deleted where
+  /// the server allows it, counted as rejected, said at debug level only.
+  LookupResult refuse_garbage(const Hash128& key, const std::string& path, std::string_view why) {
+    const bool deleted = delete_refused(key, path);
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    KILN_LOG(debug, "remote cache {}: refused the answer for {} ({}); {} it", m_display, path, why,
              deleted ? "deleted" : "could not delete");
     return {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
   }
@@ -486,12 +534,15 @@ class HttpTier final : public RemoteTier {
     if (ask_first && !refused_before) {
       const HttpResponse present = m_client.head(path);
       if (!present.answered) return fail(fmt::format("HEAD: {}", present.error));
-      if (present.status == 200) {
+      // What is there is this object only if it has the object's size (every writer frames the same
+      // bytes): a server that answers 200 for every path (an HTML page) has not got it.
+      const auto object_size = static_cast<std::int64_t>(detail::kObjectHeaderBytes + bytes.size());
+      if (present.status == 200 && (present.length < 0 || present.length == object_size)) {
         m_breaker.succeed();
         m_published.fetch_add(1, std::memory_order_relaxed);  // the server has it
         return true;
       }
-      if (present.status != 404) return fail(status_error("HEAD", present.status));
+      if (present.status != 404 && present.status != 200) return fail(status_error("HEAD", present.status));
     }
     const std::string object = detail::frame_object(bytes, key, m_config.secret, what);
     const HttpResponse response =
@@ -552,7 +603,8 @@ class HttpTier final : public RemoteTier {
   Clock::time_point m_close_deadline{};
   std::unordered_set<Hash128, Hash128Hasher> m_refused;  ///< keys whose object this process refused
 
-  std::thread m_thread;  ///< last: starts after every member above exists
+  std::mutex m_join_mutex;  ///< one close() joins the thread
+  std::thread m_thread;     ///< last: starts after every member above exists
 };
 
 }  // namespace

@@ -12,6 +12,8 @@
 //
 // Plain code: compiled with or without libcurl.
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +30,14 @@ inline constexpr std::size_t kObjectHeaderBytes = 8 + 16 + 64;
 /// `secret`, MAC'd under it.
 [[nodiscard]] std::string frame_object(std::span<const std::byte> entry, const Hash128& key, std::string_view secret,
                                        RemoteValue what = RemoteValue::entry);
+
+/// The first bytes of an object that say its size: magic and size (a reader can stop there or at the size).
+inline constexpr std::size_t kObjectSizeBytes = 8 + 16;
+
+/// The whole object's size (kObjectHeaderBytes + the entry's) as its first kObjectSizeBytes of `head`
+/// declare it, or nullopt with `why` when they are not a kiln object's. Lets a reader refuse a body
+/// before it has read it, and stop where the object says it ends.
+[[nodiscard]] std::optional<std::uint64_t> declared_object_size(std::string_view head, std::string& why);
 
 /// An object taken apart. `error` is empty when the header is well formed and the size matches.
 struct Unframed {

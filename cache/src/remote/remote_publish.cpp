@@ -21,14 +21,33 @@ Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBr
       m_queue(config),
       m_thread([this] { run(); }) {}
 
-Publisher::~Publisher() {
-  {
-    const std::lock_guard lock(m_mutex);
-    m_queue.close();
-    m_close_deadline = Clock::now() + m_config.close_flush;
+Publisher::~Publisher() { close(Clock::now() + m_config.close_flush); }
+
+void Publisher::close(Clock::time_point deadline) noexcept {
+  try {
+    {
+      const std::lock_guard lock(m_mutex);
+      if (!m_queue.closed()) {
+        m_queue.close();
+        m_close_deadline = deadline;
+      }
+    }
+    m_wake.notify_all();
+    // One caller joins; another that comes meanwhile (the destructor after Storage::close_tiers) finds
+    // the thread joined.
+    const std::lock_guard join_lock(m_join_mutex);
+    if (m_thread.joinable()) m_thread.join();
+  } catch (...) {  // std::system_error from a mutex or the join: the leases expire by themselves
   }
-  m_wake.notify_all();
-  m_thread.join();
+}
+
+bool Publisher::closed() const noexcept {
+  try {
+    const std::lock_guard lock(m_mutex);
+    return m_queue.closed();
+  } catch (...) {
+    return true;
+  }
 }
 
 void Publisher::enqueue(const Entry& entry) noexcept {

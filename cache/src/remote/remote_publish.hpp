@@ -35,7 +35,7 @@ class Publisher {
   /// Starts the background thread.
   Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBreaker& breaker, CompileLeases& leases,
             ManifestCounters& manifests);
-  /// Writes what is queued for at most close_flush, drops the rest, releases every lease still held.
+  /// close() with a deadline of close_flush from now.
   ~Publisher();
   Publisher(const Publisher&) = delete;
   Publisher& operator=(const Publisher&) = delete;
@@ -55,6 +55,11 @@ class Publisher {
   void release_lease_soon(const Hash128& key) noexcept;
   /// Waits until the queue is empty and nothing is being written, at most `max_wait`. Never throws.
   bool wait_idle(std::chrono::milliseconds max_wait) noexcept;
+  /// Takes no more jobs, writes what is queued until `deadline`, drops the rest, releases every lease
+  /// still held and stops the thread. Idempotent (a later call keeps the first deadline). Never throws.
+  void close(std::chrono::steady_clock::time_point deadline) noexcept;
+  /// Whether close() has begun: nothing will release a lease taken after it.
+  [[nodiscard]] bool closed() const noexcept;
 
   [[nodiscard]] std::uint64_t published() const noexcept { return m_published.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t dropped() const noexcept { return m_dropped.load(std::memory_order_relaxed); }
@@ -82,7 +87,8 @@ class Publisher {
   std::atomic<std::uint64_t> m_published{0};
   std::atomic<std::uint64_t> m_dropped{0};
 
-  std::thread m_thread;  ///< last: starts after every member above exists
+  std::mutex m_join_mutex;  ///< one close() joins the thread
+  std::thread m_thread;     ///< last: starts after every member above exists
 };
 
 }  // namespace kiln::cache::detail

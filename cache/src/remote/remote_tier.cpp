@@ -194,6 +194,8 @@ class RedisTier final : public RemoteTier {
 
   bool flush(std::chrono::milliseconds max_wait) noexcept override { return m_publisher.wait_idle(max_wait); }
 
+  void close(std::chrono::steady_clock::time_point deadline) noexcept override { m_publisher.close(deadline); }
+
   void abandon(const Hash128& key) noexcept override { m_publisher.release_lease_soon(key); }
 
   bool remove(const Hash128& key) noexcept override {
@@ -235,11 +237,11 @@ class RedisTier final : public RemoteTier {
  private:
   /// What one GET (with a secret: one MGET of the value and its MAC) answered.
   struct Read {
-    enum class Kind { failed, absent, value } kind = Kind::failed;
+    enum class Kind { failed, absent, too_large, value } kind = Kind::failed;
     CommandResult result;                ///< holds the replies below
     const redisReply* value = nullptr;   ///< value: the value's reply (a string, or WRONGTYPE)
     const redisReply* mac = nullptr;     ///< value, with a secret: the MAC's reply
-    std::string error;                   ///< failed: why (the breaker has been told)
+    std::string error;                   ///< failed: why (the breaker has been told); too_large: why
   };
 
   /// Sends the GET or MGET of `name` (and `mac_name`), `sink` armed when given, and sorts the answer.
@@ -250,6 +252,7 @@ class RedisTier final : public RemoteTier {
     read.result = authenticated ? m_pool.run({"MGET", name, mac_name}, sink) : m_pool.run({"GET", name}, sink);
     if (!read.result.reply) {
       read.error = read.result.error;
+      if (read.result.too_large) read.kind = Read::Kind::too_large;  // the value is refused, not the server
       return read;
     }
     // The value: the GET's reply, or the MGET's first element (the MAC its second).
@@ -301,7 +304,9 @@ class RedisTier final : public RemoteTier {
     if (read.kind == Read::Kind::failed) return {Outcome::error, {}, fmt::format("remote cache {}: {}", m_display, read.error)};
     if (read.kind == Read::Kind::absent) return {Outcome::miss, {}, {}};
     std::string why;
-    if (read.value->type != REDIS_REPLY_STRING) {
+    if (read.kind == Read::Kind::too_large) {
+      why = read.error;
+    } else if (read.value->type != REDIS_REPLY_STRING) {
       why = "the key does not hold a string value";
     } else {
       const std::span bytes(reinterpret_cast<const std::byte*>(read.value->str), read.value->len);
@@ -327,7 +332,10 @@ class RedisTier final : public RemoteTier {
     }
     const std::string name = m_config.entry_key(key);
     Fetched fetched = fetch(key, name, canonical_key);
-    if (fetched.found != Found::absent || m_config.lease_wait.count() == 0) return std::move(fetched.result);
+    // After close() nothing would release a lease taken now (the publisher's thread is gone).
+    if (fetched.found != Found::absent || m_config.lease_wait.count() == 0 || m_publisher.closed()) {
+      return std::move(fetched.result);
+    }
     return m_leases.take_or_wait(key, [&] { return fetch(key, name, canonical_key); });
   }
 
@@ -349,6 +357,7 @@ class RedisTier final : public RemoteTier {
               {LookupOutcome::io_error, std::nullopt, fmt::format("remote cache {}: {}", m_display, read.error)}};
     }
     if (read.kind == Read::Kind::absent) return {Found::absent, {LookupOutcome::miss, std::nullopt, {}}};
+    if (read.kind == Read::Kind::too_large) return reject(name, mac_name, read.error);
     const redisReply* reply = read.value;
     CommandResult& result = read.result;
     std::string why;
@@ -379,6 +388,12 @@ class RedisTier final : public RemoteTier {
       }
     }
     result.reply.reset();
+    return reject(name, mac_name, why);
+  }
+
+  /// A value that is not a valid entry for the key: deleted from the server with its MAC, counted,
+  /// answered corrupt_removed.
+  Fetched reject(const std::string& name, const std::string& mac_name, std::string_view why) {
     const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
     m_rejected.fetch_add(1, std::memory_order_relaxed);
     KILN_LOG(warn, "remote cache {}: rejected the value under {} ({}); {} it, compiling instead", m_display, name, why,

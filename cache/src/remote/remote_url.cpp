@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -122,6 +123,26 @@ bool valid_path_char(char c) noexcept {
          c == '\'' || c == '(' || c == ')' || c == '*' || c == '+' || c == ';' || c == '=' || c == ':' || c == '@';
 }
 
+/// Refuses a path with a "." or ".." segment, also %-escaped ("%2e%2e": a server decodes it before it
+/// resolves the path), an escaped '/' (a segment the server may split) and escaped control characters.
+template <class Bad>
+void check_path_segments(std::string_view path, const Bad& bad) {
+  while (!path.empty()) {
+    path.remove_prefix(1);  // the '/'
+    const std::size_t slash = path.find('/');
+    const std::string_view raw = path.substr(0, slash);
+    path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash);
+    const std::optional<std::string> segment = percent_decode(raw);
+    if (!segment) bad("malformed %-escape in the path");
+    if (*segment == "." || *segment == "..") bad("the path must not hold \".\" or \"..\" segments (also %-escaped)");
+    if (segment->find('/') != std::string::npos) bad("the path must not hold an escaped '/' (%2F)");
+    if (std::any_of(segment->begin(), segment->end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      bad("the path must not hold control characters");
+    }
+  }
+}
+
 RemoteConfig parse_http_url(std::string_view url) {
   const auto bad = [url](std::string_view why) {
     throw std::invalid_argument(
@@ -156,18 +177,26 @@ RemoteConfig parse_http_url(std::string_view url) {
     }
     auto user = percent_decode(user_info);
     if (!user) bad("malformed %-escape in the user");
+    if (std::any_of(user->begin(), user->end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+      bad("the user holds a control character");
+    }
     config.user = std::move(*user);
   }
   parse_host_port(authority, config, bad);
   while (path.ends_with('/')) path.remove_suffix(1);
   if (!std::all_of(path.begin(), path.end(), valid_path_char)) bad("the path holds a character that must be %-escaped");
-  if (path.find("/../") != std::string_view::npos || path.ends_with("/..")) bad("the path must not hold \"..\"");
+  check_path_segments(path, bad);
   config.path = std::string(path);
+  bool layout_given = false;
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
     const std::string_view item = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     if (item.empty()) continue;
+    if (item.starts_with("layout=")) {
+      if (layout_given) bad("layout is given more than once");
+      layout_given = true;
+    }
     if (item == "layout=subdirs") {
       config.layout = HttpLayout::subdirs;
     } else if (item == "layout=flat") {
@@ -191,6 +220,11 @@ std::string credential(const char* file_variable, const char* variable, std::str
     return detail::read_credential_file(file_variable, file);
   }
   if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') {
+    // A line break would end the header line it goes into and start another (header injection); the
+    // file form refuses it too. Not echoed: the value is a credential.
+    if (std::string_view(value).find_first_of("\r\n") != std::string_view::npos) {
+      throw std::invalid_argument(fmt::format("{} holds a line break (CR or LF); a credential is one line", variable));
+    }
     source = variable;
     return value;
   }
@@ -213,12 +247,26 @@ std::string_view to_string(HttpLayout layout) noexcept {
 
 std::vector<std::string> split_remote_urls(std::string_view list) {
   std::vector<std::string> urls;
+  std::vector<std::string> tiers;  // what each kept item names: its display form, or its text when unparsable
   while (true) {
     const std::size_t comma = list.find(',');
     std::string_view item = list.substr(0, comma);
     while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
     while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (!item.empty()) urls.emplace_back(item);
+    if (!item.empty()) {
+      // The same server twice (redis://h and redis://h:6379/0 are one) would be asked twice per miss and
+      // back-fill itself: it is one tier.
+      std::string tier;
+      try {
+        tier = parse_remote_url(item).display();
+      } catch (const std::invalid_argument&) {
+        tier = std::string(item);  // opening it says what is wrong
+      }
+      if (std::find(tiers.begin(), tiers.end(), tier) == tiers.end()) {
+        tiers.push_back(std::move(tier));
+        urls.emplace_back(item);
+      }
+    }
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
   }
@@ -241,7 +289,12 @@ std::string redact_remote_url(std::string_view url) {
 RemoteConfig parse_remote_url(std::string_view url) {
   if (url.starts_with("http://") || url.starts_with("https://")) return parse_http_url(url);
   if (url.starts_with("rediss://")) bad_url(url, "TLS (rediss://) is not supported; use redis://");
-  if (!url.starts_with(kScheme)) bad_url(url, "the scheme must be redis://, http:// or https://");
+  if (!url.starts_with(kScheme)) {
+    throw std::invalid_argument(
+        fmt::format("invalid remote cache URL \"{}\": the scheme must be redis://, http:// or https:// (expected "
+                    "redis://[[user]:password@]host[:port][/db] or http(s)://[user@]host[:port][/path])",
+                    redact_remote_url(url)));
+  }
   RemoteConfig config;
   std::string_view rest = url.substr(kScheme.size());
 
@@ -284,6 +337,7 @@ RemoteConfig remote_config_from_environment(std::string_view url) {
   if (auto v = environment_number("KILN_REMOTE_RETRY_S", 0, 86400)) config.retry_after = seconds(*v);
   if (auto v = environment_number("KILN_REMOTE_TTL", 0, 10ULL * 366 * 86400)) config.ttl = seconds(*v);
   if (auto v = environment_number("KILN_REMOTE_LEASE_WAIT_MS", 0, 3600000)) config.lease_wait = milliseconds(*v);
+  if (auto v = environment_number("KILN_REMOTE_MAX_ENTRY_MB", 1, 1024)) config.limits.max_file_bytes = *v << 20;
   // Set but empty is an error, not "no secret": a fleet that means to authenticate must not run
   // without it because a variable expanded to nothing.
   if (const char* file = std::getenv("KILN_REMOTE_SECRET_FILE"); file != nullptr) {
@@ -297,7 +351,19 @@ RemoteConfig remote_config_from_environment(std::string_view url) {
     config.bearer_token = credential("KILN_REMOTE_HTTP_TOKEN_FILE", "KILN_REMOTE_HTTP_TOKEN", token_source);
     std::string password_source;
     std::string password = credential("KILN_REMOTE_HTTP_PASSWORD_FILE", "KILN_REMOTE_HTTP_PASSWORD", password_source);
-    if (const char* user = std::getenv("KILN_REMOTE_HTTP_USER"); user != nullptr && *user != '\0') config.user = user;
+    if (const char* user = std::getenv("KILN_REMOTE_HTTP_USER"); user != nullptr && *user != '\0') {
+      // Two users for one tier is a mistake to say, not one to settle silently.
+      if (!config.user.empty() && config.user != user) {
+        throw std::invalid_argument(
+            fmt::format("remote cache {}: the URL's user and KILN_REMOTE_HTTP_USER (\"{}\") "
+                        "differ; set one",
+                        config.display(), user));
+      }
+      if (std::any_of(user, user + std::strlen(user), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+        throw std::invalid_argument("KILN_REMOTE_HTTP_USER holds a control character");
+      }
+      config.user = user;
+    }
     if (!config.bearer_token.empty() && !password.empty()) {
       throw std::invalid_argument(fmt::format(
           "remote cache {}: both a bearer token ({}) and a password ({}) are set; set one", config.display(),

@@ -70,6 +70,7 @@
 // Counters: remote_hits = verified entries served; remote_misses = key absent (after any lease wait);
 // remote_errors = every other lookup (server unreachable, slow, refusing, breaker open, bad value);
 // remote_unauthenticated = those of the remote_errors that were refused for their MAC.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -102,6 +103,14 @@ enum class HttpLayout : std::uint8_t {
 };
 [[nodiscard]] std::string_view to_string(HttpLayout layout) noexcept;  ///< "subdirs", "flat", "bazel"
 
+/// The largest value a remote tier reads (an entry, or a manifest): a lookup holds the whole value in
+/// memory, and a hostile or broken server chooses its size, so the cap is far below the local store's
+/// 1 GiB. A kernel's entry is kilobytes to a few MB (binary and canonical key), so 64 MiB leaves an
+/// order of magnitude of room while six lookups at once hold at most ~400 MB.
+/// KILN_REMOTE_MAX_ENTRY_MB sets another (1 to 1024). A larger value is refused before it is read
+/// (answered corrupt_removed and deleted, as a damaged one).
+inline constexpr std::uint64_t kRemoteMaxEntryBytes = 64ULL << 20;
+
 struct RemoteConfig {
   RemoteKind kind = RemoteKind::redis;
   std::string host;  ///< name or address; IPv6 without brackets
@@ -120,7 +129,9 @@ struct RemoteConfig {
   std::uint64_t publish_queue_bytes = 256ULL << 20;  ///< queued bytes; more are dropped
   std::chrono::milliseconds close_flush{2000};       ///< destructor: time to drain the queue
   std::size_t max_idle_connections = 8;
-  Limits limits{};  ///< caps on a value read from the server
+  /// Caps on a value read from the server; max_file_bytes is kRemoteMaxEntryBytes
+  /// (KILN_REMOTE_MAX_ENTRY_MB), and a longer reply is not read.
+  Limits limits{.max_file_bytes = kRemoteMaxEntryBytes};
   /// The fleet secret (KILN_REMOTE_SECRET_FILE's content): entries are published with a MAC under it
   /// and served only with a valid one. Empty: unauthenticated (no MAC written or checked).
   std::string secret;
@@ -162,10 +173,12 @@ struct RemoteConfig {
 [[nodiscard]] RemoteConfig parse_remote_url(std::string_view url);
 
 /// Splits KILN_REMOTE_CACHE's ordered list of tier URLs at ',' (spaces around an item are dropped,
-/// empty items skipped). A ',' inside one URL is written %2C.
+/// empty items skipped, and an item that names the same tier as an earlier one, by its display() form,
+/// is dropped: one server is one tier). A ',' inside one URL is written %2C.
 [[nodiscard]] std::vector<std::string> split_remote_urls(std::string_view list);
 
-/// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig and the secret in
+/// parse_remote_url(url), then the KILN_REMOTE_* variables listed in RemoteConfig (and
+/// KILN_REMOTE_MAX_ENTRY_MB: limits.max_file_bytes in MiB) and the secret in
 /// KILN_REMOTE_SECRET_FILE when that is set. Throws std::invalid_argument naming the variable for a
 /// malformed value, and naming the variable and the file for a secret file that is missing, unreadable,
 /// not a regular file, readable or writable by group or others, empty or shorter than 16 bytes (after
@@ -247,6 +260,16 @@ class RemoteTier : public Tier {
   /// Waits until every queued publish is written or dropped, at most `max_wait`. True when the queue
   /// is empty. Never throws.
   virtual bool flush(std::chrono::milliseconds max_wait) noexcept = 0;
+  /// Ends the tier's background work, for a process about to end (Storage::close_tiers): no publish is
+  /// taken any more, what is queued is written until `deadline` and the rest dropped (a write under way
+  /// then may run on for one operation timeout), every compile lease this node holds is released, and
+  /// the publishing thread stops. Lookups still answer, but take no lease. Idempotent; the destructor
+  /// does the same with a deadline of close_flush from then. Never throws. The default (for tiers with
+  /// no thread of their own) only flushes until `deadline`.
+  virtual void close(std::chrono::steady_clock::time_point deadline) noexcept {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    (void)flush(std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(left)));
+  }
   /// Deletes the entry for `key` from the server. False when it could not. Never throws.
   virtual bool remove(const Hash128& key) noexcept = 0;
 

@@ -33,6 +33,7 @@
 // bytes_read (local hits), corrupt_removed (damaged local entries and discard()), misses (lookups that
 // found nothing anywhere), bytes_written (compiled entries written to the local store); counters() adds
 // the local store's evictions and the remote's counters.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -84,7 +85,7 @@ struct OpenedTier {
   TierKind kind = TierKind::pack;
   std::string location;        ///< the pack's path; the remote's URL without its password
   std::unique_ptr<Tier> tier;  ///< null when it could not be opened
-  std::string error;           ///< why it could not be opened (the exception's text)
+  std::string error;           ///< why it could not be opened (the exception's text, less "remote cache <url>: ")
 };
 
 /// Opens every configured tier in lookup order: the packs as listed, then the remotes. A tier that
@@ -204,6 +205,15 @@ class Storage {
   /// This front end's counters, plus the local store's evictions and every remote's counters.
   [[nodiscard]] Counters counters() const noexcept;
 
+  /// What the destructor does for the remote tiers, for a process that ends without running destructors
+  /// (`kiln prewarm` and its workers end in _exit): every remote's queued publishes are written (for at
+  /// most its close_flush, 2 s, all remotes at once; a write under way may run on for one operation
+  /// timeout, so a dead or stalled server cannot hold the exit), the fleet compile leases this node holds
+  /// are released, and each remote's lifetime counters are recorded under the cache root (`kiln cache
+  /// stats`). After it the remotes take no publish and no lease; lookups still work. Idempotent (the
+  /// counters are recorded once). Call it when no other thread uses this storage. Never throws.
+  void close_tiers() noexcept;
+
  private:
   friend class Reservation;
   /// Every tier in order; the first hit, copied into the local store (nullopt: no tier has it).
@@ -222,6 +232,7 @@ class Storage {
   std::vector<TierSlot> m_tiers;       // packs, then the remotes, then any added
   std::vector<RemoteTier*> m_remotes;  // the remotes in m_tiers, in order
   RemoteTier* m_remote = nullptr;      // the first of them, if any
+  std::atomic<bool> m_tiers_closed{false};  // close_tiers() ran
   AtomicCounters m_counters;
 };
 
