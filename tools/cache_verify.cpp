@@ -241,14 +241,16 @@ std::string summary_text(const cache::Store& store, const VerifyReport& report, 
   const std::size_t entries = report.entries, manifests = report.manifests;
   const std::size_t bad = c.of(Kind::damaged), unreadable = c.of(Kind::unreadable), refused = c.of(Kind::refused);
   const std::size_t not_entries = c.of(Kind::not_entry);
-  std::string text =
-      fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad - unreadable - refused, bad);
+  std::string text = fmt::format("verify: {}: {} ok, {} bad", counted(entries, "entry", "entries"),
+                                 entries - bad - unreadable - refused, bad);
   if (unreadable != 0) text += fmt::format(", {} unreadable", unreadable);
   if (refused != 0) text += fmt::format(", {} refused", refused);
-  if (not_entries != 0) text += fmt::format("; {} files that are not entries", not_entries);
+  if (not_entries != 0) {
+    text += "; " + counted(not_entries, "file that is not an entry", "files that are not entries");
+  }
   if (fix) text += fmt::format("; {} removed", c.removed);
   if (manifests != 0) {
-    text += fmt::format("; {} dependency manifests: {} ok, {} bad", manifests,
+    text += fmt::format("; {}: {} ok, {} bad", counted(manifests, "dependency manifest", "dependency manifests"),
                         manifests - c.manifests_bad - c.manifests_unreadable, c.manifests_bad);
     if (c.manifests_unreadable != 0) text += fmt::format(", {} unreadable", c.manifests_unreadable);
     if (fix) text += fmt::format(", {} removed", c.manifests_removed);

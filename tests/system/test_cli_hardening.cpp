@@ -240,7 +240,7 @@ TEST_CASE("links, FIFOs and stray files in the entry directories are reported; v
   CHECK(ls.out.find(shard_hex + "11111111111111") != std::string::npos);
   CHECK(ls.out.find("symbolic link at an entry path") != std::string::npos);
   CHECK(ls.out.find("FIFO at an entry path") != std::string::npos);
-  CHECK(ls.out.find("1 other files") != std::string::npos);
+  CHECK(ls.out.find("1 other file in the entry directories") != std::string::npos);
 
   const Run stats = run_kiln_exact({"cache", "stats", "--json"}, env, dir.path(), false, 30);
   INFO(stats.describe());
@@ -673,5 +673,39 @@ TEST_CASE("an unknown option names the command it was given to and that command'
     CHECK(count_lines(run.err) == 1);
     CHECK(run.err.find("--bogus") != std::string::npos);
     CHECK(run.err.find("see " + command + " --help") != std::string::npos);
+  }
+}
+
+TEST_CASE("counts of one are singular in the CLI's summaries") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  fill_cache(root, 1);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.out.find("verify: 1 entry: 1 ok, 0 bad") != std::string::npos);
+  const Run ls = run_kiln_exact({"cache", "ls"}, env, dir.path());
+  INFO(ls.describe());
+  CHECK(ls.out.find("1 entry, ") != std::string::npos);
+  const Run exported = run_kiln_exact({"cache", "export", (dir / "one.kpack").string()}, env, dir.path());
+  INFO(exported.describe());
+  CHECK(exported.out.find("export: 1 entry (") != std::string::npos);
+  const Run cleared = run_kiln_exact({"cache", "clear"}, env, dir.path());
+  INFO(cleared.describe());
+  CHECK(cleared.out.find("clear: removed 1 entry (") != std::string::npos);
+}
+
+// A lane's status joined its problems with ';' and no space ("... KILN_CUDA_PATH;no CUDA driver ...").
+TEST_CASE("kiln devices separates a lane's problems with \"; \"") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CUDA_PATH", (dir / "no-toolkit").string()}};
+  const Run run = run_kiln_exact({"devices"}, env, dir.path(), false, 60);
+  INFO(run.describe());
+  CHECK(run.out.find("no NVRTC found") != std::string::npos);
+  for (std::size_t at = run.out.find(';'); at != std::string::npos; at = run.out.find(';', at + 1)) {
+    INFO("at " << at);
+    CHECK((at + 1 == run.out.size() || run.out[at + 1] == ' ' || run.out[at + 1] == '\n'));
   }
 }
