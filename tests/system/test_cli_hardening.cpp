@@ -676,6 +676,26 @@ TEST_CASE("an unknown option names the command it was given to and that command'
   }
 }
 
+// Hardening issue, 4: `KILN_CACHE_READONLY=1 kiln prewarm` compiled every request, then failed each
+// store; the error for KILN_CACHE_DISABLE=yes said "KILN_CACHE_DISABLE=1".
+TEST_CASE("prewarm into a read-only cache is refused at once; the refusal names the variable's own value") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  fill_cache(root, 1);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  auto with = [&](std::map<std::string, std::optional<std::string>> extra) {
+    for (const auto& [name, value] : env) extra.emplace(name, value);
+    return extra;
+  };
+  const std::vector<std::string> args = {"prewarm", "--builtin", "saxpy", "--target", "sm_90"};
+  const Run read_only = run_kiln_exact(args, with({{"KILN_CACHE_READONLY", "1"}}), dir.path(), false, 120);
+  INFO(read_only.describe());
+  CHECK(read_only.rc == 2);
+  CHECK(count_lines(read_only.err) == 1);
+  CHECK(read_only.err.find("KILN_CACHE_READONLY=1") != std::string::npos);
+  CHECK(read_only.out.empty());
+
 TEST_CASE("counts of one are singular in the CLI's summaries") {
   TempDir dir;
   const fs::path root = dir / "cache";
