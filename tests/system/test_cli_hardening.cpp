@@ -696,6 +696,20 @@ TEST_CASE("prewarm into a read-only cache is refused at once; the refusal names 
   CHECK(read_only.err.find("KILN_CACHE_READONLY=1") != std::string::npos);
   CHECK(read_only.out.empty());
 
+// Hardening issue, 10: KILN_RECORD= (set, empty) was silently ignored while KILN_CACHE_DIR= is refused.
+// Both name a path, and an empty one is almost always an unset shell variable: both are refused.
+TEST_CASE("an empty KILN_RECORD is refused, as an empty KILN_CACHE_DIR is") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{
+      {"KILN_CACHE_DIR", (dir / "cache").string()}, {"KILN_CACHE_PACKS", std::nullopt}, {"KILN_RECORD", ""}};
+  const Run run = run_kiln_exact({"prewarm", "--builtin", "saxpy", "--target", "sm_90"}, env, dir.path(), false, 120);
+  INFO(run.describe());
+  CHECK(run.rc == 2);
+  CHECK(count_lines(run.err) == 1);
+  CHECK(run.err.find("KILN_RECORD") != std::string::npos);
+  CHECK(run.out.empty());
+}
+
 TEST_CASE("counts of one are singular in the CLI's summaries") {
   TempDir dir;
   const fs::path root = dir / "cache";
