@@ -181,7 +181,13 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
     request.source_name = std::filesystem::path(file).filename().string();
     request.source_text = read_text_file(file, "--source");
     request.headers = headers;
-    Source source = Source::from_text(request.source_name, request.source_text, request.headers);
+    std::optional<Source> made;
+    try {
+      made = Source::from_text(request.source_name, request.source_text, request.headers);
+    } catch (const ConfigError& error) {
+      throw UsageError(fmt::format("--source {}: {}", file, error.what()));
+    }
+    Source source = std::move(*made);
     request.source_hash = source.content_hash().hex();
     std::vector<std::string> kernels = flags.kernels.empty() ? source.listed_kernels() : flags.kernels;
     if (kernels.empty()) {

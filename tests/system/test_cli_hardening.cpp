@@ -696,6 +696,41 @@ TEST_CASE("prewarm into a read-only cache is refused at once; the refusal names 
   CHECK(read_only.err.find("KILN_CACHE_READONLY=1") != std::string::npos);
   CHECK(read_only.out.empty());
 
+  // A file none of whose lines is a request is no manifest: refused whole, in one line, as before.
+  const fs::path garbage = dir / "garbage.jsonl";
+  std::ofstream(garbage) << "this is not\na manifest\n";
+  const Run refused = run_kiln_exact({"prewarm", "--manifest", garbage.string()}, env, dir.path(), false, 60);
+  INFO(refused.describe());
+  CHECK(refused.rc == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK(refused.err.find("line 1") != std::string::npos);
+  CHECK(refused.out.empty());
+}
+
+// Hardening issue, 6: a --source or --header holding a NUL byte was accepted (a compiler reads C strings:
+// the text after the NUL would be lost); the Python API refuses it.
+TEST_CASE("prewarm refuses a --source or --header that holds a NUL byte") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const std::string kernel = "extern \"C\" __global__ void k(float* x) { x[0] = 1; }\n";
+  std::ofstream(dir / "nul.cu", std::ios::binary) << kernel << std::string("// \0 after\n", 11);
+  std::ofstream(dir / "plain.cu", std::ios::binary) << "#include \"h.h\"\n" << kernel;
+  std::ofstream(dir / "nul.h", std::ios::binary) << std::string("#define A 1\0\n", 13);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"prewarm", "--source", (dir / "nul.cu").string(), "--kernel", "k", "--target",
+                                 "sm_90"},
+        {"prewarm", "--source", (dir / "plain.cu").string(), "--header", "h.h=" + (dir / "nul.h").string(), "--kernel",
+         "k", "--target", "sm_90"}}) {
+    const Run run = run_kiln_exact(args, env, dir.path(), false, 60);
+    INFO(run.describe());
+    CHECK(run.rc == 2);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find("NUL byte") != std::string::npos);
+    CHECK(run.out.empty());
+  }
+}
+
 // Hardening issue, 10: KILN_RECORD= (set, empty) was silently ignored while KILN_CACHE_DIR= is refused.
 // Both name a path, and an empty one is almost always an unset shell variable: both are refused.
 TEST_CASE("an empty KILN_RECORD is refused, as an empty KILN_CACHE_DIR is") {
