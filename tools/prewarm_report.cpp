@@ -42,7 +42,9 @@ Totals totals(const Outcome& outcome) {
     if (result.status == Status::cached) ++totals.cached;
     if (result.status == Status::failed) ++totals.failed;
   }
-  for (const Job& job : outcome.jobs) totals.targets.insert(job.request.target);
+  for (const Job& job : outcome.jobs) {
+    if (!job.request.target.empty()) totals.targets.insert(job.request.target);  // none: a line that is no request
+  }
   return totals;
 }
 

@@ -407,16 +407,17 @@ TEST_CASE("bad KILN_LOG, manifest options and targets, and a doubled target feat
   std::ofstream(options_manifest) << good << "\n" << bad_option << "\n";
   const fs::path target_manifest = dir / "target.jsonl";
   std::ofstream(target_manifest) << good << "\n\n" << bad_target << "\n";
-  const Run options = run_kiln_exact({"prewarm", "--manifest", options_manifest.string()}, env, dir.path());
+  // Each bad line fails alone (reported with the other requests), naming its line.
+  const Run options = run_kiln_exact({"prewarm", "--manifest", options_manifest.string()}, env, dir.path(), false, 120);
   INFO(options.describe());
   CHECK(options.rc == 2);
-  CHECK(options.err.find("line 2") != std::string::npos);
-  CHECK(options.err.find("--no-such-option") != std::string::npos);
-  const Run target = run_kiln_exact({"prewarm", "--manifest", target_manifest.string()}, env, dir.path());
+  CHECK(options.out.find("line 2") != std::string::npos);
+  CHECK(options.out.find("--no-such-option") != std::string::npos);
+  const Run target = run_kiln_exact({"prewarm", "--manifest", target_manifest.string()}, env, dir.path(), false, 120);
   INFO(target.describe());
   CHECK(target.rc == 2);
-  CHECK(target.err.find("line 3") != std::string::npos);
-  CHECK(target.err.find("xnack") != std::string::npos);
+  CHECK(target.out.find("line 3") != std::string::npos);
+  CHECK(target.out.find("xnack") != std::string::npos);
 
   const Run doubled =
       run_kiln_exact({"prewarm", "--all-builtin", "--target", "gfx90a:xnack+:xnack-"}, env, dir.path(), false, 120);
@@ -695,6 +696,49 @@ TEST_CASE("prewarm into a read-only cache is refused at once; the refusal names 
   CHECK(count_lines(read_only.err) == 1);
   CHECK(read_only.err.find("KILN_CACHE_READONLY=1") != std::string::npos);
   CHECK(read_only.out.empty());
+
+  const Run disabled = run_kiln_exact(args, with({{"KILN_CACHE_DISABLE", "yes"}}), dir.path(), false, 120);
+  INFO(disabled.describe());
+  CHECK(disabled.rc == 2);
+  CHECK(count_lines(disabled.err) == 1);
+  CHECK(disabled.err.find("KILN_CACHE_DISABLE=yes") != std::string::npos);
+  CHECK(disabled.err.find("KILN_CACHE_DISABLE=1") == std::string::npos);
+}
+
+// Hardening issue, 5: a manifest with one unparsable line (a recorder killed mid-append) or one unknown
+// option compiled nothing (rc 2, 0 entries); that line now fails alone, as an unknown target does.
+TEST_CASE("prewarm --manifest: an unparsable line or an unknown option fails that line only") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const std::string good =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":[],"target":"sm_90"})";
+  const std::string bad_option =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":["--no-such-option"],"target":"sm_90"})";
+  const fs::path manifest = dir / "m.jsonl";
+  // Line 2 is a record cut short by a recorder killed mid-append; line 3 asks for an unknown option.
+  std::ofstream(manifest) << good << "\n" << good.substr(0, 40) << "\n" << bad_option << "\n";
+  const Run run =
+      run_kiln_exact({"prewarm", "-q", "--manifest", manifest.string(), "--json"}, env, dir.path(), false, 120);
+  INFO(run.describe());
+  CHECK(run.rc == 2);
+  const json report = run.parsed();
+  CHECK(report.at("summary").at("requests") == 3);
+  CHECK(report.at("summary").at("failed").get<int>() >= 2);
+  std::vector<std::string> errors;
+  for (const json& request : report.at("requests")) {
+    if (request.at("status") == "failed") errors.push_back(request.at("error").get<std::string>());
+  }
+  const auto said = [&](const std::string& what) {
+    return std::any_of(errors.begin(), errors.end(),
+                       [&](const std::string& error) { return error.find(what) != std::string::npos; });
+  };
+  CHECK(said("manifest " + manifest.string() + " line 2: not valid JSON"));
+  CHECK(said("manifest " + manifest.string() + " line 3: \"options\""));
+  CHECK(said("--no-such-option"));
+  CHECK(report.at("summary").at("targets") == json::array({"sm_90"}));
 
   // A file none of whose lines is a request is no manifest: refused whole, in one line, as before.
   const fs::path garbage = dir / "garbage.jsonl";
