@@ -28,7 +28,7 @@ struct Totals {
   std::size_t compiled = 0;
   std::size_t cached = 0;
   std::size_t failed = 0;
-  double compile_seconds = 0;  ///< the compiles' own time, summed over jobs
+  double compile_seconds = 0;  ///< the compiles' own time, summed over jobs (stored or not)
   std::set<std::string> targets;
 };
 
@@ -40,7 +40,12 @@ Totals totals(const Outcome& outcome) {
       totals.compile_seconds += result.seconds;
     }
     if (result.status == Status::cached) ++totals.cached;
-    if (result.status == Status::failed) ++totals.failed;
+    if (result.status == Status::failed) {
+      ++totals.failed;
+      // A request that compiled but could not be stored spent its compile all the same (a failed lookup
+      // or compile reports no time).
+      totals.compile_seconds += result.seconds;
+    }
   }
   for (const Job& job : outcome.jobs) {
     if (!job.request.target.empty()) totals.targets.insert(job.request.target);  // none: a line that is no request
