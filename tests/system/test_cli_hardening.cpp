@@ -775,6 +775,41 @@ TEST_CASE("prewarm refuses a --source or --header that holds a NUL byte") {
   }
 }
 
+// Hardening issue, 7: an entry's kind was not checked against its target: an lto_90 entry relabelled
+// PTX was served as PTX and passed verify.
+TEST_CASE("verify reports an entry whose kind is not the one its target makes") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  kiln::cache::StoreConfig config;
+  config.root = root;
+  kiln::cache::Store store(config);
+  Entry entry = make_entry("relabelled", 100, "lto_90");
+  entry.aux.clear();
+  entry.payload.assign(256, std::byte{0x11});
+  std::memcpy(entry.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+  entry.payload_kind = kiln::PayloadKind::ptx;  // relabelled: every byte else is an LTO-IR entry's
+  const std::vector<std::byte> bytes = kiln::cache::serialize(entry);
+  const fs::path path = store.entry_path(entry.key_hash);
+  fs::create_directories(path.parent_path());
+  fs::permissions(path.parent_path(), fs::perms::owner_all, fs::perm_options::replace);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.out.find("verify: 1 entry: 0 ok, 1 bad") != std::string::npos);
+  CHECK(verify.out.find("lto_90") != std::string::npos);
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path());
+  INFO(fix.describe());
+  CHECK(fix.rc == 0);
+  CHECK_FALSE(fs::exists(path));
+}
+
 // Hardening issue, 10: KILN_RECORD= (set, empty) was silently ignored while KILN_CACHE_DIR= is refused.
 // Both name a path, and an empty one is almost always an unset shell variable: both are refused.
 TEST_CASE("an empty KILN_RECORD is refused, as an empty KILN_CACHE_DIR is") {
