@@ -123,6 +123,12 @@ std::uint64_t bytes_on_disk(const std::vector<fs::path>& paths) {
 
 std::string size_file(const fs::path& root) { return read_all(root / "lock" / "size"); }
 
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  return count;
+}
+
 void flip_byte(const fs::path& path, std::uintmax_t at) {
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
   file.seekg(static_cast<std::streamoff>(at));
@@ -822,6 +828,30 @@ TEST_CASE("an empty KILN_RECORD is refused, as an empty KILN_CACHE_DIR is") {
   CHECK(count_lines(run.err) == 1);
   CHECK(run.err.find("KILN_RECORD") != std::string::npos);
   CHECK(run.out.empty());
+}
+
+// Hardening issue, 11: verify walked through a v1/ that is a link ("1 entries: 1 ok" beside "the cache
+// is refused"); verify --fix there warned twice and stopped with rc 2.
+TEST_CASE("verify never walks through a linked v1/, and --fix there reports the refusal once") {
+  TempDir dir;
+  const fs::path elsewhere = dir / "elsewhere";
+  const std::vector<fs::path> foreign = fill_cache(elsewhere, 1);
+  const fs::path root = dir / "cache";
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace);
+  fs::create_directory_symlink(elsewhere / "v1", root / "v1");
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.out.find("0 entries") != std::string::npos);
+  CHECK(verify.out.find("v1 is not a directory") != std::string::npos);
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path());
+  INFO(fix.describe());
+  CHECK(fix.rc == 1);
+  CHECK(count_of(fix.out + fix.err, "v1 is not a directory") == 1);
+  CHECK(fs::exists(foreign[0]));
 }
 
 TEST_CASE("counts of one are singular in the CLI's summaries") {
