@@ -243,11 +243,11 @@ class Output {
 };
 
 std::string listing_summary(const cache::Store& store, const Listing& listing, std::size_t rows, std::uint64_t bytes) {
-  std::string summary = fmt::format("{} entries, {}", rows, format_bytes(bytes));
+  std::string summary = fmt::format("{}, {}", counted(rows, "entry", "entries"), format_bytes(bytes));
   if (listing.problems != 0) summary += fmt::format("; {} not usable (kiln cache verify says more)", listing.problems);
   if (listing.not_entries != 0) {
-    summary +=
-        fmt::format("; {} other files in the entry directories (kiln cache verify lists them)", listing.not_entries);
+    summary += fmt::format("; {} in the entry directories (kiln cache verify lists them)",
+                           counted(listing.not_entries, "other file", "other files"));
   }
   if (store.refused()) summary += fmt::format("; the engine uses none of them: {}", store.mode_reason());
   return summary;

@@ -146,7 +146,7 @@ int run_export(const ExportArgs& args) {
   const std::uint64_t bytes = writer.data_bytes();
   writer.commit();
   std::cout << fmt::format(
-      "export: {} entries ({}) to {}{}{}\n", count, format_bytes(bytes), args.file,
+      "export: {} ({}) to {}{}{}\n", counted(count, "entry", "entries"), format_bytes(bytes), args.file,
       report.skipped > 0 ? fmt::format("; skipped {} damaged", report.skipped) : std::string(),
       report.skipped_refused > 0 ? fmt::format("; skipped {} refused", report.skipped_refused) : std::string());
   // A damaged or refused entry is something found.
@@ -158,8 +158,9 @@ int run_import(const ImportArgs& args) {
   const auto store = open_store();
   require_writable(*store, "cache import");
   const ImportReport report = import_records(*pack, *store);
-  std::cout << fmt::format("import: {} entries from {}: {} imported, {} already present, {} rejected, {} failed\n",
-                           report.records, args.file, report.imported, report.present, report.rejected, report.failed);
+  std::cout << fmt::format("import: {} from {}: {} imported, {} already present, {} rejected, {} failed\n",
+                           counted(report.records, "entry", "entries"), args.file, report.imported, report.present,
+                           report.rejected, report.failed);
   return report.rejected + report.failed == 0 ? kExitOk : kExitFound;
 }
 

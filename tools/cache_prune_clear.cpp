@@ -176,9 +176,9 @@ void render_prune(const PruneReport& report, const PruneArgs& args) {
                 {"entries", std::move(list)}});
     return;
   }
-  text +=
-      fmt::format("prune: {} {} entries ({} freed); cache {} {}\n", args.dry_run ? "would remove" : "removed", removed,
-                  format_bytes(freed), args.dry_run ? "would be" : "now", format_bytes(report.before - freed));
+  text += fmt::format("prune: {} {} ({} freed); cache {} {}\n", args.dry_run ? "would remove" : "removed",
+                      counted(removed, "entry", "entries"), format_bytes(freed), args.dry_run ? "would be" : "now",
+                      format_bytes(report.before - freed));
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
@@ -198,11 +198,12 @@ int run_clear() {
   const auto store = open_store();
   require_writable(*store, "cache clear");
   const ClearReport report = clear_cache(*store);
-  std::cout << fmt::format("clear: removed {} entries ({}){} from {}\n", report.removed, format_bytes(report.freed),
-                           report.manifests_removed == 0
-                               ? std::string()
-                               : fmt::format(" and {} dependency manifests", report.manifests_removed),
-                           store->config().root.string());
+  std::cout << fmt::format(
+      "clear: removed {} ({}){} from {}\n", counted(report.removed, "entry", "entries"), format_bytes(report.freed),
+      report.manifests_removed == 0
+          ? std::string()
+          : " and " + counted(report.manifests_removed, "dependency manifest", "dependency manifests"),
+      store->config().root.string());
   return report.removed == report.files ? kExitOk : kExitFound;
 }
 

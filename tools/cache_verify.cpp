@@ -241,23 +241,27 @@ std::string summary_text(const cache::Store& store, const VerifyReport& report, 
   const std::size_t entries = report.entries, manifests = report.manifests;
   const std::size_t bad = c.of(Kind::damaged), unreadable = c.of(Kind::unreadable), refused = c.of(Kind::refused);
   const std::size_t not_entries = c.of(Kind::not_entry);
-  std::string text =
-      fmt::format("verify: {} entries: {} ok, {} bad", entries, entries - bad - unreadable - refused, bad);
+  std::string text = fmt::format("verify: {}: {} ok, {} bad", counted(entries, "entry", "entries"),
+                                 entries - bad - unreadable - refused, bad);
   if (unreadable != 0) text += fmt::format(", {} unreadable", unreadable);
   if (refused != 0) text += fmt::format(", {} refused", refused);
-  if (not_entries != 0) text += fmt::format("; {} files that are not entries", not_entries);
+  if (not_entries != 0) {
+    text += "; " + counted(not_entries, "file that is not an entry", "files that are not entries");
+  }
   if (fix) text += fmt::format("; {} removed", c.removed);
   if (manifests != 0) {
-    text += fmt::format("; {} dependency manifests: {} ok, {} bad", manifests,
+    text += fmt::format("; {}: {} ok, {} bad", counted(manifests, "dependency manifest", "dependency manifests"),
                         manifests - c.manifests_bad - c.manifests_unreadable, c.manifests_bad);
     if (c.manifests_unreadable != 0) text += fmt::format(", {} unreadable", c.manifests_unreadable);
     if (fix) text += fmt::format(", {} removed", c.manifests_removed);
   }
-  if (c.left != 0 && !fix && bad + not_entries + c.manifests_bad != 0) {
+  if (c.left != 0 && !fix && !store.refused() && bad + not_entries + c.manifests_bad != 0) {
     text += " (kiln cache verify --fix removes what is bad)";
   }
   if (store.refused()) {
     text += fmt::format("\nverify: the engine uses none of these entries: the cache is {}", store.mode_reason());
+  } else if (store.mode() == cache::StoreMode::memory_only) {
+    text += fmt::format("\nverify: the engine uses no disk cache: {}", store.mode_reason());
   }
   return text;
 }
@@ -265,19 +269,23 @@ std::string summary_text(const cache::Store& store, const VerifyReport& report, 
 }  // namespace
 
 int run_verify(const VerifyArgs& args) {
-  const auto store = open_store();
-  if (args.fix) require_writable(*store, "cache verify --fix");
+  // Opened quietly: the summary says why the engine uses none of the cache (once, not also as a warning).
+  const auto store = open_store(/*quiet=*/true);
+  // A refused cache is reported, as by verify, and nothing in it is removed: it is not this user's own
+  // (a link, another owner, others may write it); the owner fixes it (exit 1, as a refused entry).
+  const bool fix = args.fix && !store->refused();
+  if (fix) require_writable(*store, "cache verify --fix");
   VerifyReport report;
   gather_entry_findings(*store, report);
-  if (args.fix) fix_entries(*store, report);
+  if (fix) fix_entries(*store, report);
   gather_manifest_findings(*store, report);
-  if (args.fix) fix_manifests(report);
+  if (fix) fix_manifests(report);
 
   const VerifyCounts counts = count_findings(report);
   if (args.json) {
     print_json(verify_json(*store, report, counts));
   } else {
-    std::cout << findings_text(report, args.fix) + summary_text(*store, report, counts, args.fix) << '\n';
+    std::cout << findings_text(report, fix) + summary_text(*store, report, counts, fix) << '\n';
   }
   return counts.left != 0 || store->refused() ? kExitFound : kExitOk;
 }

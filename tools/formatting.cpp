@@ -54,6 +54,10 @@ std::string format_seconds(double seconds) {
   return fmt::format("{} min {} s", whole / 60, whole % 60);
 }
 
+std::string counted(std::uint64_t count, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", count, count == 1 ? one : many);
+}
+
 std::string one_line(std::string_view text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   std::string out;

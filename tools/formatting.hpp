@@ -17,6 +17,8 @@ namespace kiln::cli {
 [[nodiscard]] std::int64_t to_unix(std::chrono::system_clock::time_point when);
 /// "0.41 s", "1 min 12 s".
 [[nodiscard]] std::string format_seconds(double seconds);
+/// "1 entry", "2 entries": `count` and the noun in the number it takes.
+[[nodiscard]] std::string counted(std::uint64_t count, std::string_view one, std::string_view many);
 /// Replaces newlines with "; " so a message prints as one line.
 [[nodiscard]] std::string one_line(std::string_view text);
 /// Parses "90s", "30m", "12h", "7d", "2w" (a bare number is seconds). Throws UsageError naming `flag`.

@@ -4,6 +4,7 @@
 // show (prewarm_report), and with --remote copy the entries to the remote tier.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -105,19 +106,31 @@ RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
   return fill;
 }
 
-/// Prewarming fills the disk cache: without one, every compile would be thrown away and reported as a
-/// failure at the end. Refuses at once, saying why the cache is memory-only. The cache is opened here
-/// with its own warnings off, so the reason is said once, in the error.
+/// "NAME=value" as the environment has it, for a message that names the setting the user gave.
+std::string as_set(const char* name) {
+  const char* value = std::getenv(name);
+  return fmt::format("{}={}", name, value == nullptr ? "" : value);
+}
+
+/// Prewarming fills the disk cache: without one it can write to, every compile would be thrown away
+/// and reported as a failure at the end. Refuses at once, saying why the cache is memory-only or
+/// read-only. The cache is opened here with its own warnings off, so the reason is said once, in the error.
 void require_disk_cache(const cache::StoreConfig& config) {
   if (config.disabled) {
-    throw UsageError("prewarm needs the disk cache, and KILN_CACHE_DISABLE=1 disables it (unset it to prewarm)");
+    throw UsageError(fmt::format("prewarm needs the disk cache, and {} disables it (unset it to prewarm)",
+                                 as_set("KILN_CACHE_DISABLE")));
+  }
+  if (config.read_only) {
+    throw UsageError(fmt::format("prewarm writes into the disk cache, and {} makes it read-only (unset it to prewarm)",
+                                 as_set("KILN_CACHE_READONLY")));
   }
   const log::Level level = log::level();
   log::set_level(log::Level::error);
   const cache::Store probe(config);
   log::set_level(level);
-  if (probe.mode() == cache::StoreMode::memory_only) {
-    throw UsageError(fmt::format("prewarm needs the disk cache, and it is memory-only: {}", probe.mode_reason()));
+  if (probe.mode() != cache::StoreMode::read_write) {
+    throw UsageError(fmt::format("prewarm writes into the disk cache, and it is {}: {}", cache::to_string(probe.mode()),
+                                 probe.mode_reason()));
   }
 }
 

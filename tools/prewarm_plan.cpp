@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,7 @@
 namespace kiln::cli::prewarm {
 
 std::string Job::label() const {
+  if (request.source_name.empty()) return "a line that is no request";  // (its reason names the line)
   std::string text = fmt::format("{} [{}] {}", request.source_name, fmt::join(kernels, ", "), request.target);
   if (!request.options.empty()) text += fmt::format(" {{{}}}", fmt::join(request.options, " "));
   return text;
@@ -181,7 +183,13 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
     request.source_name = std::filesystem::path(file).filename().string();
     request.source_text = read_text_file(file, "--source");
     request.headers = headers;
-    Source source = Source::from_text(request.source_name, request.source_text, request.headers);
+    std::optional<Source> made;
+    try {
+      made = Source::from_text(request.source_name, request.source_text, request.headers);
+    } catch (const ConfigError& error) {
+      throw UsageError(fmt::format("--source {}: {}", file, error.what()));
+    }
+    Source source = std::move(*made);
     request.source_hash = source.content_hash().hex();
     std::vector<std::string> kernels = flags.kernels.empty() ? source.listed_kernels() : flags.kernels;
     if (kernels.empty()) {
@@ -210,12 +218,21 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
 
   std::vector<detail::RecordedRequest> recorded;
   std::vector<std::string> recorded_at;  // "manifest FILE line N" of each record, for its errors
+  std::vector<std::pair<std::string, std::string>> unreadable;  // each line that is no record: where, why
   for (const std::string& log_file : flags.request_logs) {
     std::vector<std::size_t> lines;
-    for (detail::RecordedRequest& record : detail::read_request_log(log_file, &lines)) {
-      recorded.push_back(std::move(record));
+    std::vector<detail::RequestLogLineError> bad;
+    std::vector<detail::RecordedRequest> records = detail::read_request_log(log_file, &lines, &bad);
+    // A line cut short (a recorder killed mid-append) or one this kiln cannot read fails alone; a file
+    // none of whose lines is a request is not a request log at all (a wrong file): refused whole.
+    if (records.empty() && !bad.empty()) {
+      throw UsageError(fmt::format("manifest {} line {}: {}", log_file, bad.front().line, bad.front().why));
     }
+    for (detail::RecordedRequest& record : records) recorded.push_back(std::move(record));
     for (const std::size_t line : lines) recorded_at.push_back(fmt::format("manifest {} line {}", log_file, line));
+    for (const detail::RequestLogLineError& line : bad) {
+      unreadable.emplace_back(fmt::format("manifest {} line {}", log_file, line.line), line.why);
+    }
   }
   if (specs.empty() && recorded.empty()) {
     throw UsageError("nothing to prewarm: give --all-builtin, --builtin NAME, --source FILE or --manifest FILE");
@@ -304,6 +321,12 @@ std::vector<Job> build_jobs(const Requests& flags, Engine& engine, bool quiet) {
       job.target_from_flags = !flags.targets.empty();
       add_job(std::move(job));
     }
+  }
+  for (auto& [origin, why] : unreadable) {
+    Job job;
+    job.refused = fmt::format("{}: {}", origin, why);
+    job.origin = std::move(origin);
+    add_job(std::move(job));
   }
   validate_jobs(jobs, option_sets, engine);
   return jobs;

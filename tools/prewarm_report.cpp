@@ -28,7 +28,7 @@ struct Totals {
   std::size_t compiled = 0;
   std::size_t cached = 0;
   std::size_t failed = 0;
-  double compile_seconds = 0;  ///< the compiles' own time, summed over jobs
+  double compile_seconds = 0;  ///< the compiles' own time, summed over jobs (stored or not)
   std::set<std::string> targets;
 };
 
@@ -40,9 +40,16 @@ Totals totals(const Outcome& outcome) {
       totals.compile_seconds += result.seconds;
     }
     if (result.status == Status::cached) ++totals.cached;
-    if (result.status == Status::failed) ++totals.failed;
+    if (result.status == Status::failed) {
+      ++totals.failed;
+      // A request that compiled but could not be stored spent its compile all the same (a failed lookup
+      // or compile reports no time).
+      totals.compile_seconds += result.seconds;
+    }
   }
-  for (const Job& job : outcome.jobs) totals.targets.insert(job.request.target);
+  for (const Job& job : outcome.jobs) {
+    if (!job.request.target.empty()) totals.targets.insert(job.request.target);  // none: a line that is no request
+  }
   return totals;
 }
 
@@ -157,15 +164,17 @@ void print_text_report(const Outcome& outcome) {
     }
   }
   std::cout << fmt::format(
-      "prewarm: {} requests for {}: {} compiled, {} already cached, {} failed; {} wall, {} compiling (-j {})\n",
-      jobs.size(), fmt::join(sum.targets, ", "), sum.compiled, sum.cached, sum.failed,
+      "prewarm: {} for {}: {} compiled, {} already cached, {} failed; {} wall, {} compiling (-j {})\n",
+      counted(jobs.size(), "request", "requests"), fmt::join(sum.targets, ", "), sum.compiled, sum.cached, sum.failed,
       format_seconds(outcome.wall_seconds), format_seconds(sum.compile_seconds), outcome.parallel);
   const bool logs = std::any_of(results.begin(), results.end(),
                                 [](const JobResult& result) { return result.status == Status::failed && !result.log.empty(); });
   if (logs && !outcome.verbose) std::cout << "(--verbose prints the compiler logs)\n";
   if (const std::optional<RemoteFill>& remote = outcome.remote) {
-    std::cout << fmt::format("remote: {} entries{} written to {}{}\n", remote->written,
-                             remote->manifests ? fmt::format(" and {} dependency manifests", remote->manifests) : "",
+    std::cout << fmt::format("remote: {}{} written to {}{}\n", counted(remote->written, "entry", "entries"),
+                             remote->manifests
+                                 ? " and " + counted(remote->manifests, "dependency manifest", "dependency manifests")
+                                 : std::string(),
                              remote->url, remote->failed ? fmt::format(", {} failed", remote->failed) : std::string());
     for (const std::string& why : remote->reasons) std::cout << "  remote failure: " << why << '\n';
   }

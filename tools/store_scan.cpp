@@ -9,18 +9,24 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "kiln/base/log.hpp"
 #include "parallel.hpp"
 
 namespace kiln::cli {
 
-std::unique_ptr<cache::Store> open_store() {
+std::unique_ptr<cache::Store> open_store(bool quiet) {
   cache::StoreConfig config;
   try {
     config = cache::StoreConfig::from_environment();
   } catch (const std::exception& error) {
     throw UsageError(error.what());
   }
-  return std::make_unique<cache::Store>(std::move(config));
+  if (!quiet) return std::make_unique<cache::Store>(std::move(config));
+  const log::Level level = log::level();
+  log::set_level(log::Level::error);
+  auto store = std::make_unique<cache::Store>(std::move(config));
+  log::set_level(level);
+  return store;
 }
 
 void require_writable(const cache::Store& store, std::string_view command) {

@@ -15,7 +15,9 @@
 namespace kiln::cli {
 
 /// The store the environment names (KILN_CACHE_DIR ...). Throws UsageError for a malformed variable.
-[[nodiscard]] std::unique_ptr<cache::Store> open_store();
+/// `quiet`: the store's own warnings while it opens are not printed (for a command that reports the
+/// store's mode and its reason itself, so the reason is said once).
+[[nodiscard]] std::unique_ptr<cache::Store> open_store(bool quiet = false);
 /// Throws std::runtime_error when the store cannot be written (read-only or memory-only), naming why.
 void require_writable(const cache::Store& store, std::string_view command);
 

@@ -7,14 +7,17 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -80,14 +83,91 @@ JobResult result_from_json(const json& object) {
   return result;
 }
 
-/// A `kiln prewarm --worker` child: requests go to its stdin, results come back on its stdout.
+/// A `kiln prewarm --worker` child: requests go to its stdin, results come back on its stdout, and what
+/// it says on stderr comes through this process (StderrRelay).
 struct Worker {
   pid_t pid = -1;
   int to_child = -1;
   int from_child = -1;
+  int errors = -1;  ///< the read end of its stderr
   std::string buffer;
+  std::string error_buffer;  ///< its stderr since the last whole line
   std::optional<std::size_t> job;
 };
+
+/// A warning's kind: its words, with each that names one instance of it (a path or URL, a key, a mode,
+/// a count: any word with a '/' or a digit) blanked. The same refusal of another shard directory or
+/// entry is the same kind.
+std::string warning_kind(std::string_view line) {
+  std::string kind;
+  while (!line.empty()) {
+    const std::size_t end = std::min(line.find(' '), line.size());
+    const std::string_view word = line.substr(0, end);
+    const bool instance = word.find('/') != std::string_view::npos || std::any_of(word.begin(), word.end(), [](char c) {
+                            return std::isdigit(static_cast<unsigned char>(c)) != 0;
+                          });
+    kind.append(instance ? std::string_view("*") : word).push_back(' ');
+    line.remove_prefix(std::min(end + 1, line.size()));
+  }
+  return kind;
+}
+
+/// Relays what the workers write to stderr to this process's stderr, a whole line at a time (lines of
+/// two workers never mix). A warning another worker has already given is not repeated: each worker is
+/// a process of its own and says each of its once-per-process warnings ("... further refusals are
+/// logged at info level") once, so -j 8 would say it eight times where -j 1 says it once. A worker's
+/// own repeats of a kind (a warning for each of several entries) are relayed, as that process said them.
+class StderrRelay {
+ public:
+  /// Bytes read from `worker`'s stderr.
+  void take(Worker& worker, std::string_view bytes) {
+    worker.error_buffer.append(bytes);
+    std::size_t start = 0;
+    for (std::size_t newline; (newline = worker.error_buffer.find('\n', start)) != std::string::npos;) {
+      relay(worker.pid, std::string_view(worker.error_buffer).substr(start, newline - start));
+      start = newline + 1;
+    }
+    worker.error_buffer.erase(0, start);
+  }
+  /// `worker`'s stderr has ended: what is left is its last line, without a newline.
+  void finish(Worker& worker) {
+    if (!worker.error_buffer.empty()) relay(worker.pid, worker.error_buffer);
+    worker.error_buffer.clear();
+  }
+
+ private:
+  void relay(pid_t from, std::string_view line) {
+    constexpr std::string_view kWarning = "kiln: warning: ";
+    if (line.starts_with(kWarning)) {
+      const auto [first, inserted] = m_warned.try_emplace(warning_kind(line.substr(kWarning.size())), from);
+      if (!inserted && first->second != from) return;
+    }
+    std::string out(line);
+    out += '\n';
+    (void)std::fwrite(out.data(), 1, out.size(), stderr);
+  }
+  std::map<std::string, pid_t> m_warned;  ///< warning kind -> the worker that gave it first
+};
+
+/// Relays what `worker`'s stderr holds now, without waiting for more (the process may live on a moment
+/// after its answer pipe closed, with nothing left to say that this command waits for), then closes it.
+void drain_and_close(Worker& worker, StderrRelay& relay) {
+  if (worker.errors < 0) return;
+  (void)::fcntl(worker.errors, F_SETFL, ::fcntl(worker.errors, F_GETFL) | O_NONBLOCK);
+  char chunk[4096];
+  for (;;) {
+    const ssize_t n = ::read(worker.errors, chunk, sizeof chunk);
+    if (n > 0) {
+      relay.take(worker, std::string_view(chunk, static_cast<std::size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // the end, nothing more now (EAGAIN), or an error
+  }
+  relay.finish(worker);
+  ::close(worker.errors);
+  worker.errors = -1;
+}
 
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status))
@@ -97,40 +177,53 @@ std::string describe_exit(int status) {
 }
 
 std::optional<Worker> spawn_worker(std::string& error) {
-  int to_child[2];
-  int from_child[2];
-  if (::pipe2(to_child, O_CLOEXEC) != 0) {
-    error = fmt::format("pipe failed: {}", std::strerror(errno));
-    return std::nullopt;
-  }
-  if (::pipe2(from_child, O_CLOEXEC) != 0) {
-    error = fmt::format("pipe failed: {}", std::strerror(errno));
-    ::close(to_child[0]);
-    ::close(to_child[1]);
-    return std::nullopt;
+  int pipes[3][2];  // the worker's stdin, stdout (answers) and stderr
+  for (int made = 0; made < 3; ++made) {
+    if (::pipe2(pipes[made], O_CLOEXEC) != 0) {
+      error = fmt::format("pipe failed: {}", std::strerror(errno));
+      for (int k = 0; k < made; ++k) {
+        ::close(pipes[k][0]);
+        ::close(pipes[k][1]);
+      }
+      return std::nullopt;
+    }
   }
   char arg0[] = "kiln";
   char arg1[] = "prewarm";
   char arg2[] = "--worker";
   char* const argv[] = {arg0, arg1, arg2, nullptr};
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     error = fmt::format("fork failed: {}", std::strerror(errno));
-    for (const int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) ::close(fd);
+    for (auto& pipe : pipes) {
+      ::close(pipe[0]);
+      ::close(pipe[1]);
+    }
     return std::nullopt;
   }
   if (pid == 0) {
-    // Only async-signal-safe calls until exec.
-    if (::dup2(to_child[0], STDIN_FILENO) < 0 || ::dup2(from_child[1], STDOUT_FILENO) < 0) ::_exit(127);
+    // Only async-signal-safe calls until exec. The worker dies with this process, however it ends (a
+    // kill, a crash): an orphan would finish its compile and write into the cache after the command is
+    // gone. The signal is kept across exec; it fires when the thread that forked ends, and workers are
+    // started by run_in_workers' caller, which stays until they are done. Checked after it is set: this
+    // process may already have ended.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
+    if (::dup2(pipes[0][0], STDIN_FILENO) < 0 || ::dup2(pipes[1][1], STDOUT_FILENO) < 0 ||
+        ::dup2(pipes[2][1], STDERR_FILENO) < 0) {
+      ::_exit(127);
+    }
     ::execv("/proc/self/exe", argv);
     ::_exit(127);
   }
-  ::close(to_child[0]);
-  ::close(from_child[1]);
+  ::close(pipes[0][0]);
+  ::close(pipes[1][1]);
+  ::close(pipes[2][1]);
   Worker worker;
   worker.pid = pid;
-  worker.to_child = to_child[1];
-  worker.from_child = from_child[0];
+  worker.to_child = pipes[0][1];
+  worker.from_child = pipes[1][0];
+  worker.errors = pipes[2][0];
   return worker;
 }
 
@@ -211,6 +304,27 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
 
   std::deque<std::size_t> pending(indices.begin(), indices.end());
   std::vector<Worker> workers;
+  StderrRelay relay;
+  // Leaving by an exception (a failed poll, no memory): every worker still here is killed and waited
+  // for, so that none goes on compiling and writing into the cache after the command. The normal end
+  // below lets each one finish instead, and hands none to this.
+  struct KillOnUnwind {
+    std::vector<Worker>& workers;
+    const struct sigaction& previous;
+    ~KillOnUnwind() {
+      for (Worker& worker : workers) {
+        if (worker.pid <= 0) continue;
+        ::kill(worker.pid, SIGKILL);
+        int status = 0;
+        while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        for (const int fd : {worker.to_child, worker.from_child, worker.errors}) {
+          if (fd >= 0) ::close(fd);
+        }
+      }
+      ::sigaction(SIGPIPE, &previous, nullptr);
+    }
+  } kill_on_unwind{workers, previous};
   std::size_t spawns_left = count + indices.size();  // a replacement per request at most
   std::string spawn_error;
   const auto finish_job = [&](std::size_t index, JobResult result) {
@@ -234,7 +348,20 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
     int status = 0;
     while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
     }
+    drain_and_close(worker, relay);  // its last words (an abort's message) are in the pipe by now
     return describe_exit(status);
+  };
+  // Reads what a worker wrote to stderr and relays its whole lines; at its end, the rest.
+  const auto read_errors = [&](Worker& worker) {
+    char chunk[4096];
+    const ssize_t n = ::read(worker.errors, chunk, sizeof chunk);
+    if (n > 0) {
+      relay.take(worker, std::string_view(chunk, static_cast<std::size_t>(n)));
+    } else if (n == 0 || errno != EINTR) {
+      relay.finish(worker);
+      ::close(worker.errors);
+      worker.errors = -1;
+    }
   };
 
   Unstarted unstarted;
@@ -267,11 +394,16 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
       (void)write_all(worker.to_child, fmt::format("{}\t{}\t{}\n", index, plain.dump(),
                                                    detail::request_log_line(jobs[index].request)));
     }
+    // Each worker's answers, then each one's stderr (a closed one is -1: poll skips it).
     std::vector<pollfd> fds;
     for (const Worker& worker : workers) fds.push_back({worker.from_child, POLLIN, 0});
+    for (const Worker& worker : workers) fds.push_back({worker.errors, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
+    }
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      if (fds[workers.size() + w].revents != 0 && workers[w].errors >= 0) read_errors(workers[w]);
     }
     for (std::size_t w = 0; w < workers.size(); ++w) {
       if (fds[w].revents == 0) continue;
@@ -317,22 +449,43 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
   // Tell every worker at once that there is no more work (EOF on its stdin). Each then persists its
   // statistics and closes its answer pipe before it exits; waiting for that EOF (not for the exit)
   // means everything it did is on disk, while the kernel's teardown of its address space
-  // (bench/RESULTS.md, section 11) does not delay this command. Workers that have exited by then
-  // are reaped; the rest are left to init.
+  // (bench/RESULTS.md, section 11) does not delay this command. Its stderr is relayed meanwhile (a
+  // worker blocked on a full stderr pipe would never get there), and what it holds at that EOF after.
+  // Workers that have exited by then are reaped; the rest finish their exit on their own, doing
+  // nothing more, and die with this process if it ends first (PR_SET_PDEATHSIG, spawn_worker).
   for (Worker& worker : workers) {
     ::close(worker.to_child);
     worker.to_child = -1;
   }
-  for (Worker& worker : workers) {
-    char chunk[4096];
-    for (ssize_t n; (n = ::read(worker.from_child, chunk, sizeof chunk)) != 0;) {
-      if (n < 0 && errno != EINTR) break;
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (const Worker& worker : workers) fds.push_back({worker.from_child, POLLIN, 0});
+    for (const Worker& worker : workers) fds.push_back({worker.errors, POLLIN, 0});
+    if (std::none_of(workers.begin(), workers.end(), [](const Worker& worker) { return worker.from_child >= 0; })) {
+      break;
     }
-    ::close(worker.from_child);
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(fmt::format("poll failed: {}", std::strerror(errno)));
+    }
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      Worker& worker = workers[w];
+      if (fds[workers.size() + w].revents != 0 && worker.errors >= 0) read_errors(worker);
+      if (fds[w].revents == 0 || worker.from_child < 0) continue;
+      char chunk[4096];
+      const ssize_t n = ::read(worker.from_child, chunk, sizeof chunk);
+      if (n == 0 || (n < 0 && errno != EINTR)) {
+        ::close(worker.from_child);
+        worker.from_child = -1;
+      }
+    }
+  }
+  for (Worker& worker : workers) {
+    drain_and_close(worker, relay);
     int status = 0;
     (void)::waitpid(worker.pid, &status, WNOHANG);
   }
-  ::sigaction(SIGPIPE, &previous, nullptr);
+  workers.clear();  // each has finished: nothing for KillOnUnwind (which restores SIGPIPE's handler)
   return unstarted;
 }
 
@@ -354,6 +507,11 @@ void exit_without_teardown(Engine& engine, int code, std::FILE* close_file) {
 
 // Library output that would go to stdout is sent to stderr instead: stdout is the answer pipe.
 int run_worker() {
+  // stderr is a pipe the parent reads only until this process closes its answer pipe (StderrRelay): a
+  // line written after that must not end the process by SIGPIPE.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, nullptr);
   const int protocol_fd = ::dup(STDOUT_FILENO);
   if (protocol_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitError;
   FILE* protocol = ::fdopen(protocol_fd, "w");

@@ -122,9 +122,9 @@ std::vector<LaneInfo> EngineCore::lanes() {
     } else if (problems.empty()) {
       info.status = fmt::format("on: compiler and runtime loaded, {} device(s)", info.devices.size());
     } else if (info.compiler_loaded) {
-      info.status = fmt::format("compile-only (no runtime: {})", join(problems, ';'));
+      info.status = fmt::format("compile-only (no runtime: {})", fmt::join(problems, "; "));
     } else {
-      info.status = fmt::format("off: {}", join(problems, ';'));
+      info.status = fmt::format("off: {}", fmt::join(problems, "; "));
     }
     out.push_back(std::move(info));
   }

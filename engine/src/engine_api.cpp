@@ -128,7 +128,16 @@ EngineConfig EngineConfig::from_environment() {
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());
   }
-  if (const char* v = std::getenv("KILN_RECORD"); v != nullptr) config.record_path = v;
+  if (const char* v = std::getenv("KILN_RECORD"); v != nullptr) {
+    // Refused when set but empty, as KILN_CACHE_DIR is (StoreConfig::from_environment): both name a
+    // path, an empty one names none and is almost always an unset shell variable ("KILN_RECORD=$LOG").
+    // Taken as unset it would record nothing without a word, and the manifest the user meant to replay
+    // would be missing only when it is needed.
+    if (*v == '\0') {
+      throw ConfigError("KILN_RECORD is set but empty: give the manifest file to append requests to, or unset it");
+    }
+    config.record_path = v;
+  }
   if (const char* v = std::getenv("KILN_CACHE_PACKS"); v != nullptr) {
     std::string_view rest(v);
     while (!rest.empty()) {

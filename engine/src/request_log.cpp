@@ -289,8 +289,8 @@ void RequestRecorder::record(const RecordedRequest& record) noexcept {
   }
 }
 
-std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path,
-                                              std::vector<std::size_t>* line_numbers) {
+std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path, std::vector<std::size_t>* line_numbers,
+                                              std::vector<RequestLogLineError>* bad_lines) {
   const auto system_text = [](int error) { return std::error_code(error, std::system_category()).message(); };
   // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read (a FIFO or a
   // device such as /dev/zero could be read without end), up to kMaxRequestLogBytes.
@@ -347,7 +347,10 @@ std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path,
       records.push_back(parse_line(line));
       if (line_numbers != nullptr) line_numbers->push_back(line_number);
     } catch (const LineError& error) {
-      throw ConfigError(fmt::format("manifest {} line {}: {}", path.string(), line_number, error.what()));
+      if (bad_lines == nullptr) {
+        throw ConfigError(fmt::format("manifest {} line {}: {}", path.string(), line_number, error.what()));
+      }
+      bad_lines->push_back({line_number, error.what()});
     }
   }
   return records;

@@ -109,8 +109,27 @@ KILN_HOT Source Source::from_text(std::string name, std::string text, std::vecto
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw ConfigError(fmt::format("source '{}' is empty", name));
   }
+  // The compilers take the source, the headers and their names as C strings: whatever follows a NUL
+  // byte would never be compiled, while the key holds every byte (the C API and Python refuse it too).
+  // (The message is made only for a refusal: this runs on every request's source.)
+  const auto refuse_nul = [](const std::string& what, std::size_t at) {
+    throw ConfigError(fmt::format(
+        "{} holds a NUL byte (at byte {}): a compiler reads it as a C string and would never see what follows", what,
+        at));
+  };
+  const auto printable = [](const std::string& value) { return std::string_view(value).substr(0, value.find('\0')); };
+  if (const std::size_t at = name.find('\0'); at != std::string::npos) {
+    refuse_nul(fmt::format("the name of source '{}'", printable(name)), at);
+  }
+  if (const std::size_t at = text.find('\0'); at != std::string::npos) refuse_nul(fmt::format("source '{}'", name), at);
   for (const Header& h : headers) {
     if (h.name.empty()) throw ConfigError(fmt::format("source '{}': a header has an empty name", name));
+    if (const std::size_t at = h.name.find('\0'); at != std::string::npos) {
+      refuse_nul(fmt::format("source '{}': the name of header '{}'", name, printable(h.name)), at);
+    }
+    if (const std::size_t at = h.text.find('\0'); at != std::string::npos) {
+      refuse_nul(fmt::format("source '{}': header '{}'", name, h.name), at);
+    }
   }
   return Source(finish(std::move(name), std::move(text), std::move(headers), false));
 }

@@ -509,13 +509,14 @@ TEST_CASE("entry: an LTO-IR payload must carry LTO-IR's signature, under CUDA, w
     Entry with_aux = entry;
     with_aux.aux.assign(3, std::byte{0});
     CHECK(both(with_aux) == "an LTO-IR entry with 3 aux bytes (it has none)");
-    // The same bytes under another kind are not judged by the entry format.
+    // The same bytes under another kind (and that kind's target) are not judged by the entry format.
     Entry as_cubin = unsigned_ir;
     as_cubin.payload_kind = kiln::PayloadKind::cubin;
+    as_cubin.target = "sm_90";
     CHECK(both(as_cubin) == "(parsed)");
   }
   // The magic alone is no LTO-IR: its header is at least kLtoIrMinBytes.
-  Entry stub = make_entry("ltoir-stub", 10);
+  Entry stub = make_entry("ltoir-stub", 10, "lto_90");
   stub.vendor = kiln::Vendor::cuda;
   stub.payload_kind = kiln::PayloadKind::ltoir;
   stub.aux.clear();
@@ -531,7 +532,7 @@ TEST_CASE("entry: an LTO-IR payload must carry LTO-IR's signature, under CUDA, w
 TEST_CASE("store: put refuses an LTO-IR entry its readers would refuse", "[cache][ltoir]") {
   kiln::test::TempDir dir;
   Store store(store_config(dir.path()));
-  Entry entry = make_entry("ltoir-put", 10);
+  Entry entry = make_entry("ltoir-put", 10, "lto_90");
   entry.vendor = kiln::Vendor::cuda;
   entry.payload_kind = kiln::PayloadKind::ltoir;
   entry.aux.clear();
@@ -543,4 +544,66 @@ TEST_CASE("store: put refuses an LTO-IR entry its readers would refuse", "[cache
   const auto found = store.get(entry.key_hash, entry.canonical_key);
   REQUIRE(found.outcome == LookupOutcome::hit);
   CHECK(found.entry->payload == entry.payload);
+}
+
+// Hardening issue, 7: an entry's kind was not checked against its target: an lto_90 entry relabelled PTX
+// was served as PTX (and passed verify). The target says the kind and the vendor; a mismatch is damage.
+TEST_CASE("entry: the payload kind and vendor must be the ones the stored target makes", "[cache]") {
+  struct Case {
+    const char* target;
+    kiln::Vendor vendor;
+    kiln::PayloadKind kind;
+  };
+  const std::vector<Case> made = {{"sm_90", kiln::Vendor::cuda, kiln::PayloadKind::cubin},
+                                  {"sm_90a", kiln::Vendor::cuda, kiln::PayloadKind::cubin},
+                                  {"compute_90", kiln::Vendor::cuda, kiln::PayloadKind::ptx},
+                                  {"lto_90", kiln::Vendor::cuda, kiln::PayloadKind::ltoir},
+                                  {"gfx90a", kiln::Vendor::hip, kiln::PayloadKind::amdgpu_code_object},
+                                  {"gfx90a:sramecc+:xnack-", kiln::Vendor::hip, kiln::PayloadKind::amdgpu_code_object},
+                                  {"", kiln::Vendor::none, kiln::PayloadKind::blob}};
+  const auto entry_of = [](const Case& c, kiln::PayloadKind kind, kiln::Vendor vendor) {
+    Entry entry = make_entry(std::string("kinds-") + c.target, 10, c.target);
+    entry.vendor = vendor;
+    entry.payload_kind = kind;
+    entry.aux.clear();
+    entry.payload.assign(256, std::byte{0x42});
+    std::memcpy(entry.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+    return entry;
+  };
+  for (const Case& c : made) {
+    INFO("target '" << c.target << "'");
+    CHECK(reason(parse(serialize(entry_of(c, c.kind, c.vendor)))) == "(parsed)");
+    for (const Case& other : made) {
+      if (other.kind == c.kind) continue;
+      INFO("as kind " << static_cast<int>(other.kind));
+      // Relabelled: another kind, with the vendor that kind would have (and, apart, with the right vendor).
+      for (const kiln::Vendor vendor : {other.vendor, c.vendor}) {
+        const Entry relabelled = entry_of(c, other.kind, vendor);
+        const std::vector<std::byte> bytes = serialize(relabelled);
+        const std::string why = reason(parse(bytes));
+        CHECK(why != "(parsed)");
+        const auto via_file = parse_via_file(bytes);
+        CHECK(std::holds_alternative<ContentError>(via_file));
+      }
+    }
+    // The right kind under another vendor.
+    for (const kiln::Vendor vendor : {kiln::Vendor::none, kiln::Vendor::cuda, kiln::Vendor::hip}) {
+      if (vendor == c.vendor) continue;
+      CHECK(reason(parse(serialize(entry_of(c, c.kind, vendor)))) != "(parsed)");
+    }
+  }
+  // The case the issue found, by its message, and a header read (listings) refuses it too.
+  Entry relabelled = entry_of(made[3], kiln::PayloadKind::ptx, kiln::Vendor::cuda);
+  const std::vector<std::byte> bytes = serialize(relabelled);
+  CHECK(reason(parse(bytes)) == "payload kind ptx, but target lto_90 makes ltoir");
+  CHECK(std::holds_alternative<ContentError>(
+      kiln::cache::detail::parse_header(bytes, bytes.size(), kiln::cache::detail::HeaderParts::texts, {})));
+  // A target no lane makes, and the store refuses to write what its readers refuse.
+  CHECK(reason(parse(serialize(entry_of({"vulkan_1", kiln::Vendor::cuda, kiln::PayloadKind::cubin},
+                                        kiln::PayloadKind::cubin, kiln::Vendor::cuda)))) ==
+        "target vulkan_1 names no output kind (sm_, compute_, lto_ or gfx)");
+  kiln::test::TempDir dir;
+  Store store(store_config(dir.path()));
+  CHECK_FALSE(store.put(relabelled));
+  CHECK_THAT(store.last_put_error(), Catch::Contains("target lto_90 makes ltoir"));
 }

@@ -189,9 +189,12 @@ TEST_CASE("an LTO-IR entry without LTO-IR's signature is refused, removed and co
   REQUIRE(std::holds_alternative<cache::Entry>(reread));
   CHECK(has_ltoir_magic(std::get<cache::Entry>(reread).payload));
 
-  // Other kinds' payloads are not judged by the entry format (their driver checks them at load).
+  // Other kinds' payloads are not judged by the entry format (their driver checks them at load), under
+  // their own targets; under lto_90 a CUBIN is an entry relabelled, refused.
   cache::Entry cubin = damaged;
   cubin.payload_kind = PayloadKind::cubin;
+  CHECK(std::holds_alternative<cache::ContentError>(cache::parse(cache::serialize(cubin))));
+  cubin.target = "sm_90";
   CHECK(std::holds_alternative<cache::Entry>(cache::parse(cache::serialize(cubin))));
   // An LTO-IR entry under the HIP vendor, or with aux bytes, is refused too.
   cache::Entry hip = std::get<cache::Entry>(reread);

@@ -123,6 +123,12 @@ std::uint64_t bytes_on_disk(const std::vector<fs::path>& paths) {
 
 std::string size_file(const fs::path& root) { return read_all(root / "lock" / "size"); }
 
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  return count;
+}
+
 void flip_byte(const fs::path& path, std::uintmax_t at) {
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
   file.seekg(static_cast<std::streamoff>(at));
@@ -240,7 +246,7 @@ TEST_CASE("links, FIFOs and stray files in the entry directories are reported; v
   CHECK(ls.out.find(shard_hex + "11111111111111") != std::string::npos);
   CHECK(ls.out.find("symbolic link at an entry path") != std::string::npos);
   CHECK(ls.out.find("FIFO at an entry path") != std::string::npos);
-  CHECK(ls.out.find("1 other files") != std::string::npos);
+  CHECK(ls.out.find("1 other file in the entry directories") != std::string::npos);
 
   const Run stats = run_kiln_exact({"cache", "stats", "--json"}, env, dir.path(), false, 30);
   INFO(stats.describe());
@@ -407,16 +413,17 @@ TEST_CASE("bad KILN_LOG, manifest options and targets, and a doubled target feat
   std::ofstream(options_manifest) << good << "\n" << bad_option << "\n";
   const fs::path target_manifest = dir / "target.jsonl";
   std::ofstream(target_manifest) << good << "\n\n" << bad_target << "\n";
-  const Run options = run_kiln_exact({"prewarm", "--manifest", options_manifest.string()}, env, dir.path());
+  // Each bad line fails alone (reported with the other requests), naming its line.
+  const Run options = run_kiln_exact({"prewarm", "--manifest", options_manifest.string()}, env, dir.path(), false, 120);
   INFO(options.describe());
   CHECK(options.rc == 2);
-  CHECK(options.err.find("line 2") != std::string::npos);
-  CHECK(options.err.find("--no-such-option") != std::string::npos);
-  const Run target = run_kiln_exact({"prewarm", "--manifest", target_manifest.string()}, env, dir.path());
+  CHECK(options.out.find("line 2") != std::string::npos);
+  CHECK(options.out.find("--no-such-option") != std::string::npos);
+  const Run target = run_kiln_exact({"prewarm", "--manifest", target_manifest.string()}, env, dir.path(), false, 120);
   INFO(target.describe());
   CHECK(target.rc == 2);
-  CHECK(target.err.find("line 3") != std::string::npos);
-  CHECK(target.err.find("xnack") != std::string::npos);
+  CHECK(target.out.find("line 3") != std::string::npos);
+  CHECK(target.out.find("xnack") != std::string::npos);
 
   const Run doubled =
       run_kiln_exact({"prewarm", "--all-builtin", "--target", "gfx90a:xnack+:xnack-"}, env, dir.path(), false, 120);
@@ -673,5 +680,210 @@ TEST_CASE("an unknown option names the command it was given to and that command'
     CHECK(count_lines(run.err) == 1);
     CHECK(run.err.find("--bogus") != std::string::npos);
     CHECK(run.err.find("see " + command + " --help") != std::string::npos);
+  }
+}
+
+// Hardening issue, 4: `KILN_CACHE_READONLY=1 kiln prewarm` compiled every request, then failed each
+// store; the error for KILN_CACHE_DISABLE=yes said "KILN_CACHE_DISABLE=1".
+TEST_CASE("prewarm into a read-only cache is refused at once; the refusal names the variable's own value") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  fill_cache(root, 1);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  auto with = [&](std::map<std::string, std::optional<std::string>> extra) {
+    for (const auto& [name, value] : env) extra.emplace(name, value);
+    return extra;
+  };
+  const std::vector<std::string> args = {"prewarm", "--builtin", "saxpy", "--target", "sm_90"};
+  const Run read_only = run_kiln_exact(args, with({{"KILN_CACHE_READONLY", "1"}}), dir.path(), false, 120);
+  INFO(read_only.describe());
+  CHECK(read_only.rc == 2);
+  CHECK(count_lines(read_only.err) == 1);
+  CHECK(read_only.err.find("KILN_CACHE_READONLY=1") != std::string::npos);
+  CHECK(read_only.out.empty());
+
+  const Run disabled = run_kiln_exact(args, with({{"KILN_CACHE_DISABLE", "yes"}}), dir.path(), false, 120);
+  INFO(disabled.describe());
+  CHECK(disabled.rc == 2);
+  CHECK(count_lines(disabled.err) == 1);
+  CHECK(disabled.err.find("KILN_CACHE_DISABLE=yes") != std::string::npos);
+  CHECK(disabled.err.find("KILN_CACHE_DISABLE=1") == std::string::npos);
+}
+
+// Hardening issue, 5: a manifest with one unparsable line (a recorder killed mid-append) or one unknown
+// option compiled nothing (rc 2, 0 entries); that line now fails alone, as an unknown target does.
+TEST_CASE("prewarm --manifest: an unparsable line or an unknown option fails that line only") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const std::string good =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":[],"target":"sm_90"})";
+  const std::string bad_option =
+      R"({"v":1,"source":"saxpy.cu","builtin":true,"source_hash":"0123456789abcdef0123456789abcdef",)"
+      R"("names":[],"options":["--no-such-option"],"target":"sm_90"})";
+  const fs::path manifest = dir / "m.jsonl";
+  // Line 2 is a record cut short by a recorder killed mid-append; line 3 asks for an unknown option.
+  std::ofstream(manifest) << good << "\n" << good.substr(0, 40) << "\n" << bad_option << "\n";
+  const Run run =
+      run_kiln_exact({"prewarm", "-q", "--manifest", manifest.string(), "--json"}, env, dir.path(), false, 120);
+  INFO(run.describe());
+  CHECK(run.rc == 2);
+  const json report = run.parsed();
+  CHECK(report.at("summary").at("requests") == 3);
+  CHECK(report.at("summary").at("failed").get<int>() >= 2);
+  std::vector<std::string> errors;
+  for (const json& request : report.at("requests")) {
+    if (request.at("status") == "failed") errors.push_back(request.at("error").get<std::string>());
+  }
+  const auto said = [&](const std::string& what) {
+    return std::any_of(errors.begin(), errors.end(),
+                       [&](const std::string& error) { return error.find(what) != std::string::npos; });
+  };
+  CHECK(said("manifest " + manifest.string() + " line 2: not valid JSON"));
+  CHECK(said("manifest " + manifest.string() + " line 3: \"options\""));
+  CHECK(said("--no-such-option"));
+  CHECK(report.at("summary").at("targets") == json::array({"sm_90"}));
+
+  // A file none of whose lines is a request is no manifest: refused whole, in one line, as before.
+  const fs::path garbage = dir / "garbage.jsonl";
+  std::ofstream(garbage) << "this is not\na manifest\n";
+  const Run refused = run_kiln_exact({"prewarm", "--manifest", garbage.string()}, env, dir.path(), false, 60);
+  INFO(refused.describe());
+  CHECK(refused.rc == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK(refused.err.find("line 1") != std::string::npos);
+  CHECK(refused.out.empty());
+}
+
+// Hardening issue, 6: a --source or --header holding a NUL byte was accepted (a compiler reads C strings:
+// the text after the NUL would be lost); the Python API refuses it.
+TEST_CASE("prewarm refuses a --source or --header that holds a NUL byte") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const std::string kernel = "extern \"C\" __global__ void k(float* x) { x[0] = 1; }\n";
+  std::ofstream(dir / "nul.cu", std::ios::binary) << kernel << std::string("// \0 after\n", 11);
+  std::ofstream(dir / "plain.cu", std::ios::binary) << "#include \"h.h\"\n" << kernel;
+  std::ofstream(dir / "nul.h", std::ios::binary) << std::string("#define A 1\0\n", 13);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"prewarm", "--source", (dir / "nul.cu").string(), "--kernel", "k", "--target",
+                                 "sm_90"},
+        {"prewarm", "--source", (dir / "plain.cu").string(), "--header", "h.h=" + (dir / "nul.h").string(), "--kernel",
+         "k", "--target", "sm_90"}}) {
+    const Run run = run_kiln_exact(args, env, dir.path(), false, 60);
+    INFO(run.describe());
+    CHECK(run.rc == 2);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find("NUL byte") != std::string::npos);
+    CHECK(run.out.empty());
+  }
+}
+
+// Hardening issue, 7: an entry's kind was not checked against its target: an lto_90 entry relabelled
+// PTX was served as PTX and passed verify.
+TEST_CASE("verify reports an entry whose kind is not the one its target makes") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  kiln::cache::StoreConfig config;
+  config.root = root;
+  kiln::cache::Store store(config);
+  Entry entry = make_entry("relabelled", 100, "lto_90");
+  entry.aux.clear();
+  entry.payload.assign(256, std::byte{0x11});
+  std::memcpy(entry.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
+  entry.payload_kind = kiln::PayloadKind::ptx;  // relabelled: every byte else is an LTO-IR entry's
+  const std::vector<std::byte> bytes = kiln::cache::serialize(entry);
+  const fs::path path = store.entry_path(entry.key_hash);
+  fs::create_directories(path.parent_path());
+  fs::permissions(path.parent_path(), fs::perms::owner_all, fs::perm_options::replace);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.out.find("verify: 1 entry: 0 ok, 1 bad") != std::string::npos);
+  CHECK(verify.out.find("lto_90") != std::string::npos);
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path());
+  INFO(fix.describe());
+  CHECK(fix.rc == 0);
+  CHECK_FALSE(fs::exists(path));
+}
+
+// Hardening issue, 10: KILN_RECORD= (set, empty) was silently ignored while KILN_CACHE_DIR= is refused.
+// Both name a path, and an empty one is almost always an unset shell variable: both are refused.
+TEST_CASE("an empty KILN_RECORD is refused, as an empty KILN_CACHE_DIR is") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{
+      {"KILN_CACHE_DIR", (dir / "cache").string()}, {"KILN_CACHE_PACKS", std::nullopt}, {"KILN_RECORD", ""}};
+  const Run run = run_kiln_exact({"prewarm", "--builtin", "saxpy", "--target", "sm_90"}, env, dir.path(), false, 120);
+  INFO(run.describe());
+  CHECK(run.rc == 2);
+  CHECK(count_lines(run.err) == 1);
+  CHECK(run.err.find("KILN_RECORD") != std::string::npos);
+  CHECK(run.out.empty());
+}
+
+// Hardening issue, 11: verify walked through a v1/ that is a link ("1 entries: 1 ok" beside "the cache
+// is refused"); verify --fix there warned twice and stopped with rc 2.
+TEST_CASE("verify never walks through a linked v1/, and --fix there reports the refusal once") {
+  TempDir dir;
+  const fs::path elsewhere = dir / "elsewhere";
+  const std::vector<fs::path> foreign = fill_cache(elsewhere, 1);
+  const fs::path root = dir / "cache";
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace);
+  fs::create_directory_symlink(elsewhere / "v1", root / "v1");
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.rc == 1);
+  CHECK(verify.out.find("0 entries") != std::string::npos);
+  CHECK(verify.out.find("v1 is not a directory") != std::string::npos);
+  const Run fix = run_kiln_exact({"cache", "verify", "--fix"}, env, dir.path());
+  INFO(fix.describe());
+  CHECK(fix.rc == 1);
+  CHECK(count_of(fix.out + fix.err, "v1 is not a directory") == 1);
+  CHECK(fs::exists(foreign[0]));
+}
+
+TEST_CASE("counts of one are singular in the CLI's summaries") {
+  TempDir dir;
+  const fs::path root = dir / "cache";
+  fill_cache(root, 1);
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", root.string()},
+                                                              {"KILN_CACHE_PACKS", std::nullopt}};
+  const Run verify = run_kiln_exact({"cache", "verify"}, env, dir.path());
+  INFO(verify.describe());
+  CHECK(verify.out.find("verify: 1 entry: 1 ok, 0 bad") != std::string::npos);
+  const Run ls = run_kiln_exact({"cache", "ls"}, env, dir.path());
+  INFO(ls.describe());
+  CHECK(ls.out.find("1 entry, ") != std::string::npos);
+  const Run exported = run_kiln_exact({"cache", "export", (dir / "one.kpack").string()}, env, dir.path());
+  INFO(exported.describe());
+  CHECK(exported.out.find("export: 1 entry (") != std::string::npos);
+  const Run cleared = run_kiln_exact({"cache", "clear"}, env, dir.path());
+  INFO(cleared.describe());
+  CHECK(cleared.out.find("clear: removed 1 entry (") != std::string::npos);
+}
+
+// A lane's status joined its problems with ';' and no space ("... KILN_CUDA_PATH;no CUDA driver ...").
+TEST_CASE("kiln devices separates a lane's problems with \"; \"") {
+  TempDir dir;
+  const std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                              {"KILN_CUDA_PATH", (dir / "no-toolkit").string()}};
+  const Run run = run_kiln_exact({"devices"}, env, dir.path(), false, 60);
+  INFO(run.describe());
+  CHECK(run.out.find("no NVRTC found") != std::string::npos);
+  for (std::size_t at = run.out.find(';'); at != std::string::npos; at = run.out.find(';', at + 1)) {
+    INFO("at " << at);
+    CHECK((at + 1 == run.out.size() || run.out[at + 1] == ' ' || run.out[at + 1] == '\n'));
   }
 }

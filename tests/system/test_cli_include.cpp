@@ -138,7 +138,7 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   const Result clear = kiln({"cache", "clear"}, false);
   INFO(clear.describe());
   CHECK(clear.rc == 0);
-  CHECK(clear.out.find("and 1 dependency manifests") != std::string::npos);
+  CHECK(clear.out.find("and 1 dependency manifest ") != std::string::npos);
   CHECK(manifest_files(cache) == 0);
 
   // verify checks the manifests too: a damaged one is reported, and --fix removes it.
@@ -155,7 +155,7 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(verify.rc == 1);
   CHECK(verify.out.find("bad manifest: ") != std::string::npos);
   CHECK(verify.out.find(manifest.string()) != std::string::npos);
-  CHECK(verify.out.find("1 dependency manifests: 0 ok, 1 bad") != std::string::npos);
+  CHECK(verify.out.find("1 dependency manifest: 0 ok, 1 bad") != std::string::npos);
   const json verified = kiln({"cache", "verify", "--json"}, false).parsed();
   CHECK(verified.at("manifests").at("bad") == 1);
   CHECK(verified.at("bad_manifests").at(0).at("path") == manifest.string());

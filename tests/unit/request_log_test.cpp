@@ -104,6 +104,36 @@ TEST_CASE("read_request_log skips blank lines and names the line of a malformed 
   CHECK_THAT(manifest_error(dir.path()), Catch::Contains("is a directory"));
 }
 
+// Hardening issue, 5: one line cut short by a recorder killed mid-append, or naming an option this kiln
+// does not know, made the whole request log unreadable.
+TEST_CASE("read_request_log hands back malformed lines, with their numbers, when asked, and reads the rest") {
+  const TempDir dir;
+  const fs::path path = dir.path() / "m.jsonl";
+  const std::string good = kiln::detail::request_log_line(builtin_record());
+  RecordedRequest unknown_option = builtin_record();
+  unknown_option.options = {"--no-such-option"};
+  std::ofstream(path) << good << "\n"
+                      << good.substr(0, good.size() / 2) << "\n\n"
+                      << kiln::detail::request_log_line(unknown_option) << "\n"
+                      << kiln::detail::request_log_line(runtime_record("x")) << "\n"
+                      << good.substr(0, 10);  // the last line, cut short without its newline
+  std::vector<std::size_t> lines;
+  std::vector<kiln::detail::RequestLogLineError> bad;
+  const auto records = kiln::detail::read_request_log(path, &lines, &bad);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0] == builtin_record());
+  CHECK(records[1] == runtime_record("x"));
+  CHECK(lines == std::vector<std::size_t>{1, 5});
+  REQUIRE(bad.size() == 3);
+  CHECK(bad[0].line == 2);
+  CHECK_THAT(bad[0].why, Catch::StartsWith("not valid JSON"));
+  CHECK(bad[1].line == 4);
+  CHECK_THAT(bad[1].why, Catch::StartsWith("\"options\": ") && Catch::Contains("--no-such-option"));
+  CHECK(bad[2].line == 6);
+  // Without the list, the first malformed line is an error naming it, as before.
+  CHECK_THAT(manifest_error(path), Catch::Contains("line 2: not valid JSON"));
+}
+
 TEST_CASE("the recorder writes each distinct request once and never throws") {
   const TempDir dir;
   const fs::path path = dir.path() / "rec.jsonl";

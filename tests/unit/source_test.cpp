@@ -91,3 +91,19 @@ TEST_CASE("empty sources and nameless headers are errors", "[source]") {
   CHECK_THROWS_AS(Source::from_text("x.cu", "  \n\t"), kiln::ConfigError);
   CHECK_THROWS_AS(Source::from_text("x.cu", "int x;", {{"", "y"}}), kiln::ConfigError);
 }
+
+// Hardening issue, 6: a source holding a NUL byte was accepted (the compilers read C strings, so what
+// follows it was never compiled, while the key held it); the Python API refused it.
+TEST_CASE("a NUL byte in a source, a header or either's name is a ConfigError naming where", "[source]") {
+  const std::string text = "extern \"C\" __global__ void k() {}\n";
+  using Catch::Contains;
+  CHECK_THROWS_WITH(Source::from_text("a.cu", text + std::string("// \0 lost\n", 10)),
+                    Contains("source 'a.cu' holds a NUL byte (at byte 37)"));
+  CHECK_THROWS_WITH(Source::from_text(std::string("a\0.cu", 5), text), Contains("the name of source 'a'"));
+  CHECK_THROWS_WITH(Source::from_text("a.cu", text, {{"h.h", std::string("#define A\0\n", 11)}}),
+                    Contains("source 'a.cu': header 'h.h' holds a NUL byte (at byte 9)"));
+  CHECK_THROWS_WITH(Source::from_text("a.cu", text, {{std::string("h\0.h", 4), "#define A 1\n"}}),
+                    Contains("the name of header 'h'"));
+  CHECK_THROWS_AS(Source::from_text("a.cu", text + std::string(1, '\0')), kiln::ConfigError);
+  CHECK_NOTHROW(Source::from_text("a.cu", text, {{"h.h", "#define A 1\n"}}));
+}

@@ -253,6 +253,39 @@ KILN_HOT std::optional<ContentError> check_payload(const Layout& layout, std::sp
   return std::nullopt;
 }
 
+/// 8. The kind and vendor the stored target makes (the engine's targets: sm_ a CUBIN, compute_ PTX, lto_
+/// LTO-IR, all NVIDIA's; gfx an AMDGPU code object; a blob has no target and no vendor). A mismatch is
+/// damage: an entry relabelled another kind would be handed to the wrong loader or linker, and a caller
+/// asking for the target's kind would be served another. A few bytes of the target, compared in place.
+KILN_HOT std::optional<ContentError> check_kind(const Layout& layout, std::string_view target) {
+  struct Made {
+    std::string_view prefix;
+    PayloadKind kind;
+    Vendor vendor;
+  };
+  static constexpr Made kMade[] = {{"sm_", PayloadKind::cubin, Vendor::cuda},
+                                   {"compute_", PayloadKind::ptx, Vendor::cuda},
+                                   {"lto_", PayloadKind::ltoir, Vendor::cuda},
+                                   {"gfx", PayloadKind::amdgpu_code_object, Vendor::hip}};
+  if (target.empty()) {
+    if (layout.payload_kind == PayloadKind::blob) return std::nullopt;  // its vendor: check_payload
+    return ContentError{fmt::format("payload kind {} without a target", to_string(layout.payload_kind))};
+  }
+  for (const Made& made : kMade) {
+    if (!target.starts_with(made.prefix)) continue;
+    if (layout.payload_kind != made.kind) {
+      return ContentError{fmt::format("payload kind {}, but target {} makes {}", to_string(layout.payload_kind), target,
+                                      to_string(made.kind))};
+    }
+    if (layout.vendor != made.vendor) {
+      return ContentError{
+          fmt::format("vendor {}, but target {} is {}'s", to_string(layout.vendor), target, to_string(made.vendor))};
+    }
+    return std::nullopt;
+  }
+  return ContentError{fmt::format("target {} names no output kind (sm_, compute_, lto_ or gfx)", target)};
+}
+
 /// Copies everything but the payload and aux into `entry` (after every check has passed).
 KILN_HOT void fill_entry(Entry& entry, const Layout& layout, const Texts& texts, const Limits& limits) {
   entry.vendor = layout.vendor;
@@ -291,6 +324,7 @@ KILN_HOT Result parse_bytes(std::span<const std::byte> bytes, const Limits& limi
   const std::byte* payload = variable + layout.variable_bytes();
   const std::byte* aux = payload + layout.payload_len;
   if (auto error = check_payload(layout, {payload, aux})) return std::move(*error);
+  if (auto error = check_kind(layout, texts.target)) return std::move(*error);
   // Everything checked: only now copy out (the payload once, with no zero-fill before it).
   Entry entry;
   fill_entry(entry, layout, texts, limits);
@@ -431,6 +465,7 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
   if (auto content = check_names(texts.names, layout.names_count, limits)) return std::move(*content);
   if (auto content = check_key(layout, texts.canonical_key, expected)) return std::move(*content);
   if (auto content = check_payload(layout, entry.payload)) return std::move(*content);
+  if (auto content = check_kind(layout, texts.target)) return std::move(*content);
   fill_entry(entry, layout, texts, limits);
   return entry;
 }
@@ -578,6 +613,7 @@ HeaderParseResult parse_header(std::span<const std::byte> prefix, std::uint64_t 
     const char* variable = reinterpret_cast<const char*>(prefix.data() + kEntryFixedBytes);
     view.target = std::string_view(variable, layout.target_len);
     view.compiler = std::string_view(variable + layout.target_len, layout.compiler_len);
+    if (auto error = check_kind(layout, view.target)) return std::move(*error);
     if (parts == HeaderParts::all) {
       const Texts texts = split_variable(layout, prefix.data() + kEntryFixedBytes);
       if (auto error = check_names(texts.names, layout.names_count, limits)) return std::move(*error);

@@ -78,7 +78,10 @@ StoreConfig StoreConfig::from_environment() {
   const char* dir = std::getenv("KILN_CACHE_DIR");
   if (dir != nullptr && *dir == '\0') {
     // Set but empty is almost always an unset shell variable ("$CACHE"): falling back to the default
-    // cache would let `kiln cache clear` empty the user's own cache.
+    // cache would let `kiln cache clear` empty the user's own cache. The one rule for the variables that
+    // name a path (this one and KILN_RECORD, EngineConfig::from_environment): empty is refused, not
+    // taken as unset. Flags, sizes and levels (KILN_CACHE_DISABLE, KILN_CACHE_MAXSIZE, KILN_LOG) take an
+    // empty value as unset: for them the default is what an unset shell variable meant anyway.
     throw std::invalid_argument(
         "KILN_CACHE_DIR is set but empty: give a directory, or unset it to use $XDG_CACHE_HOME/kiln or "
         "~/.cache/kiln");

@@ -211,6 +211,10 @@ void Store::scan_shard(unsigned shard, ScanDepth depth, bool with_mtime,
                        const std::function<void(const StrayFile&)>& on_stray) const {
   const State& s = *m_state;
   if (s.v1_dir.empty() || shard >= kShardCount) return;
+  // Nor is a link (or anything but a folder) in place of v1/ itself entered: the shard directory is
+  // opened without following links in its last part only, so v1/'s own kind is checked here. (The
+  // store refuses such a root; its entries are nobody's, and verify --fix must never remove them.)
+  if (struct stat top{}; ::lstat(s.v1_dir.c_str(), &top) != 0 || !S_ISDIR(top.st_mode)) return;
   const char shard_name[2] = {kHexDigits[shard >> 4], kHexDigits[shard & 0xF]};
   std::string path;
   path.reserve(s.v1_dir.size() + 4 + 30 + kEntrySuffix.size());

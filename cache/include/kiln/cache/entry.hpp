@@ -36,8 +36,11 @@
 // start with kLtoIrMagic; a blob (kind 5: bytes stored under a caller's key, blob.hpp) must be an entry of
 // vendor none without aux. (A CUBIN, PTX or code object is checked by its driver when it is loaded, and
 // an entry the driver refuses is replaced; LTO-IR is never loaded by kiln, so this read is its check.)
+// Last, the kind and vendor against the target, which says both: sm_ CUBIN, compute_ PTX, lto_ LTO-IR
+// (vendor cuda), gfx an AMDGPU code object (vendor hip), no target a blob; any other pair is damage.
 // Reading only a header (EntryHeaderView: listings) makes the same checks up to the payload: the size and
-// fixed-part checks, then (when the whole header is read) the names list and key_hash; it reads neither
+// fixed-part checks, the kind against the target, then (when the whole header is read) the names list
+// and key_hash; it reads neither
 // payload, aux nor epilogue, so it does not verify the checksum. Only a whole-entry read (parse(),
 // Store::get, Store::read_file, ScanDepth::entry) verifies everything.
 #include <cstddef>

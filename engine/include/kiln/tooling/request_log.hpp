@@ -79,13 +79,22 @@ class RequestRecorder {
 /// Parses one line (request_log_line's format). Throws kiln::ConfigError "why" for a malformed line.
 [[nodiscard]] RecordedRequest parse_request_log_line(std::string_view line);
 
+/// A line of a request log that is no record: its number (from 1) and why.
+struct RequestLogLineError {
+  std::size_t line = 0;
+  std::string why;
+};
+
 /// Reads every record of a request log, in file order. Throws kiln::ConfigError
 /// "manifest FILE line N: why" for a malformed line (a target or options the engine would refuse
 /// included), "manifest FILE: why" for a file that cannot be read, is not a regular file or is over
 /// kMaxRequestLogBytes (the messages name the file as users know it, after `--manifest`).
 /// `line_numbers`, when given, receives each record's line number (from 1), so errors found later,
-/// when a record is replayed, can name its line too.
+/// when a record is replayed, can name its line too. `bad_lines`, when given, receives each malformed
+/// line instead of the throw, and the other lines are read: one line cut short by a recorder killed
+/// mid-append, or written by a kiln that knows an option this one does not, spoils only itself.
 [[nodiscard]] std::vector<RecordedRequest> read_request_log(const std::filesystem::path& path,
-                                                            std::vector<std::size_t>* line_numbers = nullptr);
+                                                            std::vector<std::size_t>* line_numbers = nullptr,
+                                                            std::vector<RequestLogLineError>* bad_lines = nullptr);
 
 }  // namespace kiln::detail
