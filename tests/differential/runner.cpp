@@ -118,8 +118,35 @@ std::string diff_summary(const std::string& bare, const std::string& kiln) {
     }
     return shown;
   };
-  if (first < std::max(bare.size(), kiln.size()))
+  if (first < std::max(bare.size(), kiln.size())) {
     out += fmt::format("\n    bare: {}\n    kiln: {}", around(bare), around(kiln));
+  }
+  // The printable strings (6 characters or more) only one side has: names, paths and symbols that differ.
+  const auto strings = [](const std::string& s) {
+    std::set<std::string> found;
+    std::string run;
+    for (const char ch : s + '\0') {
+      if (ch >= 0x20 && ch < 0x7f) {
+        run += ch;
+      } else {
+        if (run.size() >= 6) found.insert(run);
+        run.clear();
+      }
+    }
+    return found;
+  };
+  const std::set<std::string> in_bare = strings(bare), in_kiln = strings(kiln);
+  const auto only = [](const std::set<std::string>& a, const std::set<std::string>& b) {
+    std::vector<std::string> listed;
+    for (const std::string& x : a) {
+      if (!b.contains(x) && listed.size() < 4) listed.push_back(x.substr(0, 160));
+    }
+    return listed;
+  };
+  if (const auto b = only(in_bare, in_kiln), k = only(in_kiln, in_bare); !b.empty() || !k.empty()) {
+    out += fmt::format("\n    strings only in bare: \"{}\"\n    strings only in kiln: \"{}\"", fmt::join(b, "\", \""),
+                       fmt::join(k, "\", \""));
+  }
   return out;
 }
 
@@ -367,6 +394,17 @@ class Runner {
   Bare m_bare;
 };
 
+/// Removes the repro folders an earlier run kept under `keep` (each has a repro.txt and a case.json), so that
+/// what is there after a run is this run's; anything else there is left alone.
+void forget_old_repros(const fs::path& keep) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(keep, ec)) {
+    if (e.is_directory(ec) && fs::exists(e.path() / "repro.txt", ec) && fs::exists(e.path() / "case.json", ec)) {
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
 void print_failure(const Failure& f) {
   std::ifstream in(f.repro / "repro.txt");
   std::stringstream text;
@@ -416,12 +454,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "differential_runner: %s\n", e.what());
     return 2;
   }
-  kiln::test::TempDir work("kiln-differential");
   Bare bare;
   {
     kiln::EngineConfig config;
     config.runtime = false;
-    config.cache.root = work.path() / "probe-cache";
+    config.cache.disabled = true;  // it only asks which compilers load
     kiln::Engine engine(config);
     std::string why_nvrtc, why_hip;
     const std::string nvrtc = compiler_path(engine, kiln::Vendor::cuda, why_nvrtc);
@@ -446,6 +483,8 @@ int main(int argc, char** argv) {
     std::printf("differential: NVRTC %s; HIPRTC %s\n", nvrtc.c_str(),
                 bare.hiprtc ? hiprtc.c_str() : bare.hip_missing.c_str());
   }
+  kiln::test::TempDir work("kiln-differential");
+  forget_old_repros(args.keep);
   bare.remote = start_remote(work.path());
   if (!bare.remote.url.empty())
     std::printf("differential: remote %s\n", bare.remote.url.c_str());
