@@ -14,18 +14,17 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bare_rtc.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "lanes/lane.hpp"
@@ -554,26 +553,7 @@ TEST_CASE("a PCH root left by a process that died is removed by the next process
   CHECK(fs::exists(alive));
 }
 
-namespace {
-
-/// `bytes` with the 8 hex digits NVRTC puts in internal-linkage names (_INTERNAL_<8 hex>_<n>_<file>_<tag>)
-/// blanked: the tag is random per compile, with or without PCH (see nvrtc_pch.hpp).
-std::string blank_internal_tags(std::span<const std::byte> bytes) {
-  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  const std::string marker = "_INTERNAL_";
-  for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
-    std::size_t i = at + marker.size() + 8;  // past the first 8 hex digits
-    if (i >= text.size() || text[i] != '_') continue;
-    std::size_t length = 0;
-    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) length = length * 10 + (text[i] - '0');
-    i += 1 + length;  // '_' and the file name
-    if (i + 9 > text.size() || text[i] != '_') continue;
-    for (std::size_t k = i + 1; k < i + 9; ++k) text[k] = '#';
-  }
-  return text;
-}
-
-}  // namespace
+using test::blank_internal_tags;
 
 TEST_CASE("an engine compiling CUB kernels over the toolkit's folders with PCH gives the binaries it gives without",
           "[rtc][pch]") {
