@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -93,7 +95,17 @@ struct Worker {
   std::string buffer;
   std::string error_buffer;  ///< its stderr since the last whole line
   std::optional<std::size_t> job;
+  std::string tmpdir;  ///< its TMPDIR, private to it: removed when it ends, however it ends
 };
+
+/// Removes a worker's TMPDIR with what the compilers left there (HIPRTC's comgr-XXXXXX folders, PCH
+/// roots): a worker killed mid-compile cannot clean up after itself.
+void remove_tmpdir(Worker& worker) {
+  if (worker.tmpdir.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(worker.tmpdir, ignored);
+  worker.tmpdir.clear();
+}
 
 /// A warning's kind: its words, with each that names one instance of it (a path or URL, a key, a mode,
 /// a count: any word with a '/' or a digit) blanked. The same refusal of another shard directory or
@@ -192,6 +204,23 @@ std::optional<Worker> spawn_worker(std::string& error) {
   char arg1[] = "prewarm";
   char arg2[] = "--worker";
   char* const argv[] = {arg0, arg1, arg2, nullptr};
+  // The worker's own TMPDIR, under this process's: what its compilers write there goes with it (below).
+  const char* const tmp = std::getenv("TMPDIR");
+  std::string tmpdir = fmt::format("{}/kiln-worker-{}-XXXXXX", tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp",
+                                   static_cast<long>(::getpid()));
+  std::vector<std::string> environment;
+  std::vector<char*> envp;
+  if (::mkdtemp(tmpdir.data()) != nullptr) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!std::string_view(*e).starts_with("TMPDIR=")) environment.emplace_back(*e);
+    }
+    environment.push_back("TMPDIR=" + tmpdir);
+    for (std::string& e : environment) envp.push_back(e.data());
+  } else {
+    tmpdir.clear();  // the worker keeps this process's TMPDIR
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -200,6 +229,7 @@ std::optional<Worker> spawn_worker(std::string& error) {
       ::close(pipe[0]);
       ::close(pipe[1]);
     }
+    if (!tmpdir.empty()) ::rmdir(tmpdir.c_str());
     return std::nullopt;
   }
   if (pid == 0) {
@@ -213,7 +243,7 @@ std::optional<Worker> spawn_worker(std::string& error) {
         ::dup2(pipes[2][1], STDERR_FILENO) < 0) {
       ::_exit(127);
     }
-    ::execv("/proc/self/exe", argv);
+    ::execve("/proc/self/exe", argv, envp.data());
     ::_exit(127);
   }
   ::close(pipes[0][0]);
@@ -224,6 +254,7 @@ std::optional<Worker> spawn_worker(std::string& error) {
   worker.to_child = pipes[0][1];
   worker.from_child = pipes[1][0];
   worker.errors = pipes[2][0];
+  worker.tmpdir = std::move(tmpdir);
   return worker;
 }
 
@@ -321,6 +352,7 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
         for (const int fd : {worker.to_child, worker.from_child, worker.errors}) {
           if (fd >= 0) ::close(fd);
         }
+        remove_tmpdir(worker);
       }
       ::sigaction(SIGPIPE, &previous, nullptr);
     }
@@ -349,6 +381,7 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
     while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
     }
     drain_and_close(worker, relay);  // its last words (an abort's message) are in the pipe by now
+    remove_tmpdir(worker);
     return describe_exit(status);
   };
   // Reads what a worker wrote to stderr and relays its whole lines; at its end, the rest.
@@ -484,6 +517,7 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
     drain_and_close(worker, relay);
     int status = 0;
     (void)::waitpid(worker.pid, &status, WNOHANG);
+    remove_tmpdir(worker);  // its answers are all in: it only exits now
   }
   workers.clear();  // each has finished: nothing for KillOnUnwind (which restores SIGPIPE's handler)
   return unstarted;

@@ -191,7 +191,9 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
     // A header kiln could not resolve (not in memory, not in any folder, or named by a computed
     // include the scan could not follow): say where kiln looked.
     if (missing) {
-      message = fmt::format("{}; {}", message, cache::detail::describe_missing_include(*missing, r.include_folders));
+      // On the summary line, which is what a one-line report (kiln prewarm's) shows; the log follows it.
+      const std::size_t summary_end = std::min(message.find('\n'), message.size());
+      message.insert(summary_end, "; " + cache::detail::describe_missing_include(*missing, r.include_folders));
     }
     throw CompileError(std::move(message), std::move(compiler_log), e.source_name(), e.options());
   } catch (...) {

@@ -167,6 +167,31 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(kiln({"cache", "verify"}, false).rc == 0);
 }
 
+TEST_CASE("a missing header's one-line prewarm failure says where kiln looked, with -I and without") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""}};
+  write(dir / "k.cu", "#include \"my.h\"\nextern \"C\" __global__ void k(int* out) { *out = 1; }\n");
+  fs::create_directories(dir / "empty");
+  for (const bool with_folder : {false, true}) {
+    INFO((with_folder ? "with -I" : "without -I"));
+    std::vector<std::string> args{"prewarm", "--source", (dir / "k.cu").string(), "--kernel", "k", "--target", "sm_90"};
+    if (with_folder) args.insert(args.end(), {"-I", (dir / "empty").string()});
+    const Result run = run_kiln(args, env, dir.path());
+    INFO(run.describe());
+    CHECK(run.rc != 0);
+    // The report's one line per failure, not only with --verbose.
+    std::string line;
+    for (std::size_t at = run.out.find("failed: "); at != std::string::npos;) {
+      line = run.out.substr(at, run.out.find('\n', at) - at);
+      break;
+    }
+    CHECK(line.find("my.h") != std::string::npos);
+    CHECK(line.find(with_folder ? "include folders searched: " + (dir / "empty").string()
+                                : std::string("no include folder was given")) != std::string::npos);
+  }
+}
+
 TEST_CASE("a KILN_RECORD with a relative -I replays from another directory into an empty cache, same key") {
   TempDir dir;
   write(dir / "inc/lib/value.h", "#define VALUE 3\n");

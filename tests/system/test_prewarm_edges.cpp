@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "harness.hpp"
 #include "kiln/engine.hpp"
+#include "kiln/error.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -159,6 +161,60 @@ TEST_CASE("the worker processes of a killed prewarm die with it and write nothin
   }
   CHECK_FALSE(any_alive);
   CHECK(entry_files(cache) == 0);
+}
+
+// Hardening issue, rough edge 8: a HIP prewarm worker killed mid-compile left HIPRTC's /tmp/comgr-XXXXXX
+// folder behind. Each worker now has a TMPDIR of its own, which the command removes when the worker ends.
+TEST_CASE("a prewarm worker killed mid-compile leaves nothing in TMPDIR (HIPRTC's comgr folders)") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  const fs::path tmp = dir / "tmp";
+  fs::create_directories(tmp);
+  // Thousands of instantiations: a compile of a few seconds, long enough to be caught in it.
+  std::string source = "#include <kiln/rtc.h>\ntemplate <int N> __device__ int f(int x) { return x * N + (N ^ 7); }\n";
+  source += "KILN_KERNEL void busy(int* out) {\n  int s = 0;\n";
+  for (int i = 0; i < 4000; ++i) source += "  s += f<" + std::to_string(i) + ">(out[" + std::to_string(i % 64) + "]);\n";
+  source += "  out[0] = s + BUSY;\n}\n";
+  { std::ofstream(dir / "busy.cu") << source; }
+  {
+    kiln::EngineConfig config;
+    config.cache.disabled = true;
+    config.runtime = false;
+    try {
+      (void)kiln::Engine(config).compile(kiln::Source::from_text("probe.cu", "__global__ void k() {}"), {}, {}, "gfx90a");
+    } catch (const kiln::Error& e) {
+      WARN("skipped: HIPRTC cannot compile for gfx90a here: " << e.what());
+      return;
+    }
+  }
+  auto env = cache_env(cache);
+  env["TMPDIR"] = tmp.string();
+  const pid_t kiln = start_program(KILN_CLI_PATH,
+                                   {"prewarm", "--source", (dir / "busy.cu").string(), "--kernel", "busy", "--target", "gfx90a",
+                                    "--option-set=-DBUSY=1", "--option-set=-DBUSY=2", "-j", "2"},
+                                   env, dir.path());
+  const auto has_comgr = [&] {
+    std::error_code ec;
+    for (const auto& item : fs::recursive_directory_iterator(tmp, ec)) {
+      if (item.path().filename().string().starts_with("comgr-")) return true;
+    }
+    return false;
+  };
+  std::vector<pid_t> workers;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((workers.size() < 2 || !has_comgr()) && std::chrono::steady_clock::now() < deadline) {
+    workers = children_of(kiln);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(workers.size() == 2);
+  REQUIRE(has_comgr());  // a compile is under way
+  for (const pid_t worker : workers) ::kill(worker, SIGKILL);
+  const auto finished = finish_within(kiln, dir.path(), kTimeout, [] {});
+  REQUIRE(finished.has_value());
+  INFO(finished->describe());
+  std::vector<std::string> left;
+  for (const auto& item : fs::directory_iterator(tmp)) left.push_back(item.path().filename().string());
+  CHECK(left.empty());
 }
 
 TEST_CASE("the prewarm summary counts one request in the singular") {
