@@ -173,4 +173,21 @@ inline std::vector<std::string> sorted_keys(const json& items) {
   return keys;
 }
 
+/// Slow to compile on purpose (about 2 s with NVRTC 13 on a loaded CI core): the front end folds
+/// twelve long constexpr loops, each under NVRTC's constexpr step limit.
+inline constexpr const char* kSlow =
+    "//! kiln-kernels: slow\n"
+    "#include <kiln/rtc.h>\n"
+    "constexpr unsigned spin(unsigned n, unsigned seed) {\n"
+    "  unsigned s = seed;\n"
+    "  for (unsigned i = 0; i < n; ++i) s = s * 1664525u + 1013904223u + i;\n"
+    "  return s;\n"
+    "}\n"
+    "KILN_KERNEL void slow(unsigned* out) {\n"
+    "  constexpr unsigned a = spin(400000, 1), b = spin(400000, 2), c = spin(400000, 3), d = spin(400000, 4);\n"
+    "  constexpr unsigned e = spin(400000, 5), f = spin(400000, 6), g = spin(400000, 7), h = spin(400000, 8);\n"
+    "  constexpr unsigned i = spin(400000, 9), j = spin(400000, 10), k = spin(400000, 11), l = spin(400000, 12);\n"
+    "  out[threadIdx.x] = a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ l + SLOW_VARIANT;\n"
+    "}\n";
+
 }  // namespace kiln::system_test

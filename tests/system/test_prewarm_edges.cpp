@@ -25,22 +25,6 @@ using namespace kiln::system_test;
 
 constexpr double kTimeout = 300;  // seconds for one kiln run; past it the run counts as hung
 
-/// Slow to compile on purpose (seconds with NVRTC 13): the front end folds long constexpr loops.
-const char* const kSlow =
-    "//! kiln-kernels: slow\n"
-    "#include <kiln/rtc.h>\n"
-    "constexpr unsigned spin(unsigned n, unsigned seed) {\n"
-    "  unsigned s = seed;\n"
-    "  for (unsigned i = 0; i < n; ++i) s = s * 1664525u + 1013904223u + i;\n"
-    "  return s;\n"
-    "}\n"
-    "KILN_KERNEL void slow(unsigned* out) {\n"
-    "  constexpr unsigned a = spin(400000, 1), b = spin(400000, 2), c = spin(400000, 3), d = spin(400000, 4);\n"
-    "  constexpr unsigned e = spin(400000, 5), f = spin(400000, 6), g = spin(400000, 7), h = spin(400000, 8);\n"
-    "  constexpr unsigned i = spin(400000, 9), j = spin(400000, 10), k = spin(400000, 11), l = spin(400000, 12);\n"
-    "  out[threadIdx.x] = a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ l + SLOW_VARIANT;\n"
-    "}\n";
-
 std::map<std::string, std::string> cache_env(const fs::path& cache) {
   return {{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""}, {"KILN_REMOTE_CACHE", ""}};
 }
