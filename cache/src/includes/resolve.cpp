@@ -262,26 +262,14 @@ class Resolver {
   /// HIPRTC reads an absolute include from the disk even when an in-memory header has its name: refused.
   void check_computed() {
     for (std::size_t i = 0; i < m_computed.size(); ++i) {
-      const Computed& computed = m_computed[i];
+      const Computed computed = m_computed[i];  // a copy: add_alias may add to the list
       const std::vector<Guess> guesses = guess_computed(computed.operand, m_defines);
       const std::string& where = m_units[computed.unit].name;
-      if (guesses.empty()) {
-        throw IncludeError(fmt::format(
-            "{}: kiln cannot tell which header '#include {}' names (its macros do not expand to a \"name\" or <name> "
-            "with the definitions kiln reads: the source's and headers' #defines and the -D options); kiln hands the "
-            "compiler only headers it has read and keyed, so it does not compile this request: write the header's name, "
-            "or define the macro with #define or -D",
-            where, computed.operand));
-      }
+      if (guesses.empty()) throw unnamed_include(where, computed.operand);
       for (const Guess& guess : guesses) {
         if (!guess.name.starts_with('/')) continue;
-        if (m_input.vendor != Vendor::cuda) {
-          throw IncludeError(fmt::format(
-              "{}: '#include {}' may name the absolute path '{}', which HIPRTC would read from the disk instead of the "
-              "bytes kiln keyed; include it by a name under an include folder (-I)",
-              where, computed.operand, guess.name));
-        }
-        add_alias(m_units[computed.unit], guess.name, guess.angled, false);  // (m_computed may grow: by index)
+        if (m_input.vendor != Vendor::cuda) throw absolute_include_for_hip(where, computed.operand, guess.name);
+        add_alias(m_units[computed.unit], guess.name, guess.angled, false);
       }
     }
   }
@@ -763,21 +751,6 @@ class Resolver {
 
 /// The text between `open` and the next `close` after the first occurrence of `marker`, on one line.
 }  // namespace
-
-void add_flag_defines(const MacroContext& macros, Defines& defines) {
-  for (const auto& [name, macro] : macros.initial) {
-    if (macro.state == Macro::State::object) {
-      defines[name].push_back({macro.value, false});
-    } else if (macro.state == Macro::State::function) {
-      std::string params;
-      for (std::size_t i = 0; i < macro.params.size(); ++i) {
-        const bool rest = macro.variadic && i + 1 == macro.params.size() && macro.params[i] == "__VA_ARGS__";
-        params += fmt::format("{}{}", i > 0 ? ", " : "", rest ? std::string("...") : macro.params[i]);
-      }
-      defines[name].push_back({fmt::format("({}) {}", params, macro.value), true});
-    }
-  }
-}
 
 ResolvedIncludes resolve_includes(const IncludeInput& input) {
   // A header that vanished between its stat and its read: the tree changed under the resolve, which

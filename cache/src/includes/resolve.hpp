@@ -151,6 +151,11 @@ struct ResolvedIncludes {
 /// Adds the macros a compile starts with (the request's -D, the predefined ones kiln knows) to `defines`, for
 /// guess_computed: `-DHEADER="/abs/v.h"` with `#include HEADER` names a file too.
 void add_flag_defines(const MacroContext& macros, Defines& defines);
+/// The refusals of a computed include (computed_includes.cpp): one that expands to no name, and, for HIPRTC,
+/// one that may expand to an absolute path.
+[[nodiscard]] IncludeError unnamed_include(std::string_view where, std::string_view operand);
+[[nodiscard]] IncludeError absolute_include_for_hip(std::string_view where, std::string_view operand,
+                                                    std::string_view name);
 
 /// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
 /// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
