@@ -292,7 +292,7 @@ int run_ls(const LsArgs& args) {
   const auto store = open_store();
   const Listing listing = gather_listing(*store, args);
   render_listing(*store, listing, listing_order(listing, args.sort), args.json);
-  // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean listing.
+  // Exit 1 when something is wrong (docs/cli.md: a bad entry is "found"), 0 for a clean listing.
   return listing.problems + listing.not_entries != 0 || store->refused() ? kExitFound : kExitOk;
 }
 

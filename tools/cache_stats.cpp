@@ -322,7 +322,7 @@ int run_stats(const StatsArgs& args) {
   } else {
     std::cout << contents_text(*store, report) + lifetime_text(report.lifetime) + tiers_text(tiers, recorded);
   }
-  // Exit 1 when something is wrong (README: a bad entry is "found"), 0 for a clean cache.
+  // Exit 1 when something is wrong (docs/cli.md: a bad entry is "found"), 0 for a clean cache.
   const Tally& t = report.tally;
   return t.damaged + t.unreadable + t.refused + t.not_entries != 0 || store->refused() ? kExitFound : kExitOk;
 }

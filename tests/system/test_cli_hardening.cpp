@@ -300,7 +300,7 @@ TEST_CASE("clear, prune and verify --fix leave the running size total right") {
   CHECK(size_file(root) == "0\n");
 }
 
-// R8: the exit codes the README gives: 1 when a command finds something wrong.
+// R8: the exit codes docs/cli.md gives: 1 when a command finds something wrong.
 TEST_CASE("ls, stats, verify, show and export exit 1 when they find a bad entry or a refused cache") {
   TempDir dir;
   const fs::path root = dir / "cache";
