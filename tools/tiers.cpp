@@ -23,17 +23,14 @@ std::vector<TierReport> describe_tiers(const EngineConfig& config) {
   std::vector<TierReport> reports;
   for (cache::OpenedTier& opened : open_for_inspection(config)) {
     TierReport report{std::string(cache::to_string(opened.kind)), {}, {}, opened.location, false, opened.error, {}};
-    if (opened.kind == cache::TierKind::remote) {
-      report.backend = opened.location.starts_with("http") ? "http" : "redis";
-    }
+    if (opened.kind == cache::TierKind::remote) report.backend = cache::remote_backend_name(opened.location);
     if (const auto* pack = dynamic_cast<const cache::PackReader*>(opened.tier.get())) {
       report.ok = true;
       report.detail = fmt::format("{} entries", pack->records().size());
     } else if (auto* remote = dynamic_cast<cache::RemoteTier*>(opened.tier.get())) {
       report.ok = remote->ping(&report.detail);  // "redis 7.0.15, PONG in 0.21 ms", "HTTP 404 in ..." or why not
-      const bool http = remote->config().kind == cache::RemoteKind::http;
-      report.backend = http ? "http" : "redis";
-      report.lease = http ? "no lease" : "compile lease";
+      report.backend = remote->backend();
+      report.lease = remote->fleet_lease() ? "compile lease" : "no lease";
       report.security = remote->config().authenticated()
                             ? fmt::format("authenticated: entries carry an HMAC-SHA-256 under the secret in {}",
                                           remote->config().secret_file)
