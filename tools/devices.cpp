@@ -1,7 +1,9 @@
 // kiln devices: every vendor lane (compiled in, libraries loaded with paths and versions, devices),
 // the cache and the tiers below it.
+#include <cctype>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -44,11 +46,17 @@ json lane_json(const LaneInfo& lane) {
           {"devices", std::move(devices)}};
 }
 
+/// "; no fleet compile lease (HTTP)": a remote whose backend cannot hold one, named as its scheme is.
+std::string no_lease(std::string backend) {
+  for (char& c : backend) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return fmt::format("; no fleet compile lease ({})", backend);
+}
+
 int run_devices(const DevicesArgs& args) {
   EngineConfig config = EngineConfig::from_environment();
   Engine engine(config);
   const std::vector<LaneInfo> lanes = engine.lanes();
-  const cache::Store& store = engine.store();
+  const CacheState store = engine.cache_state();
   const std::vector<TierReport> tiers = describe_tiers(config);
 
   if (args.json) {
@@ -56,10 +64,10 @@ int run_devices(const DevicesArgs& args) {
     document["lanes"] = json::array();
     for (const LaneInfo& lane : lanes) document["lanes"].push_back(lane_json(lane));
     document["active_vendor"] = std::string(to_string(engine.vendor()));
-    document["cache"] = {{"root", store.config().root.string()},
-                         {"mode", std::string(cache::to_string(store.mode()))},
-                         {"mode_reason", store.mode_reason()},
-                         {"max_size", store.config().max_size}};
+    document["cache"] = {{"root", store.root.string()},
+                         {"mode", std::string(cache::to_string(store.mode))},
+                         {"mode_reason", store.mode_reason},
+                         {"max_size", store.max_size}};
     document["tiers"] = json::array();
     for (const TierReport& tier : tiers) {
       document["tiers"].push_back(
@@ -91,13 +99,12 @@ int run_devices(const DevicesArgs& args) {
                            engine.vendor() == Vendor::none
                                ? std::string("nothing (no device; prewarm for named targets works)")
                                : std::string(to_string(engine.vendor())));
-  std::cout << fmt::format("cache: {} ({}{}{}), limit {}\n", store.config().root.string(),
-                           cache::to_string(store.mode()), store.mode_reason().empty() ? "" : ": ", store.mode_reason(),
-                           format_bytes(store.config().max_size));
+  std::cout << fmt::format("cache: {} ({}{}{}), limit {}\n", store.root.string(), cache::to_string(store.mode),
+                           store.mode_reason.empty() ? "" : ": ", store.mode_reason, format_bytes(store.max_size));
   for (const TierReport& tier : tiers) {
     std::cout << fmt::format("{}: {} ({}{}{}{})\n", tier.kind, tier.location,
                              tier.ok ? tier.detail : "unusable: " + tier.detail, tier.security.empty() ? "" : "; ",
-                             tier.security, tier.lease == "no lease" ? "; no fleet compile lease (HTTP)" : "");
+                             tier.security, tier.lease == "no lease" ? no_lease(tier.backend) : "");
   }
   return kExitOk;
 }

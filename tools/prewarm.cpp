@@ -8,17 +8,14 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <set>
-#include <unordered_set>
-#include <variant>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli.hpp"
 #include "kiln/base/log.hpp"
-#include "kiln/cache/dep_manifest.hpp"
-#include "kiln/cache/key.hpp"
-#include "kiln/cache/remote.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
 #include "parallel.hpp"
@@ -45,65 +42,18 @@ struct PrewarmArgs {
 };
 
 /// Writes every entry that was compiled or already cached to every remote tier (KILN_REMOTE_CACHE, a
-/// chain of redis:// and http(s):// URLs), synchronously, reading each from the local store with the
-/// same parser the engine uses. An entry counts as written when every tier took it. An entry of a request
-/// with include folders brings its request's dependency manifest (once per request), so a node with the
-/// same tree hits without resolving.
+/// chain of redis:// and http(s):// URLs), synchronously, through the engine (cache::Storage::publish_stored:
+/// an entry counts as written when every tier took it, and an entry of a request with include folders
+/// brings its request's dependency manifest).
 RemoteFill fill_remote(Engine& engine, const std::vector<JobResult>& results) {
-  RemoteFill fill;
-  const std::string list = EngineConfig::from_environment().remote;
-  fill.url = cache::redact_remote_url(list);
-  std::vector<std::unique_ptr<cache::RemoteTier>> remotes;
-  std::string urls;
-  for (const std::string& url : cache::split_remote_urls(list)) {
-    cache::RemoteConfig config = cache::remote_config_from_environment(url);
-    config.lease_wait = std::chrono::milliseconds(0);
-    remotes.push_back(cache::open_remote(config));
-    urls += (urls.empty() ? "" : ", ") + config.display();
-  }
-  fill.url = urls;
-  const cache::Store& store = engine.store();
-  const cache::DependencyManifests manifests(
-      store.mode() == cache::StoreMode::memory_only ? std::filesystem::path() : store.config().root, /*read_only=*/true);
-  std::unordered_set<cache::Hash128, cache::Hash128Hasher> manifests_done;
-  const auto put_all = [&](const auto& put) {
-    bool all = true;
-    for (const auto& remote : remotes) {
-      std::string why;
-      if (!put(*remote, why)) {
-        all = false;
-        fill.reasons.insert(remotes.size() > 1 ? remote->config().display() + ": " + why : why);
-      }
-    }
-    return all;
-  };
+  std::vector<cache::Hash128> keys;
   for (const JobResult& result : results) {
     if (result.status != Status::compiled && result.status != Status::cached) continue;
-    const std::optional<cache::Hash128> hash = cache::Hash128::from_hex(result.key);
-    if (!hash) continue;
-    auto read = engine.store().read_entry(*hash);
-    auto* entry = std::get_if<cache::Entry>(&read);
-    if (entry == nullptr) {
-      ++fill.failed;
-      fill.reasons.insert("local entry unreadable: " + std::get<cache::ContentError>(read).reason);
-      continue;
-    }
-    bool all = put_all([&](cache::RemoteTier& remote, std::string& why) { return remote.put(*entry, &why); });
-    bool two_level = false;
-    const std::optional<std::vector<cache::KeyPart>> parts = cache::CanonicalKey::parse(entry->canonical_key);
-    const cache::Hash128 request = parts ? cache::request_key_of(*parts, &two_level).hash() : cache::Hash128{};
-    if (two_level && manifests_done.insert(request).second) {
-      if (const auto bytes = manifests.bytes(request)) {
-        const bool put = put_all([&](cache::RemoteTier& remote, std::string& why) {
-          return remote.put_manifest(request, *bytes, &why);
-        });
-        if (put) ++fill.manifests;
-        all = all && put;
-      }
-    }
-    ++(all ? fill.written : fill.failed);
+    if (const std::optional<cache::Hash128> hash = cache::Hash128::from_hex(result.key)) keys.push_back(*hash);
   }
-  return fill;
+  cache::StoredPublish published = engine.publish_to_remotes(keys);
+  return RemoteFill{std::move(published.urls), published.written, published.failed, published.manifests,
+                    std::move(published.reasons)};
 }
 
 /// "NAME=value" as the environment has it, for a message that names the setting the user gave.

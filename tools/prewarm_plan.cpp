@@ -336,7 +336,7 @@ namespace {
 
 /// A request whose entry is already in the local store: serving it is a file read, cheaper than
 /// starting a worker (a damaged entry is removed and recompiled here, as the engine always does).
-bool locally_cached(Engine& engine, const Job& job) { return job.key && engine.store().contains(*job.key); }
+bool locally_cached(Engine& engine, const Job& job) { return job.key && engine.cached_locally(*job.key); }
 
 /// A size estimate of a compile, for longest-first: the bytes the request hands the compiler beyond
 /// kiln's own headers (which every request has). A proxy: compile times grow roughly with the size of

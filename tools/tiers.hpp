@@ -1,22 +1,21 @@
 #pragma once
-// The read-through tiers below the local store, as the CLI sees them: mounted packs (KILN_CACHE_PACKS),
-// then the remote tiers (KILN_REMOTE_CACHE: a chain of redis:// and http(s):// URLs). They are opened by the storage front end
-// (cache::open_tiers, from EngineConfig::storage_config()), so the CLI sees them in the engine's order.
-#include <memory>
+// The read-through tiers below the local store, as the CLI shows them: mounted packs (KILN_CACHE_PACKS),
+// then the remote tiers (KILN_REMOTE_CACHE: a chain of redis:// and http(s):// URLs). The engine's facade
+// opens and asks them (EngineConfig::tiers, cache::inspect_tiers), in the engine's order; this file only
+// words what it found.
 #include <string>
 #include <vector>
 
-#include "kiln/cache/tier.hpp"
 #include "kiln/engine.hpp"
 
 namespace kiln::cli {
 
-/// One tier's state for `kiln devices`.
+/// One tier's state for `kiln devices` and `kiln cache stats`.
 struct TierReport {
   std::string kind;      ///< "pack", "remote"
-  std::string backend;   ///< the remote's server kind: "redis", "http" (empty for a pack)
+  std::string backend;   ///< the remote's backend: "redis", "http" (empty for a pack)
   /// The remote's part in fleet compile-once: "compile lease" (Redis) or "no lease" (HTTP: plain PUT
-  /// cannot hold one); empty for a pack.
+  /// cannot hold one); empty for a pack or a remote that could not be opened.
   std::string lease;
   std::string location;  ///< the pack's path, the remote's address
   bool ok = false;
@@ -26,15 +25,12 @@ struct TierReport {
   std::string security;
 };
 
-/// Every configured tier and whether it can be used. Never throws for a broken tier (it is reported).
+/// Every configured tier and whether it can be used (each remote server is asked). Never throws for a
+/// broken tier (it is reported).
 [[nodiscard]] std::vector<TierReport> describe_tiers(const EngineConfig& config);
 
-/// Why the configured remote tier cannot be opened (an unusable secret file, a malformed address), or
-/// empty when it can (whether its server answers is not asked). For commands that need the remote.
+/// Why a configured remote tier cannot be opened (an unusable secret file, a malformed address), or
+/// empty when every one can (whether its server answers is not asked). For commands that need the remote.
 [[nodiscard]] std::string remote_unusable(const EngineConfig& config);
-
-/// Opens every configured tier that can be opened, in the engine's order; problems go to `errors`.
-[[nodiscard]] std::vector<std::unique_ptr<cache::Tier>> open_tiers(const EngineConfig& config,
-                                                                   std::vector<std::string>& errors);
 
 }  // namespace kiln::cli

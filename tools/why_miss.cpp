@@ -2,6 +2,7 @@
 // with include folders, which headers) differ, and what the request's dependency manifest says.
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -19,8 +20,8 @@
 #include "parallel.hpp"
 #include "requests.hpp"
 #include "source_naming.hpp"
+#include "store_scan.hpp"
 #include "text_file.hpp"
-#include "tiers.hpp"
 
 namespace kiln::cli {
 namespace {
@@ -117,7 +118,9 @@ int run_why_miss(const WhyMissArgs& args) {
   Engine engine(config);
   cache::DependencySet current;  // with include folders: what the key names now
   const auto [hash, canonical] = engine.describe_key(*source, options, names, args.target, &current);
-  const cache::Store& store = engine.store();
+  // The local store as the engine opened it (the same configuration; its warnings were the engine's).
+  const std::unique_ptr<cache::Store> opened_store = open_store(/*quiet=*/true);
+  const cache::Store& store = *opened_store;
   const std::string request_label =
       fmt::format("{} [{}] {}{}", source->name(), fmt::join(args.kernels, ", "), args.target,
                   args.options.empty() ? std::string() : fmt::format(" {{{}}}", fmt::join(args.options, " ")));
@@ -147,16 +150,7 @@ int run_why_miss(const WhyMissArgs& args) {
   }
   // 2. The tiers below it (packs, remote), in the engine's order.
   std::vector<std::string> tier_errors;
-  if (where.empty()) {
-    for (const auto& tier : open_tiers(config, tier_errors)) {
-      if (tier->get(hash, canonical).outcome == cache::LookupOutcome::hit) {
-        where = tier->describe();
-        break;
-      }
-      // Nothing will be compiled for this miss: release a compile lease the tier may have taken.
-      tier->abandon(hash);
-    }
-  }
+  if (where.empty()) where = engine.tier_holding(hash, canonical, tier_errors);
   if (!where.empty()) {
     if (args.json) {
       print_json({{"request", request_label}, {"key", hash.hex()}, {"hit", true}, {"where", where}});

@@ -29,7 +29,6 @@
 #include "formatting.hpp"
 #include "json_output.hpp"
 #include "kiln/base/log.hpp"
-#include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/request_log.hpp"
 #include "parallel.hpp"
@@ -285,15 +284,14 @@ JobResult execute(Engine& engine, const Job& job) {
     result.bytes = prewarmed.binary_bytes;
     if (prewarmed.origin == Origin::compiled && !prewarmed.stored) {
       result.status = Status::failed;
-      const cache::Store& store = engine.store();
+      const CacheState store = engine.cache_state();
       // The store's own reason first (a refused shard directory, a full disk, ...); the cache's mode alone
       // says "read_write" for a shard it refuses.
-      const std::string why = store.last_put_error();
-      result.error =
-          why.empty() ? fmt::format("compiled, but the cache did not store it (cache {} is {}{}{})",
-                                    store.config().root.string(), cache::to_string(store.mode()),
-                                    store.mode_reason().empty() ? "" : ": ", store.mode_reason())
-                      : fmt::format("compiled, but the cache did not store it: {}", why);
+      const std::string& why = store.last_put_error;
+      result.error = why.empty() ? fmt::format("compiled, but the cache did not store it (cache {} is {}{}{})",
+                                               store.root.string(), cache::to_string(store.mode),
+                                               store.mode_reason.empty() ? "" : ": ", store.mode_reason)
+                                 : fmt::format("compiled, but the cache did not store it: {}", why);
     } else {
       result.status = prewarmed.origin == Origin::compiled ? Status::compiled : Status::cached;
     }
@@ -524,14 +522,10 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
 }
 
 void exit_without_teardown(Engine& engine, int code, std::FILE* close_file) {
-  // What the storage's destructor would do for the remote tiers, bounded in time: the background
-  // publishes written, the fleet compile leases released, the tiers' counters recorded. Before the
-  // engine's counters (they include the remotes'), and before a worker closes its answer pipe (the
-  // parent's signal that all is done).
-  engine.storage().close_tiers();
-  if (engine.store().mode() == cache::StoreMode::read_write) {
-    cache::PersistentStats(engine.store().config().root).add(engine.stats());
-  }
+  // What the engine's destructor would do for the cache, bounded in time: the remote tiers' background
+  // publishes written, the fleet compile leases released, the tiers' counters recorded, then the
+  // engine's counters. Before a worker closes its answer pipe (the parent's signal that all is done).
+  engine.prepare_exit();
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);

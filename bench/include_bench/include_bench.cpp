@@ -33,6 +33,7 @@
 
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/key.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "../support/fresh_process.hpp"
@@ -376,7 +377,7 @@ int main(int argc, char** argv) {
       const kiln::PrewarmResult r = engine.prewarm(source, kiln::Options(hit.options), {}, gpu ? "native" : "sm_90");
       kiln::cache::DependencySet dependencies;  // as the manifest recorded them
       const auto key = engine.describe_key(source, kiln::Options(hit.options), {}, gpu ? "native" : "sm_90", &dependencies);
-      const auto found = engine.store().get(r.key, key.second);
+      const auto found = engine.storage().local().get(r.key, key.second);
       if (!found.entry) throw std::runtime_error("the prewarmed entry is not in the store");
       if (dependencies.headers.empty()) throw std::runtime_error("the entry names no dependencies");
       const kiln::cache::DependencySet* deps = &dependencies;

@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "../support/fresh_process.hpp"
@@ -144,7 +145,7 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     const auto [hash, canonical] = engine.describe_key(source, {}, {}, engine.devices()[0].target);
     const double key_ns = ns_since(t);
     t = Clock::now();
-    const auto found = engine.store().get(hash, canonical);
+    const auto found = engine.storage().local().get(hash, canonical);
     const double read_ns = ns_since(t);
     t = Clock::now();
     kiln::Kernel k = engine.kernel(source, "empty");
@@ -153,7 +154,7 @@ int child_disk_hit(const std::string& cache_dir, const std::string& cubin_path, 
     const auto [hash2, canonical2] = engine.describe_key(source, {}, {}, engine.devices()[0].target);
     const double key2_ns = ns_since(t);
     t = Clock::now();
-    const auto found2 = engine.store().get(hash2, canonical2);
+    const auto found2 = engine.storage().local().get(hash2, canonical2);
     const double read2_ns = ns_since(t);
     if (!found.entry || !found2.entry || !k) std::exit(5);
     fmt::print("{} {} {} {} {} {} {}\n", engine_ns, source_ns, key_ns, read_ns, kernel_ns, key2_ns, read2_ns);
@@ -309,7 +310,7 @@ int main(int argc, char** argv) {
       const kiln::Source s = kiln::Source::from_text(std::string(name) + ".cu", text);
       (void)warm.kernel(s, name);
       auto [hash, canonical] = warm.describe_key(s, {}, {}, device.target);
-      auto found = warm.store().get(hash, canonical);
+      auto found = warm.storage().local().get(hash, canonical);
       if (!found.entry) {
         fmt::print("disk entry missing\n");
         return 6;

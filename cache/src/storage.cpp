@@ -7,10 +7,12 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
+#include "kiln/cache/key.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/remote.hpp"
 
@@ -280,6 +282,55 @@ bool Storage::fetch_manifest(const Hash128& request_key, std::string_view reques
 void Storage::publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept {
   if (bytes.empty()) return;
   for (RemoteTier* remote : m_remotes) remote->publish_manifest(request_key, bytes);
+}
+
+StoredPublish Storage::publish_stored(std::span<const Hash128> keys) {
+  StoredPublish done;
+  // Tiers of this call's own, without leases (a put releases none, and nothing is compiled after a miss),
+  // so this storage's remotes count only what the engine did.
+  std::vector<std::unique_ptr<RemoteTier>> remotes;
+  for (const std::string& url : split_remote_urls(m_config.remote_url)) {
+    RemoteConfig config = remote_config_from_environment(url);
+    config.lease_wait = std::chrono::milliseconds(0);
+    remotes.push_back(open_remote(config));
+    done.urls += (done.urls.empty() ? "" : ", ") + config.display();
+  }
+  const auto put_all = [&](const auto& put) {
+    bool all = true;
+    for (const auto& remote : remotes) {
+      std::string why;
+      if (!put(*remote, why)) {
+        all = false;
+        done.reasons.insert(remotes.size() > 1 ? remote->config().display() + ": " + why : why);
+      }
+    }
+    return all;
+  };
+  std::unordered_set<Hash128, Hash128Hasher> manifests_done;
+  for (const Hash128& key : keys) {
+    auto read = m_local.read_entry(key);
+    auto* entry = std::get_if<Entry>(&read);
+    if (entry == nullptr) {
+      ++done.failed;
+      done.reasons.insert("local entry unreadable: " + std::get<ContentError>(read).reason);
+      continue;
+    }
+    bool all = put_all([&](RemoteTier& remote, std::string& why) { return remote.put(*entry, &why); });
+    // A request with include folders: its dependency manifest too, once per request.
+    bool two_level = false;
+    const std::optional<std::vector<KeyPart>> parts = CanonicalKey::parse(entry->canonical_key);
+    const Hash128 request = parts ? request_key_of(*parts, &two_level).hash() : Hash128{};
+    if (two_level && manifests_done.insert(request).second) {
+      if (const auto bytes = m_manifests->bytes(request)) {
+        const bool put =
+            put_all([&](RemoteTier& remote, std::string& why) { return remote.put_manifest(request, *bytes, &why); });
+        if (put) ++done.manifests;
+        all = all && put;
+      }
+    }
+    ++(all ? done.written : done.failed);
+  }
+  return done;
 }
 
 void Storage::discard(const Hash128& key) noexcept {

@@ -14,7 +14,7 @@ kiln_status kiln_blob_put(kiln_engine engine, const char* name_space, const void
     const auto [space, bytes] = blob_arguments(name_space, key, key_size);
     if (data == nullptr && size != 0) invalid_argument("data is NULL but size is " + std::to_string(size));
     const std::span<const std::byte> value(static_cast<const std::byte*>(data), data == nullptr ? 0 : size);
-    const std::uint64_t limit = object->engine.store().config().limits.max_payload_bytes;
+    const std::uint64_t limit = object->engine.storage().local().config().limits.max_payload_bytes;
     if (value.size() > limit) {
       invalid_argument("size " + std::to_string(value.size()) + " is over the cache's payload limit of " +
                        std::to_string(limit) + " bytes");
@@ -82,7 +82,7 @@ kiln_status kiln_blob_count(kiln_engine engine, const char* name_space, uint64_t
     auto object = registry().get<EngineObject>(handle_value(engine));
     require(count, "count");
     const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
-    *count = kiln::cache::blob_count(object->engine.store(), space);
+    *count = kiln::cache::blob_count(object->engine.storage().local(), space);
   });
 }
 
@@ -90,7 +90,7 @@ kiln_status kiln_blob_clear(kiln_engine engine, const char* name_space, uint64_t
   return guarded(__func__, [&] {
     auto object = registry().get<EngineObject>(handle_value(engine));
     const std::string_view space = blob_arguments(name_space, nullptr, 0).first;
-    const std::uint64_t gone = kiln::cache::blob_clear(object->engine.store(), space);
+    const std::uint64_t gone = kiln::cache::blob_clear(object->engine.storage().local(), space);
     if (removed != nullptr) *removed = gone;
   });
 }

@@ -7,11 +7,15 @@
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine_internal.hpp"
 #include "kiln/base/hot_path.hpp"
+#include "kiln/cache/stats.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln {
@@ -61,8 +65,34 @@ int Engine::default_device() const { return m_core->default_device(); }
 std::vector<LaneInfo> Engine::lanes() const { return m_core->lanes(); }
 std::vector<std::string> Engine::default_targets() const { return m_core->default_targets(); }
 cache::Counters Engine::stats() const { return m_core->stats(); }
-cache::Store& Engine::store() { return m_core->store(); }
 cache::Storage& Engine::storage() { return m_core->storage(); }
+
+CacheState Engine::cache_state() const {
+  const cache::Store& store = m_core->store();
+  return {store.config().root, store.mode(), store.mode_reason(), store.config().max_size, store.last_put_error()};
+}
+bool Engine::cached_locally(const cache::Hash128& key) const noexcept {
+  try {
+    return m_core->store().contains(key);
+  } catch (...) {
+    return false;
+  }
+}
+std::string Engine::tier_holding(const cache::Hash128& key, std::string_view canonical_key,
+                                 std::vector<std::string>& errors) const {
+  return cache::tier_holding(m_core->storage().config(), key, canonical_key, errors);
+}
+cache::StoredPublish Engine::publish_to_remotes(std::span<const cache::Hash128> keys) {
+  return m_core->storage().publish_stored(keys);
+}
+void Engine::prepare_exit() noexcept {
+  m_core->storage().close_tiers();
+  try {
+    const cache::Store& store = m_core->store();
+    if (store.mode() == cache::StoreMode::read_write) cache::PersistentStats(store.config().root).add(stats());
+  } catch (...) {  // lifetime statistics: a failed write is never an error
+  }
+}
 void Engine::unload_all() { m_core->unload_all(); }
 
 void* Engine::allocate(std::size_t bytes, int device) {
@@ -149,6 +179,10 @@ EngineConfig EngineConfig::from_environment() {
   }
   if (const char* v = std::getenv("KILN_REMOTE_CACHE"); v != nullptr) config.remote = v;
   return config;
+}
+
+std::vector<cache::TierHealth> EngineConfig::tiers(bool ask_servers) const {
+  return cache::inspect_tiers(storage_config(), ask_servers);
 }
 
 cache::StorageConfig EngineConfig::storage_config() const {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cache_test_support.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "store_hooks.hpp"
@@ -52,9 +53,9 @@ TEST_CASE("engine cache: a damaged entry is recompiled, rewritten, then hit", "[
   const kiln::PrewarmResult first = request(engine, 1);
   REQUIRE(first.origin == Origin::compiled);
   REQUIRE(first.stored);
-  const fs::path path = engine.store().entry_path(first.key);
+  const fs::path path = engine.storage().local().entry_path(first.key);
   const std::vector<std::byte> good = read_bytes(path);
-  const Entry good_entry = read_entry(engine.store(), path);
+  const Entry good_entry = read_entry(engine.storage().local(), path);
   REQUIRE(request(engine, 1).origin == Origin::disk);
 
   const std::size_t key_at = kiln::cache::kEntryFixedBytes + good_entry.target.size() + good_entry.compiler.size();
@@ -88,7 +89,7 @@ TEST_CASE("engine cache: a damaged entry is recompiled, rewritten, then hit", "[
       CHECK(engine.stats().corrupt_removed == corrupt_before + 1);
       CHECK(engine.stats().compiles == compiles_before + 1);
       // Rewritten: a valid entry with the same binary (NVRTC output is deterministic).
-      const Entry rewritten = read_entry(engine.store(), path);
+      const Entry rewritten = read_entry(engine.storage().local(), path);
       CHECK(rewritten.payload == good_entry.payload);
       CHECK(rewritten.canonical_key == good_entry.canonical_key);
       CHECK(request(engine, 1).origin == Origin::disk);
@@ -108,12 +109,12 @@ TEST_CASE("engine cache: a forced file-name collision never serves the other ker
   const kiln::PrewarmResult b = request(engine, 2);
   CHECK(b.origin == Origin::compiled);  // same file, other key: a miss
   CHECK(a.key != b.key);
-  const fs::path shared = engine.store().entry_path(a.key);
-  REQUIRE(shared == engine.store().entry_path(b.key));
-  CHECK(read_entry(engine.store(), shared).key_hash == b.key);
+  const fs::path shared = engine.storage().local().entry_path(a.key);
+  REQUIRE(shared == engine.storage().local().entry_path(b.key));
+  CHECK(read_entry(engine.storage().local(), shared).key_hash == b.key);
   const kiln::PrewarmResult a_again = request(engine, 1);
   CHECK(a_again.origin == Origin::compiled);  // never b's binary
-  CHECK(read_entry(engine.store(), shared).key_hash == a.key);
+  CHECK(read_entry(engine.storage().local(), shared).key_hash == a.key);
   CHECK(request(engine, 1).origin == Origin::disk);
   CHECK(engine.stats().compiles == 3);
 }
@@ -126,17 +127,17 @@ TEST_CASE("engine cache: an sm_80 entry never serves sm_90; another compiler ver
   const kiln::PrewarmResult sm90 = request(engine, 1, "sm_90");
   CHECK(sm90.origin == Origin::compiled);
   CHECK(sm80.key != sm90.key);
-  const Entry e80 = read_entry(engine.store(), engine.store().entry_path(sm80.key));
-  const Entry e90 = read_entry(engine.store(), engine.store().entry_path(sm90.key));
+  const Entry e80 = read_entry(engine.storage().local(), engine.storage().local().entry_path(sm80.key));
+  const Entry e90 = read_entry(engine.storage().local(), engine.storage().local().entry_path(sm90.key));
   CHECK(e80.target == "sm_80");
   CHECK(e90.target == "sm_90");
   CHECK(e80.payload != e90.payload);
 
   SECTION("the sm_80 entry placed at the sm_90 entry's path is refused") {
-    write_bytes(engine.store().entry_path(sm90.key), read_bytes(engine.store().entry_path(sm80.key)));
+    write_bytes(engine.storage().local().entry_path(sm90.key), read_bytes(engine.storage().local().entry_path(sm80.key)));
     const kiln::PrewarmResult again = request(engine, 1, "sm_90");
     CHECK(again.origin == Origin::compiled);
-    CHECK(read_entry(engine.store(), engine.store().entry_path(sm90.key)).target == "sm_90");
+    CHECK(read_entry(engine.storage().local(), engine.storage().local().entry_path(sm90.key)).target == "sm_90");
   }
 
   SECTION("an entry written by another compiler version is refused") {
@@ -156,16 +157,16 @@ TEST_CASE("engine cache: an sm_80 entry never serves sm_90; another compiler ver
     }
     REQUIRE(replaced);
     CHECK(other_key.hash() != sm90.key);  // a different compiler is a different key: a plain miss
-    CHECK(engine.store().get(other_key.hash(), other_key.bytes()).outcome == LookupOutcome::miss);
+    CHECK(engine.storage().local().get(other_key.hash(), other_key.bytes()).outcome == LookupOutcome::miss);
     Entry old = e90;
     old.compiler = "nvrtc 12.4";
     old.canonical_key = other_key.bytes();
     old.key_hash = other_key.hash();
     // Even under this compiler's file name, its stored key differs: not served.
-    write_bytes(engine.store().entry_path(sm90.key), kiln::cache::serialize(old));
+    write_bytes(engine.storage().local().entry_path(sm90.key), kiln::cache::serialize(old));
     const kiln::PrewarmResult again = request(engine, 1, "sm_90");
     CHECK(again.origin == Origin::compiled);
-    CHECK(read_entry(engine.store(), engine.store().entry_path(sm90.key)).compiler == e90.compiler);
+    CHECK(read_entry(engine.storage().local(), engine.storage().local().entry_path(sm90.key)).compiler == e90.compiler);
     const auto differences = kiln::cache::diff_keys(*CanonicalKey::parse(old.canonical_key), *parts);
     REQUIRE(differences.size() == 1);
     CHECK(differences[0].description == "nvrtc 12.4 -> " + e90.compiler);
@@ -292,7 +293,7 @@ TEST_CASE("engine cache: hostile roots are refused and requests still compile", 
   }
   StderrCapture capture;
   kiln::Engine engine(config_for(used));
-  CHECK(engine.store().mode() == StoreMode::memory_only);
+  CHECK(engine.storage().local().mode() == StoreMode::memory_only);
   const kiln::PrewarmResult result = request(engine, 1);
   CHECK(result.origin == Origin::compiled);
   CHECK_FALSE(result.stored);
@@ -306,7 +307,7 @@ TEST_CASE("engine cache: a symlink planted at an entry path is never followed", 
   const fs::path root = dir.path() / "cache";
   kiln::Engine engine(config_for(root));
   const kiln::PrewarmResult first = request(engine, 1);
-  const fs::path path = engine.store().entry_path(first.key);
+  const fs::path path = engine.storage().local().entry_path(first.key);
   const fs::path outside = dir.path() / "planted.kiln";
   fs::rename(path, outside);
   fs::create_symlink(outside, path);
@@ -365,5 +366,5 @@ TEST_CASE("engine cache: a source whose key passes the readers' limit is refused
   CHECK(message.find("exceeds the limit") != std::string::npos);
   CHECK(message.find("big.cu") != std::string::npos);
   CHECK(engine.stats().compiles == 0);   // refused before the compiler ran
-  CHECK(engine.store().list().empty());  // and nothing written that no reader could read
+  CHECK(engine.storage().local().list().empty());  // and nothing written that no reader could read
 }

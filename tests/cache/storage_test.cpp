@@ -80,6 +80,8 @@ class FakeRemote final : public kiln::cache::RemoteTier {
  public:
   explicit FakeRemote(std::shared_ptr<TierLog> log) : m_tier(std::move(log)) {}
   [[nodiscard]] std::string describe() const override { return "fake remote"; }
+  [[nodiscard]] std::string_view backend() const noexcept override { return "fake"; }
+  [[nodiscard]] bool fleet_lease() const noexcept override { return false; }
   [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
     LookupResult found = m_tier.get(key, canonical_key);
     (found.outcome == LookupOutcome::hit ? m_hits : m_misses) += 1;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cache_test_support.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 
@@ -98,7 +99,7 @@ TEST_CASE("stress: 8 processes x 4 threads, 20 kernels, 20 s, workers SIGKILLed 
     kiln::Engine engine(config);
     for (int v = 0; v < kKernels; ++v) {
       const kiln::PrewarmResult result = engine.prewarm(kiln::Source::builtin("saxpy"), variant(v), {}, "sm_90");
-      auto parsed = engine.store().read_file(engine.store().entry_path(result.key));
+      auto parsed = engine.storage().local().read_file(engine.storage().local().entry_path(result.key));
       REQUIRE(std::holds_alternative<Entry>(parsed));
       reference.emplace(result.key.hex(), std::get<Entry>(std::move(parsed)));
       variant_of[result.key.hex()] = v;

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "gpu_support.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
 
 namespace {
@@ -228,7 +229,7 @@ TEST_CASE("a cached binary for another target is never a failure: PTX fallback o
     kiln::Engine engine(kiln_test::config_with_cache(cache_dir.path()));
     const kiln::Program program = engine.program(source, kiln::Options{}, names);
     key = program.key();
-    auto read = engine.store().read_file(engine.store().entry_path(key));
+    auto read = engine.storage().local().read_file(engine.storage().local().entry_path(key));
     REQUIRE(std::holds_alternative<kiln::cache::Entry>(read));
     honest = std::get<kiln::cache::Entry>(std::move(read));
     if (honest.vendor == kiln::Vendor::cuda) {
@@ -237,7 +238,7 @@ TEST_CASE("a cached binary for another target is never a failure: PTX fallback o
       other_target = honest.target.rfind("gfx1030", 0) == 0 ? "gfx90a" : "gfx1030";
     }
     const kiln::PrewarmResult prewarmed = engine.prewarm(source, kiln::Options{}, names, other_target);
-    auto other_read = engine.store().read_file(engine.store().entry_path(prewarmed.key));
+    auto other_read = engine.storage().local().read_file(engine.storage().local().entry_path(prewarmed.key));
     REQUIRE(std::holds_alternative<kiln::cache::Entry>(other_read));
     other = std::get<kiln::cache::Entry>(std::move(other_read));
   }

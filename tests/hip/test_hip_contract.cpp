@@ -16,6 +16,7 @@
 
 #include "amdgpu_metadata.hpp"
 #include "elf_builder.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "stderr_capture.hpp"
@@ -636,7 +637,7 @@ TEST_CASE("an LTO-IR entry is never handed to a runtime: refused, removed and co
   planted.canonical_key = canonical;
   planted.payload.assign(64, std::byte{0x5a});
   std::memcpy(planted.payload.data(), kiln::cache::kLtoIrMagic, sizeof(kiln::cache::kLtoIrMagic));
-  REQUIRE(engine.store().put(planted));
+  REQUIRE(engine.storage().local().put(planted));
   const std::size_t loads_before = fake.calls_to("hipModuleLoadData").size();
 
   std::string warned;
@@ -652,7 +653,7 @@ TEST_CASE("an LTO-IR entry is never handed to a runtime: refused, removed and co
   CHECK(engine.stats().compiles == 1);
   // One load: the code object compiled in the planted entry's place; the LTO-IR never reached HIP.
   CHECK(fake.calls_to("hipModuleLoadData").size() == loads_before + 1);
-  const kiln::cache::LookupResult now = engine.store().get(hash, canonical);
+  const kiln::cache::LookupResult now = engine.storage().local().get(hash, canonical);
   REQUIRE(now.outcome == kiln::cache::LookupOutcome::hit);
   CHECK(now.entry->payload_kind == kiln::PayloadKind::amdgpu_code_object);
 }

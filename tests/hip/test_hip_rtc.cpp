@@ -76,7 +76,7 @@ kiln::cache::Entry prewarmed_entry(kiln::Engine& engine, const Builtin& b, const
   CHECK(r.binary_bytes > 0);
   const auto [hash, canonical] = engine.describe_key(source, kiln::Options{}, b.names, target);
   REQUIRE(hash == r.key);
-  auto found = engine.store().get(hash, canonical);
+  auto found = engine.storage().local().get(hash, canonical);
   REQUIRE(found.entry.has_value());
   return std::move(*found.entry);
 }

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "include_test_support.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 
@@ -151,7 +152,7 @@ TEST_CASE("a lost entry behind a matching manifest is compiled again under the s
   Fixture f;
   const auto one = f.engine();
   const kiln::PrewarmResult compiled = f.prewarm(*one);
-  REQUIRE(one->store().remove(compiled.key));
+  REQUIRE(one->storage().local().remove(compiled.key));
   const auto two = f.engine();
   const kiln::PrewarmResult again = f.prewarm(*two);
   CHECK(again.key == compiled.key);

@@ -329,8 +329,12 @@ TEST_CASE("kiln devices says whether the remote is authenticated; kiln cache sta
     const std::string line = line_starting(output, remote_line);
     CHECK(line.find("PONG") != std::string::npos);
     CHECK(line.ends_with("; unauthenticated: set KILN_REMOTE_SECRET_FILE to refuse planted entries)"));
-    CHECK(run_cli(base, "devices --json").find("\"security\":\"unauthenticated: set KILN_REMOTE_SECRET_FILE") !=
-          std::string::npos);
+    const std::string json = run_cli(base, "devices --json");
+    CHECK(json.find("\"security\":\"unauthenticated: set KILN_REMOTE_SECRET_FILE") != std::string::npos);
+    // The backend and its part in compile-once, as the tier says them (RemoteTier::backend, fleet_lease).
+    CHECK(json.find("\"backend\":\"redis\"") != std::string::npos);
+    CHECK(json.find("\"lease\":\"compile lease\"") != std::string::npos);
+    CHECK(line.find("no fleet compile lease") == std::string::npos);
   }
   SECTION("a secret: authenticated") {
     std::vector<std::string> environment = base;

@@ -2,18 +2,20 @@
 // started here: a put publishes, a node with an empty local cache finds the entry remotely (and keeps a
 // local copy), a remove deletes the remote copy too, and with a fleet secret a blob planted without its
 // MAC is refused and deleted while blobs the fleet publishes round-trip. The same path compiled entries
-// take (Storage::find and Storage::store).
+// take (Storage::find and Storage::store). And Storage::publish_stored (kiln prewarm --remote).
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kiln/cache/blob.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/storage.hpp"
 #include "redis_server.hpp"
 #include "stderr_capture.hpp"
+#include "synthetic_entry.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -111,5 +113,41 @@ TEST_CASE("with a fleet secret a planted blob is refused and the fleet's blobs r
   Storage other(node_config(dir / "other", server));
   auto found = blob_get(other, "cuda.core", bytes_of("good"));
   REQUIRE(found);
+  CHECK(found->origin == HitOrigin::remote);
+}
+
+TEST_CASE("Storage::publish_stored writes local entries to every remote now and says what it could not",
+          "[remote][publish]") {
+  const RedisServer server;
+  const TempDir dir;
+  Storage node(node_config(dir / "a", server));
+  // In the local store only: nothing has published them.
+  const kiln::cache::Entry first = kiln::test::make_entry("stored-first");
+  const kiln::cache::Entry second = kiln::test::make_entry("stored-second");
+  REQUIRE(node.local().put(first));
+  REQUIRE(node.local().put(second));
+  const kiln::cache::Hash128 absent = kiln::test::make_entry("never-stored").key_hash;
+  CHECK_FALSE(server.exists("kiln:v1:" + first.key_hash.hex()));
+
+  const std::vector<kiln::cache::Hash128> keys{first.key_hash, absent, second.key_hash};
+  const kiln::cache::StoredPublish done = node.publish_stored(keys);
+  CHECK(done.urls == kiln::cache::parse_remote_url(server.url()).display());
+  CHECK(done.written == 2);
+  CHECK(done.failed == 1);
+  CHECK(done.manifests == 0);  // no request with include folders
+  REQUIRE(done.reasons.size() == 1);
+  CHECK(done.reasons.begin()->starts_with("local entry unreadable: "));
+  // Written now, not queued: on the server when the call returns.
+  CHECK(server.exists("kiln:v1:" + first.key_hash.hex()));
+  CHECK(server.exists("kiln:v1:" + second.key_hash.hex()));
+  // Through tiers of the call's own: the node's remote counted none of it (its lifetime counters count
+  // what the engine published).
+  REQUIRE(node.remote() != nullptr);
+  CHECK(node.remote()->remote_stats().published == 0);
+
+  // A node with an empty cache finds them through the remote.
+  Storage other(node_config(dir / "b", server));
+  const auto found = other.find(second.key_hash, second.canonical_key);
+  REQUIRE(found.has_value());
   CHECK(found->origin == HitOrigin::remote);
 }

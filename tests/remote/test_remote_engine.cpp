@@ -260,7 +260,7 @@ TEST_CASE("truncated, bit-flipped and foreign values under a kernel's key are re
       CHECK(kiln::detail::EngineAccess::core(engine).remote()->remote_stats().rejected == 1);
       // The local entry is the fresh compile, and the remote holds a valid entry for the key again.
       const auto [hash, canonical] = engine.describe_key(saxpy(), variant(0), saxpy().listed_kernels(), "sm_90");
-      const auto local = engine.store().get(hash, canonical);
+      const auto local = engine.storage().local().get(hash, canonical);
       CHECK(local.outcome == kiln::cache::LookupOutcome::hit);
       REQUIRE(kiln::detail::EngineAccess::core(engine).remote()->flush(10s));
       const std::string republished = server.get(key).value_or("");

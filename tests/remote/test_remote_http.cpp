@@ -734,6 +734,7 @@ TEST_CASE("http: with KILN_REMOTE_HTTP_INSECURE=1 kiln devices warns once and it
   const std::string remote_line = output.substr(line + 1, output.find('\n', line + 1) - line - 1);
   CHECK(remote_line.find("TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1)") != std::string::npos);
   CHECK(remote_line.find("(HTTP 404 in") != std::string::npos);
+  CHECK(remote_line.ends_with("; no fleet compile lease (HTTP))"));  // RemoteTier::fleet_lease(), backend()
 #else
   SUCCEED("no kiln CLI in this build");
 #endif

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/storage.hpp"
+#include "remote_open.hpp"  // cache/src/remote: the table of backends
 #include "stderr_capture.hpp"
 #include "test_support.hpp"
 
@@ -254,6 +256,55 @@ TEST_CASE("open_remote matches remote_supported()", "[remote][url]") {
       CHECK(message.find("redis://127.0.0.1:1/0") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("the table of backends: an unknown scheme is refused naming every known one; each tier names its backend",
+          "[remote][url]") {
+  const auto backends = kiln::cache::detail::remote_backends();
+  REQUIRE(backends.size() >= 2);
+  for (const char* url : {"s3://bucket/kiln", "grpc://cas:8980", "ftp://host:6379", "redis:/host", "host:6379"}) {
+    INFO(url);
+    const std::string error = url_error(url);
+    CHECK(error.find("the scheme must be ") != std::string::npos);
+    CHECK(kiln::cache::remote_backend_name(url).empty());
+    // Every scheme of every row is named: a row added to the table is named without another edit.
+    for (const auto& backend : backends) {
+      for (const std::string_view scheme : backend.schemes) {
+        if (!scheme.empty()) CHECK(error.find(scheme) != std::string::npos);
+      }
+      CHECK(error.find(backend.form) != std::string::npos);
+    }
+  }
+  // Each row: a URL of each of its schemes parses to its kind, names its backend, and opens a tier (no
+  // server is asked) whose backend() is the row's name, or says this build lacks its client.
+  std::vector<std::string_view> names;
+  for (const auto& backend : backends) {
+    INFO(backend.name);
+    names.push_back(backend.name);
+    for (const std::string_view scheme : backend.schemes) {
+      if (scheme.empty()) continue;
+      const std::string url = std::string(scheme) + "127.0.0.1:1";
+      INFO(url);
+      const RemoteConfig config = parse_remote_url(url);
+      CHECK(config.kind == backend.kind);
+      CHECK(kiln::cache::remote_backend_name(url) == backend.name);
+      if (!backend.supported()) {
+        CHECK_THROWS_AS(kiln::cache::open_remote(config), std::runtime_error);
+        continue;
+      }
+      const auto tier = kiln::cache::open_remote(config);
+      REQUIRE(tier != nullptr);
+      CHECK(tier->backend() == backend.name);
+      CHECK(tier->describe().starts_with(std::string(backend.name) + " 127.0.0.1:1"));
+      CHECK(tier->fleet_lease() == (backend.kind == kiln::cache::RemoteKind::redis));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());  // one row per backend
+  CHECK(std::find(names.begin(), names.end(), "redis") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "http") != names.end());
+  // A refused scheme its row claims keeps the row's own reason.
+  CHECK(url_error("rediss://host:6379").find("TLS (rediss://) is not supported") != std::string::npos);
 }
 
 TEST_CASE("parse_remote_url reads http(s) URLs: port, path, layout; refuses a password in the URL",

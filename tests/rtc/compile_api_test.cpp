@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "kiln/cache/pack.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "test_support.hpp"
@@ -149,7 +150,7 @@ TEST_CASE("a hit in a mounted pack reports origin pack; prewarm reports it as di
     Engine source_engine(config_in(dir.path() / "origin"));
     const CompiledBinary compiled = source_engine.compile(templated(), {}, {"plain"}, "sm_90");
     const auto [hash, canonical] = source_engine.describe_key(templated(), {}, {"plain"}, "sm_90");
-    cache::LookupResult found = source_engine.store().get(hash, canonical);
+    cache::LookupResult found = source_engine.storage().local().get(hash, canonical);
     REQUIRE(found.outcome == cache::LookupOutcome::hit);
     cache::PackWriter writer(pack);
     REQUIRE(writer.add(*found.entry));

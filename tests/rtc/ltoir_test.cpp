@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "kiln/cache/entry.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "test_support.hpp"
@@ -96,7 +97,7 @@ TEST_CASE("an lto_90 target gives LTO-IR with lowered names, under its own key",
 
   // The stored entry says what it is.
   const auto [hash, canonical] = engine.describe_key(templated(), {}, kNames, "lto_90");
-  const cache::LookupResult found = engine.store().get(hash, canonical);
+  const cache::LookupResult found = engine.storage().local().get(hash, canonical);
   REQUIRE(found.outcome == cache::LookupOutcome::hit);
   CHECK(found.entry->payload_kind == PayloadKind::ltoir);
   CHECK(found.entry->vendor == Vendor::cuda);
@@ -154,17 +155,17 @@ TEST_CASE("an LTO-IR entry without LTO-IR's signature is refused, removed and co
   {
     Engine engine(config_in(dir.path()));
     good = engine.compile(templated(), {"-DDAMAGED=1"}, {}, "lto_90");
-    const std::vector<cache::EntryFile> files = engine.store().list();
+    const std::vector<cache::EntryFile> files = engine.storage().local().list();
     REQUIRE(files.size() == 1);
     file = files[0].path;
-    auto read = engine.store().read_file(file);
+    auto read = engine.storage().local().read_file(file);
     REQUIRE(std::holds_alternative<cache::Entry>(read));
     damaged = std::get<cache::Entry>(read);
     REQUIRE(damaged.payload_kind == PayloadKind::ltoir);
     damaged.payload[1] = static_cast<std::byte>(0x00);  // the magic's second byte; checksum and key stay valid
     // The store refuses to write it, naming why...
-    CHECK_FALSE(engine.store().put(damaged));
-    CHECK_THAT(engine.store().last_put_error(), Catch::Contains("LTO-IR's signature"));
+    CHECK_FALSE(engine.storage().local().put(damaged));
+    CHECK_THAT(engine.storage().local().last_put_error(), Catch::Contains("LTO-IR's signature"));
   }
   // ...and the parser refuses it however it got there.
   const std::vector<std::byte> bytes = cache::serialize(damaged);
@@ -185,7 +186,7 @@ TEST_CASE("an LTO-IR entry without LTO-IR's signature is refused, removed and co
   CHECK(engine.stats().corrupt_removed == 1);
   CHECK(engine.stats().compiles == 1);
   // The entry written in its place reads back.
-  auto reread = engine.store().read_file(file);
+  auto reread = engine.storage().local().read_file(file);
   REQUIRE(std::holds_alternative<cache::Entry>(reread));
   CHECK(has_ltoir_magic(std::get<cache::Entry>(reread).payload));
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cubin_params.hpp"
+#include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "ptx.hpp"
@@ -26,7 +27,7 @@ Compiled compile(Engine& engine, const Source& source, const std::vector<std::st
   PrewarmResult result = engine.prewarm(source, options, names, target);
   auto [hash, canonical] = engine.describe_key(source, options, names, target);
   REQUIRE(hash == result.key);
-  cache::LookupResult found = engine.store().get(hash, canonical);
+  cache::LookupResult found = engine.storage().local().get(hash, canonical);
   REQUIRE(found.outcome == cache::LookupOutcome::hit);
   return {std::move(*found.entry), result};
 }
@@ -174,7 +175,7 @@ TEST_CASE("a syntax error is a CompileError naming the source and line, with the
   }
   CHECK(engine.stats().compile_failures == 1);
   // A failed compile leaves no entry.
-  CHECK(engine.store().list().empty());
+  CHECK(engine.storage().local().list().empty());
 }
 
 TEST_CASE("an unknown target errors before the compiler is called", "[rtc][nvrtc]") {

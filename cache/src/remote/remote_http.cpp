@@ -5,7 +5,10 @@
 // one warning per outage), a value is used only once its MAC (with a fleet secret), its size, parse()
 // and its key check out, publish() only queues. What it cannot do: hold a compile lease (plain PUT has
 // no "set if absent with expiry"), so fleet compile-once stays with a Redis tier in the chain.
-// Without libcurl's headers at build time (KILN_HAVE_CURL_HEADERS=0) opening one throws.
+// The shell it shares with the Redis tier (counters, stats, refusals, the frames of get and
+// get_manifest) is RemoteTierBase (remote_base.hpp), its background thread a PublishThread
+// (publish_queue.hpp). Without libcurl's headers at build time (KILN_HAVE_CURL_HEADERS=0) opening one
+// throws. The backend's row in the table of backends is in remote_open.cpp.
 #ifndef KILN_HAVE_CURL_HEADERS
 #error "KILN_HAVE_CURL_HEADERS must be 0 or 1 (set by cache/Optional.cmake)"
 #endif
@@ -21,11 +24,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -35,6 +35,7 @@
 #include "publish_queue.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/base/sha256.hpp"
+#include "remote_base.hpp"
 #include "remote_mac.hpp"
 #include "remote_manifest.hpp"
 #include "remote_object.hpp"
@@ -60,20 +61,10 @@ namespace {
 using detail::CircuitBreaker;
 using detail::HttpClient;
 using detail::HttpResponse;
-
-void add_max(std::atomic<std::uint64_t>& target, std::uint64_t value) noexcept {
-  std::uint64_t current = target.load(std::memory_order_relaxed);
-  while (value > current && !target.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
-  }
-}
-
-void set_detail(std::string* detail, std::string_view text) noexcept {
-  if (detail == nullptr) return;
-  try {
-    detail->assign(text);
-  } catch (...) {
-  }
-}
+using detail::PublishJob;
+using detail::PublishThread;
+using detail::RemoteTierBase;
+using detail::set_detail;
 
 /// Why a status that is neither a hit nor a miss failed, worded for the breaker's one warning.
 std::string status_error(std::string_view method, long status) {
@@ -98,15 +89,10 @@ bool first_insecure_warning(const std::string& display) {
   return warned.insert(display).second;
 }
 
-class HttpTier final : public RemoteTier {
+class HttpTier final : public RemoteTierBase, private PublishThread::Writer {
  public:
   explicit HttpTier(RemoteConfig config)
-      : m_config(std::move(config)),
-        m_display(m_config.display()),
-        m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
-        m_client(m_config),
-      m_queue(m_config),
-        m_thread([this] { run(); }) {
+      : RemoteTierBase(std::move(config)), m_client(m_config), m_thread(m_config, *this) {
     if (!m_config.verify_tls && m_config.tls && first_insecure_warning(m_display)) {
       KILN_LOG(warn, "remote cache {}: TLS certificate verification is off (KILN_REMOTE_HTTP_INSECURE=1): anyone on "
                "the path can serve or read this tier{}",
@@ -116,99 +102,24 @@ class HttpTier final : public RemoteTier {
 
   ~HttpTier() override { close(Clock::now() + m_config.close_flush); }
 
-  void close(std::chrono::steady_clock::time_point deadline) noexcept override {
-    try {
-      {
-        const std::lock_guard lock(m_mutex);
-        if (!m_queue.closed()) {
-          m_queue.close();
-          m_close_deadline = deadline;
-        }
-      }
-      m_wake.notify_all();
-      const std::lock_guard join_lock(m_join_mutex);
-      if (m_thread.joinable()) m_thread.join();
-    } catch (...) {  // std::system_error from a mutex or the join: what is queued is lost
-    }
-  }
+  [[nodiscard]] std::string_view backend() const noexcept override { return "http"; }
+  /// A plain PUT has no "set if absent with expiry": fleet compile-once stays with a Redis tier.
+  [[nodiscard]] bool fleet_lease() const noexcept override { return false; }
 
-  HttpTier(const HttpTier&) = delete;
-  HttpTier& operator=(const HttpTier&) = delete;
-
-  [[nodiscard]] std::string describe() const override {
-    return fmt::format("http {}", std::string_view(m_display).substr(m_display.find("://") + 3));
-  }
-
-  [[nodiscard]] const RemoteConfig& config() const noexcept override { return m_config; }
-
-  [[nodiscard]] Counters counters() const noexcept override {
-    Counters counters;
-    counters.remote_hits = m_hits.load(std::memory_order_relaxed);
-    counters.remote_misses = m_misses.load(std::memory_order_relaxed);
-    counters.remote_errors = m_errors.load(std::memory_order_relaxed);
-    counters.remote_unauthenticated = m_unauthenticated.load(std::memory_order_relaxed);
-    return counters;
-  }
-
-  [[nodiscard]] RemoteStats remote_stats() const noexcept override {
-    RemoteStats s;
-    s.hits = m_hits.load();
-    s.misses = m_misses.load();
-    s.failures = m_breaker.failures();
-    s.skipped = m_breaker.skipped() + m_unloaded.load();
-    s.rejected = m_rejected.load();
-    s.unauthenticated = m_unauthenticated.load();
-    s.published = m_published.load();
-    s.publish_dropped = m_dropped.load();
-    m_manifests.report(s);
-    s.get_nanoseconds = m_get_ns.load();
-    s.get_max_nanoseconds = m_get_max_ns.load();
-    return s;
-  }
-
-  [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
-    const auto start = std::chrono::steady_clock::now();
-    LookupResult result;
-    bool refused_unauthenticated = false;
-    try {
-      result = lookup(key, canonical_key, refused_unauthenticated);
-    } catch (...) {  // std::bad_alloc: answer io_error, never fail the request
-      result.outcome = LookupOutcome::io_error;
-      result.entry.reset();
-      result.detail.clear();
-    }
-    switch (result.outcome) {
-      case LookupOutcome::hit:
-        m_hits.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case LookupOutcome::miss:
-        m_misses.fetch_add(1, std::memory_order_relaxed);
-        break;
-      default:
-        if (!refused_unauthenticated) m_errors.fetch_add(1, std::memory_order_relaxed);
-        break;
-    }
-    const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
-    m_get_ns.fetch_add(elapsed, std::memory_order_relaxed);
-    add_max(m_get_max_ns, elapsed);
-    return result;
-  }
+  void close(std::chrono::steady_clock::time_point deadline) noexcept override { m_thread.close(deadline); }
 
   void publish(const Entry& entry) noexcept override {
     try {
       if (m_breaker.is_open() || !usable()) {
-        m_dropped.fetch_add(1, std::memory_order_relaxed);
+        m_thread.count_dropped();
         return;
       }
-      if (m_queue.push(m_mutex, m_wake, entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
-        return;
-      }
-      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (m_thread.push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) return;
+      m_thread.count_dropped();
       KILN_LOG(debug, "remote cache {}: entry {} not published: the publish queue is full", m_display,
                entry.key_hash.hex());
     } catch (...) {
-      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      m_thread.count_dropped();
     }
   }
 
@@ -247,16 +158,12 @@ class HttpTier final : public RemoteTier {
     return put_now(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); }, detail);
   }
 
-  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
-    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
-  }
-
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
     // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
     try {
       if (!m_breaker.is_open() && usable() &&
-          m_queue.push(m_mutex, m_wake, detail::manifest_object_key(request_key), RemoteValue::manifest,
-                       [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+          m_thread.push(detail::manifest_object_key(request_key), RemoteValue::manifest,
+                        [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
         return;
       }
       KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published (the server failed moments ago, or "
@@ -269,14 +176,7 @@ class HttpTier final : public RemoteTier {
     return put_now(detail::manifest_object_key(request_key), RemoteValue::manifest, [bytes] { return bytes; }, detail);
   }
 
-  bool flush(std::chrono::milliseconds max_wait) noexcept override {
-    try {
-      std::unique_lock lock(m_mutex);
-      return m_idle.wait_for(lock, max_wait, [this] { return m_queue.empty() && !m_writing; });
-    } catch (...) {
-      return false;
-    }
-  }
+  bool flush(std::chrono::milliseconds max_wait) noexcept override { return m_thread.wait_idle(max_wait); }
 
   bool remove(const Hash128& key) noexcept override {
     try {
@@ -303,7 +203,7 @@ class HttpTier final : public RemoteTier {
         return false;
       }
       if (!m_breaker.admit()) {
-        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        set_detail(detail, not_asked());
         return false;
       }
       const auto bytes = make();
@@ -408,7 +308,13 @@ class HttpTier final : public RemoteTier {
     out.payload = object.entry;
   }
 
-  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) {
+  void add_stats(RemoteStats& s) const noexcept override {
+    s.skipped += m_unloaded.load();
+    s.published = m_thread.published();
+    s.publish_dropped = m_thread.dropped();
+  }
+
+  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) override {
     Fetch fetched;
     fetch_object(key, RemoteValue::entry, fetched);
     const std::string& path = fetched.path;
@@ -419,9 +325,11 @@ class HttpTier final : public RemoteTier {
         return {LookupOutcome::miss, std::nullopt, {}};
       case Fetch::Kind::garbage:
         return refuse_garbage(key, path, fetched.why);
-      case Fetch::Kind::unauthenticated:
-        refused_unauthenticated = true;
-        return refuse_unauthenticated(key, path, fetched.had_mac);
+      case Fetch::Kind::unauthenticated: {
+        const bool deleted = delete_refused(key, path);
+        return unauthenticated(fmt::format("the object at {}", path), key, fetched.had_mac, deleted,
+                               refused_unauthenticated);
+      }
       case Fetch::Kind::value:
         break;
     }
@@ -438,7 +346,7 @@ class HttpTier final : public RemoteTier {
 
   /// The manifest of `request_key`: one GET of its object, the MAC first (fetch_object), then the shared
   /// check (remote_manifest.hpp). What fails is deleted where the server allows it.
-  ManifestFetch fetch_manifest(const Hash128& request_key) {
+  ManifestFetch fetch_manifest(const Hash128& request_key) override {
     using Outcome = ManifestFetch::Outcome;
     Fetch fetched;
     fetch_object(detail::manifest_object_key(request_key), RemoteValue::manifest, fetched);
@@ -462,7 +370,7 @@ class HttpTier final : public RemoteTier {
       }
     }
     const HttpResponse deleted = m_client.remove(fetched.path);
-    return m_manifests.refuse(m_display, fetched.path, why, deleted.answered && deleted.status < 300);
+    return refused_manifest(fetched.path, why, deleted.answered && deleted.status < 300);
   }
 
   /// Deletes a refused object where the server allows it, and remembers the key: its next publish
@@ -478,38 +386,16 @@ class HttpTier final : public RemoteTier {
 
   LookupResult reject(const Hash128& key, const std::string& path, std::string_view why) {
     const bool deleted = delete_refused(key, path);
-    m_rejected.fetch_add(1, std::memory_order_relaxed);
-    KILN_LOG(warn, "remote cache {}: rejected the object at {} ({}); {} it, compiling instead", m_display, path, why,
-             deleted ? "deleted" : "could not delete");
-    return {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
+    return rejected(fmt::format("the object at {}", path), why, deleted);
   }
 
   /// A body that is not a kiln object (the breaker was told, and warns once per outage): deleted where
   /// the server allows it, counted as rejected, said at debug level only.
   LookupResult refuse_garbage(const Hash128& key, const std::string& path, std::string_view why) {
     const bool deleted = delete_refused(key, path);
-    m_rejected.fetch_add(1, std::memory_order_relaxed);
     KILN_LOG(debug, "remote cache {}: refused the answer for {} ({}); {} it", m_display, path, why,
              deleted ? "deleted" : "could not delete");
-    return {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)};
-  }
-
-  LookupResult refuse_unauthenticated(const Hash128& key, const std::string& path, bool had_mac) {
-    const bool deleted = delete_refused(key, path);
-    m_rejected.fetch_add(1, std::memory_order_relaxed);
-    m_unauthenticated.fetch_add(1, std::memory_order_relaxed);
-    const std::string why = had_mac ? "its MAC is wrong (written under another secret, or planted)"
-                                    : "it has no MAC (written by a node without KILN_REMOTE_SECRET_FILE, or planted)";
-    if (!m_warned_unauthenticated.exchange(true)) {
-      KILN_LOG(warn,
-               "remote cache {}: refused the object at {}: {}; {} it, compiling instead (this process counts "
-               "further refusals as remote_unauthenticated and does not print them)",
-               m_display, path, why, deleted ? "deleted" : "could not delete");
-    } else {
-      KILN_LOG(debug, "remote cache {}: refused the entry {}: {}", m_display, key.hex(), why);
-    }
-    return {LookupOutcome::corrupt_removed, std::nullopt,
-            fmt::format("remote cache {}: refused the entry: {}", m_display, why)};
+    return rejected_quietly(why);
   }
 
   /// Writes one entry: HEAD first when `ask_first` (an object already there is not uploaded again,
@@ -527,7 +413,7 @@ class HttpTier final : public RemoteTier {
     }
     const auto fail = [&](std::string text) {
       m_breaker.fail(text);
-      if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (entry) m_thread.count_dropped();
       if (why) *why = std::move(text);
       return false;
     };
@@ -539,7 +425,7 @@ class HttpTier final : public RemoteTier {
       const auto object_size = static_cast<std::int64_t>(detail::kObjectHeaderBytes + bytes.size());
       if (present.status == 200 && (present.length < 0 || present.length == object_size)) {
         m_breaker.succeed();
-        m_published.fetch_add(1, std::memory_order_relaxed);  // the server has it
+        m_thread.count_published();  // the server has it
         return true;
       }
       if (present.status != 404 && present.status != 200) return fail(status_error("HEAD", present.status));
@@ -550,61 +436,36 @@ class HttpTier final : public RemoteTier {
     if (!response.answered) return fail(fmt::format("PUT: {}", response.error));
     if (response.status < 200 || response.status >= 300) return fail(status_error("PUT", response.status));
     m_breaker.succeed();
-    (entry ? m_published : m_manifests.published).fetch_add(1, std::memory_order_relaxed);
+    if (entry) {
+      m_thread.count_published();
+    } else {
+      m_manifests.published.fetch_add(1, std::memory_order_relaxed);
+    }
     return true;
   }
 
 
-  void run() noexcept {
-    std::unique_lock lock(m_mutex);
-    for (;;) {
-      if (!m_queue.empty() && !(m_queue.closed() && Clock::now() >= m_close_deadline)) {
-        detail::PublishJob job = m_queue.pop();
-        m_writing = true;
-        lock.unlock();
-        const bool entry = job.what == RemoteValue::entry;
-        try {
-          // A manifest is always uploaded: what one name holds changes as results are recorded.
-          if (m_breaker.admit()) {
-            (void)write(job.key, job.bytes, nullptr, entry, job.what);
-          } else if (entry) {
-            m_dropped.fetch_add(1, std::memory_order_relaxed);
-          }
-        } catch (...) {
-          if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
-        }
-        lock.lock();
-        m_writing = false;
-        if (m_queue.empty()) m_idle.notify_all();
-        continue;
+  // PublishThread::Writer: one queued job. A manifest is always uploaded (what one name holds changes as
+  // results are recorded); an entry asks HEAD first.
+  void write_job(PublishJob& job) noexcept override {
+    const bool entry = job.what == RemoteValue::entry;
+    try {
+      if (m_breaker.admit()) {
+        (void)write(job.key, job.bytes, nullptr, entry, job.what);
+      } else if (entry) {
+        m_thread.count_dropped();
       }
-      if (m_queue.closed()) break;
-      m_wake.wait(lock);
+    } catch (...) {
+      if (entry) m_thread.count_dropped();
     }
-    m_dropped.fetch_add(m_queue.clear(), std::memory_order_relaxed);
-    m_idle.notify_all();
   }
 
-  const RemoteConfig m_config;
-  const std::string m_display;
-  CircuitBreaker m_breaker;
   HttpClient m_client;
-  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_unauthenticated{0}, m_get_ns{0},
-      m_get_max_ns{0}, m_published{0}, m_dropped{0}, m_unloaded{0};
-  std::atomic<bool> m_warned_unauthenticated{false};
+  std::atomic<std::uint64_t> m_unloaded{0};  ///< lookups not sent: libcurl could not be loaded
   std::atomic<bool> m_warned_unloaded{false};
-  detail::ManifestCounters m_manifests;
-
-  std::mutex m_mutex;  ///< guards the queue, the thread's state and m_refused
-  std::condition_variable m_wake;
-  std::condition_variable m_idle;
-  detail::PublishQueue m_queue;  ///< guarded by m_mutex
-  bool m_writing = false;
-  Clock::time_point m_close_deadline{};
+  std::mutex m_mutex;                                    ///< guards m_refused
   std::unordered_set<Hash128, Hash128Hasher> m_refused;  ///< keys whose object this process refused
-
-  std::mutex m_join_mutex;  ///< one close() joins the thread
-  std::thread m_thread;     ///< last: starts after every member above exists
+  PublishThread m_thread;  ///< last: its thread starts after every member above exists
 };
 
 }  // namespace

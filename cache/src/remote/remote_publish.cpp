@@ -18,50 +18,24 @@ Publisher::Publisher(const RemoteConfig& config, ConnectionPool& pool, CircuitBr
       m_leases(leases),
       m_manifests(manifests),
       m_display(config.display()),
-      m_queue(config),
-      m_thread([this] { run(); }) {}
+      m_renew_every(leases.renew_interval()),
+      m_next_renew(Clock::now() + m_renew_every),
+      m_thread(config, *this) {}
 
 Publisher::~Publisher() { close(Clock::now() + m_config.close_flush); }
-
-void Publisher::close(Clock::time_point deadline) noexcept {
-  try {
-    {
-      const std::lock_guard lock(m_mutex);
-      if (!m_queue.closed()) {
-        m_queue.close();
-        m_close_deadline = deadline;
-      }
-    }
-    m_wake.notify_all();
-    // One caller joins; another that comes meanwhile (the destructor after Storage::close_tiers) finds
-    // the thread joined.
-    const std::lock_guard join_lock(m_join_mutex);
-    if (m_thread.joinable()) m_thread.join();
-  } catch (...) {  // std::system_error from a mutex or the join: the leases expire by themselves
-  }
-}
-
-bool Publisher::closed() const noexcept {
-  try {
-    const std::lock_guard lock(m_mutex);
-    return m_queue.closed();
-  } catch (...) {
-    return true;
-  }
-}
 
 void Publisher::enqueue(const Entry& entry) noexcept {
   try {
     if (m_breaker.is_open()) {
-      m_dropped.fetch_add(1, std::memory_order_relaxed);
+      m_thread.count_dropped();
       release_lease_soon(entry.key_hash);
       return;
     }
-    if (!m_queue.push(m_mutex, m_wake, entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
+    if (!m_thread.push(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); })) {
       drop(entry.key_hash, "the publish queue is full");
     }
   } catch (...) {
-    m_dropped.fetch_add(1, std::memory_order_relaxed);
+    m_thread.count_dropped();
   }
 }
 
@@ -69,8 +43,8 @@ void Publisher::enqueue_manifest(const Hash128& request_key, std::span<const std
   // A manifest dropped costs a resolve on another node, never an error: not counted, said at debug level.
   try {
     if (!m_breaker.is_open() &&
-        m_queue.push(m_mutex, m_wake, manifest_object_key(request_key), RemoteValue::manifest,
-                     [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
+        m_thread.push(manifest_object_key(request_key), RemoteValue::manifest,
+                      [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); })) {
       return;
     }
     KILN_LOG(debug, "remote cache {}: dependency manifest of {} not published: {}", m_display, request_key.hex(),
@@ -80,7 +54,7 @@ void Publisher::enqueue_manifest(const Hash128& request_key, std::span<const std
 }
 
 void Publisher::drop(const Hash128& key, std::string_view why) noexcept {
-  m_dropped.fetch_add(1, std::memory_order_relaxed);
+  m_thread.count_dropped();
   try {
     KILN_LOG(debug, "remote cache {}: entry {} not published: {}", m_display, key.hex(), why);
   } catch (...) {
@@ -130,87 +104,61 @@ bool Publisher::write(const Hash128& key, std::span<const std::byte> bytes, std:
   }
   if (!result.reply) {
     if (why) *why = result.error;
-    if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (entry) m_thread.count_dropped();
     return false;
   }
   if (!failed.empty()) {
     std::string error = reply_error("SET", failed);
     m_breaker.fail(error);
     if (why) *why = std::move(error);
-    if (entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (entry) m_thread.count_dropped();
     return false;
   }
   m_breaker.succeed();
-  (entry ? m_published : m_manifests.published).fetch_add(1, std::memory_order_relaxed);
+  if (entry) {
+    m_thread.count_published();
+  } else {
+    m_manifests.published.fetch_add(1, std::memory_order_relaxed);
+  }
   return true;
 }
 
 void Publisher::release_lease_soon(const Hash128& key) noexcept {
-  if (m_leases.mark_for_release(key)) wake();
+  if (m_leases.mark_for_release(key)) m_thread.wake();
 }
 
-// Under the mutex: the thread checks for marked leases under it before it sleeps, so a mark made
-// between that check and the sleep still wakes it.
-void Publisher::wake() noexcept {
+void Publisher::write_job(PublishJob& job) noexcept {
+  const bool entry = job.what == RemoteValue::entry;
   try {
-    const std::lock_guard lock(m_mutex);
-    m_wake.notify_all();
-  } catch (...) {  // std::system_error from the mutex: the lease is released at the next renewal
-  }
-}
-
-bool Publisher::wait_idle(std::chrono::milliseconds max_wait) noexcept {
-  try {
-    std::unique_lock lock(m_mutex);
-    return m_idle.wait_for(lock, max_wait, [this] { return m_queue.empty() && !m_writing; });
+    if (m_breaker.admit()) {
+      (void)write(job.key, job.bytes, nullptr, job.what);
+    } else if (entry) {
+      m_thread.count_dropped();
+    }
+    if (entry) m_leases.release(job.key);
   } catch (...) {
-    return false;
+    if (entry) m_thread.count_dropped();
   }
 }
 
-void Publisher::run() noexcept {
-  const std::chrono::milliseconds renew_every = m_leases.renew_interval();
-  auto next_renew = Clock::now() + renew_every;
-  std::unique_lock lock(m_mutex);
-  for (;;) {
-    const bool release_pending = m_leases.release_pending();
-    if (!m_queue.empty() && !(m_queue.closed() && Clock::now() >= m_close_deadline)) {
-      PublishJob job = m_queue.pop();
-      m_writing = true;
-      lock.unlock();
-      try {
-        const bool entry = job.what == RemoteValue::entry;
-        if (m_breaker.admit()) {
-          (void)write(job.key, job.bytes, nullptr, job.what);
-        } else if (entry) {
-          m_dropped.fetch_add(1, std::memory_order_relaxed);
-        }
-        if (entry) m_leases.release(job.key);
-      } catch (...) {
-        if (job.what == RemoteValue::entry) m_dropped.fetch_add(1, std::memory_order_relaxed);
-      }
-      lock.lock();
-      m_writing = false;
-      if (m_queue.empty()) m_idle.notify_all();
-      continue;
-    }
-    if (m_queue.closed()) break;
-    if (release_pending || Clock::now() >= next_renew) {
-      lock.unlock();
-      try {
-        m_leases.maintain();
-      } catch (...) {
-      }
-      lock.lock();
-      next_renew = Clock::now() + renew_every;
-      continue;
-    }
-    m_wake.wait_until(lock, next_renew);
+bool Publisher::chores_due() noexcept {
+  try {
+    return m_leases.release_pending() || Clock::now() >= m_next_renew;
+  } catch (...) {  // std::system_error from the leases' mutex: renew on time only
+    return Clock::now() >= m_next_renew;
   }
-  // Closing: drop what could not be written in time, then free every lease still held.
-  m_dropped.fetch_add(m_queue.clear(), std::memory_order_relaxed);
-  m_idle.notify_all();
-  lock.unlock();
+}
+
+void Publisher::chores() noexcept {
+  try {
+    m_leases.maintain();
+  } catch (...) {
+  }
+  m_next_renew = Clock::now() + m_renew_every;
+}
+
+// Closing: every lease still held is freed (its peers stop waiting for this node's compile).
+void Publisher::on_close() noexcept {
   try {
     m_leases.mark_all_for_release();
     m_leases.maintain();

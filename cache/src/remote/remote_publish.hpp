@@ -6,18 +6,12 @@
 // leases (renews them while compiles run, releases those marked), because it is the one thread that
 // is always there to talk to the server in the background. Dependency manifests go through the same
 // queue, under their own name and MAC label (remote_manifest.hpp), and hold no lease.
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <vector>
 
 #include "circuit_breaker.hpp"
 #include "kiln/cache/remote.hpp"
@@ -29,7 +23,10 @@
 
 namespace kiln::cache::detail {
 
-class Publisher {
+/// The Redis tier's writes: what publish() queues goes through a PublishThread (publish_queue.hpp),
+/// whose chores between jobs are this node's compile leases (renewed while held, released when marked,
+/// all released when it closes).
+class Publisher final : private PublishThread::Writer {
  public:
   /// All five are borrowed and must outlive the publisher (`manifests` counts the manifests written).
   /// Starts the background thread.
@@ -54,21 +51,25 @@ class Publisher {
   /// server). Never throws.
   void release_lease_soon(const Hash128& key) noexcept;
   /// Waits until the queue is empty and nothing is being written, at most `max_wait`. Never throws.
-  bool wait_idle(std::chrono::milliseconds max_wait) noexcept;
+  bool wait_idle(std::chrono::milliseconds max_wait) noexcept { return m_thread.wait_idle(max_wait); }
   /// Takes no more jobs, writes what is queued until `deadline`, drops the rest, releases every lease
   /// still held and stops the thread. Idempotent (a later call keeps the first deadline). Never throws.
-  void close(std::chrono::steady_clock::time_point deadline) noexcept;
+  void close(std::chrono::steady_clock::time_point deadline) noexcept { m_thread.close(deadline); }
   /// Whether close() has begun: nothing will release a lease taken after it.
-  [[nodiscard]] bool closed() const noexcept;
+  [[nodiscard]] bool closed() const noexcept { return m_thread.closed(); }
 
-  [[nodiscard]] std::uint64_t published() const noexcept { return m_published.load(std::memory_order_relaxed); }
-  [[nodiscard]] std::uint64_t dropped() const noexcept { return m_dropped.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t published() const noexcept { return m_thread.published(); }
+  [[nodiscard]] std::uint64_t dropped() const noexcept { return m_thread.dropped(); }
 
  private:
   using Clock = std::chrono::steady_clock;
   void drop(const Hash128& key, std::string_view why) noexcept;
-  void wake() noexcept;
-  void run() noexcept;
+  // PublishThread::Writer
+  void write_job(PublishJob& job) noexcept override;
+  [[nodiscard]] bool chores_due() noexcept override;
+  void chores() noexcept override;
+  [[nodiscard]] Clock::time_point next_chores() noexcept override { return m_next_renew; }
+  void on_close() noexcept override;
 
   const RemoteConfig& m_config;
   ConnectionPool& m_pool;
@@ -76,19 +77,10 @@ class Publisher {
   CompileLeases& m_leases;
   ManifestCounters& m_manifests;
   const std::string m_display;
+  const std::chrono::milliseconds m_renew_every;
+  Clock::time_point m_next_renew;  ///< the thread's own: when the leases are next renewed
 
-  mutable std::mutex m_mutex;  ///< guards the queue and the thread's state
-  std::condition_variable m_wake;
-  std::condition_variable m_idle;
-  PublishQueue m_queue;
-  bool m_writing = false;
-  Clock::time_point m_close_deadline{};
-
-  std::atomic<std::uint64_t> m_published{0};
-  std::atomic<std::uint64_t> m_dropped{0};
-
-  std::mutex m_join_mutex;  ///< one close() joins the thread
-  std::thread m_thread;     ///< last: starts after every member above exists
+  PublishThread m_thread;  ///< last: its thread starts after every member above exists
 };
 
 }  // namespace kiln::cache::detail

@@ -1,9 +1,10 @@
 // The Redis remote tier (remote.hpp): RemoteTier composed of a circuit breaker, a connection pool,
 // the fleet's compile leases and a publisher. This file answers lookups (one GET, verified like a local
 // entry; with a fleet secret one MGET of the entry and its MAC, the MAC verified first; anything else is
-// deleted) and keeps the tier's counters. Without hiredis (KILN_HAVE_HIREDIS=0) opening a redis://
-// tier throws an error that says so. open_remote() itself, which picks the backend by the URL's
-// scheme, is at the end.
+// deleted); the shell it shares with the HTTP tier (counters, stats, refusals, the frames of get and
+// get_manifest) is RemoteTierBase (remote_base.hpp). Without hiredis (KILN_HAVE_HIREDIS=0) opening a
+// redis:// tier throws an error that says so. The backend's row in the table of backends is in
+// remote_open.cpp.
 #ifndef KILN_HAVE_HIREDIS
 #error "KILN_HAVE_HIREDIS must be 0 or 1 (set by cache/Optional.cmake)"
 #endif
@@ -26,6 +27,7 @@
 #include "kiln/base/log.hpp"
 #include "kiln/base/sha256.hpp"
 #include "redis_connection.hpp"
+#include "remote_base.hpp"
 #include "remote_lease.hpp"
 #include "remote_mac.hpp"
 #include "remote_manifest.hpp"
@@ -49,10 +51,6 @@ std::unique_ptr<RemoteTier> detail::open_redis_remote(const RemoteConfig& config
 
 namespace {
 
-/// Set by a lookup of this thread that refused an entry for its MAC (RemoteTier::get reads it): such a
-/// refusal is counted as remote_unauthenticated only, not as a remote error as well.
-thread_local bool t_refused_unauthenticated = false;
-
 using detail::CircuitBreaker;
 using detail::CommandResult;
 using detail::CompileLeases;
@@ -60,104 +58,23 @@ using detail::ConnectionPool;
 using detail::Fetched;
 using detail::ping_server;
 using detail::Publisher;
+using detail::RemoteTierBase;
+using detail::set_detail;
 using detail::reply_error;
 using detail::text_of;
 using detail::ValueSink;
 using Found = Fetched::Found;
 
-void add_max(std::atomic<std::uint64_t>& target, std::uint64_t value) noexcept {
-  std::uint64_t current = target.load(std::memory_order_relaxed);
-  while (value > current && !target.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
-  }
-}
-
-/// Sets an optional out-parameter; a failed allocation leaves it as it was.
-void set_detail(std::string* detail, std::string_view text) noexcept {
-  if (detail == nullptr) return;
-  try {
-    detail->assign(text);
-  } catch (...) {
-  }
-}
-
-class RedisTier final : public RemoteTier {
+class RedisTier final : public RemoteTierBase {
  public:
   explicit RedisTier(RemoteConfig config)
-      : m_config(std::move(config)),
-        m_display(m_config.display()),
-        m_breaker(fmt::format("remote cache {}", m_display), m_config.retry_after),
+      : RemoteTierBase(std::move(config)),
         m_pool(m_config, m_breaker),
         m_leases(m_config, m_pool, m_breaker),
         m_publisher(m_config, m_pool, m_breaker, m_leases, m_manifests) {}
 
-  RedisTier(const RedisTier&) = delete;
-  RedisTier& operator=(const RedisTier&) = delete;
-
-  [[nodiscard]] std::string describe() const override {
-    // "redis user@host:port/db": the display URL without its scheme.
-    return fmt::format("redis {}", std::string_view(m_display).substr(m_display.find("://") + 3));
-  }
-
-  [[nodiscard]] const RemoteConfig& config() const noexcept override { return m_config; }
-
-  [[nodiscard]] Counters counters() const noexcept override {
-    Counters counters;
-    counters.remote_hits = m_hits.load(std::memory_order_relaxed);
-    counters.remote_misses = m_misses.load(std::memory_order_relaxed);
-    counters.remote_errors = m_errors.load(std::memory_order_relaxed);
-    counters.remote_unauthenticated = m_unauthenticated.load(std::memory_order_relaxed);
-    return counters;
-  }
-
-  [[nodiscard]] RemoteStats remote_stats() const noexcept override {
-    RemoteStats s;
-    s.hits = m_hits.load();
-    s.misses = m_misses.load();
-    s.failures = m_breaker.failures();
-    s.skipped = m_breaker.skipped();
-    s.rejected = m_rejected.load();
-    s.unauthenticated = m_unauthenticated.load();
-    s.published = m_publisher.published();
-    s.publish_dropped = m_publisher.dropped();
-    s.leases_taken = m_leases.taken();
-    s.lease_waits = m_leases.waits();
-    s.lease_wait_hits = m_leases.wait_hits();
-    m_manifests.report(s);
-    s.get_nanoseconds = m_get_ns.load();
-    s.get_max_nanoseconds = m_get_max_ns.load();
-    return s;
-  }
-
-  [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) override {
-    const auto start = std::chrono::steady_clock::now();
-    LookupResult result;
-    t_refused_unauthenticated = false;
-    try {
-      result = lookup(key, canonical_key);
-    } catch (...) {  // std::bad_alloc: answer io_error, never fail the request
-      result.outcome = LookupOutcome::io_error;
-      result.entry.reset();
-      result.detail.clear();
-    }
-    switch (result.outcome) {
-      case LookupOutcome::hit:
-        m_hits.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case LookupOutcome::miss:
-        m_misses.fetch_add(1, std::memory_order_relaxed);
-        break;
-      default:
-        // An entry refused for its MAC is counted once, as remote_unauthenticated: it is not the
-        // server failing.
-        if (!t_refused_unauthenticated) m_errors.fetch_add(1, std::memory_order_relaxed);
-        break;
-    }
-    const auto elapsed = static_cast<std::uint64_t>(std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
-    m_get_ns.fetch_add(elapsed, std::memory_order_relaxed);
-    add_max(m_get_max_ns, elapsed);
-    return result;
-  }
+  [[nodiscard]] std::string_view backend() const noexcept override { return "redis"; }
+  [[nodiscard]] bool fleet_lease() const noexcept override { return true; }
 
   void publish(const Entry& entry) noexcept override { m_publisher.enqueue(entry); }
 
@@ -177,7 +94,7 @@ class RedisTier final : public RemoteTier {
   bool put(const Entry& entry, std::string* detail) noexcept override {
     try {
       if (!m_breaker.admit()) {
-        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        set_detail(detail, not_asked());
         return false;
       }
       const std::vector<std::byte> bytes = serialize(entry);
@@ -209,10 +126,6 @@ class RedisTier final : public RemoteTier {
     }
   }
 
-  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
-    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
-  }
-
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
     m_publisher.enqueue_manifest(request_key, bytes);
   }
@@ -220,7 +133,7 @@ class RedisTier final : public RemoteTier {
   bool put_manifest(const Hash128& request_key, std::span<const std::byte> bytes, std::string* detail) noexcept override {
     try {
       if (!m_breaker.admit()) {
-        set_detail(detail, fmt::format("not asked: it failed less than {} s ago", m_config.retry_after.count()));
+        set_detail(detail, not_asked());
         return false;
       }
       std::string why;
@@ -294,7 +207,7 @@ class RedisTier final : public RemoteTier {
 
   /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the shared check
   /// (remote_manifest.hpp). What fails is deleted with its MAC.
-  ManifestFetch fetch_manifest(const Hash128& request_key) {
+  ManifestFetch fetch_manifest(const Hash128& request_key) override {
     using Outcome = ManifestFetch::Outcome;
     if (!m_breaker.admit()) return {Outcome::error, {}, "not asked: it failed moments ago"};
     const Hash128 key = detail::manifest_object_key(request_key);
@@ -321,28 +234,37 @@ class RedisTier final : public RemoteTier {
     }
     read.result.reply.reset();
     const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
-    return m_manifests.refuse(m_display, name, why, deleted.reply != nullptr);
+    return refused_manifest(name, why, deleted.reply != nullptr);
   }
 
-  LookupResult lookup(const Hash128& key, std::string_view canonical_key) {
+  void add_stats(RemoteStats& s) const noexcept override {
+    s.published = m_publisher.published();
+    s.publish_dropped = m_publisher.dropped();
+    s.leases_taken = m_leases.taken();
+    s.lease_waits = m_leases.waits();
+    s.lease_wait_hits = m_leases.wait_hits();
+  }
+
+  LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) override {
     if (!m_breaker.admit()) {
       return {LookupOutcome::io_error, std::nullopt,
               fmt::format("remote cache {} not asked: it failed less than {} s ago", m_display,
                           m_config.retry_after.count())};
     }
     const std::string name = m_config.entry_key(key);
-    Fetched fetched = fetch(key, name, canonical_key);
+    Fetched fetched = fetch(key, name, canonical_key, refused_unauthenticated);
     // After close() nothing would release a lease taken now (the publisher's thread is gone).
     if (fetched.found != Found::absent || m_config.lease_wait.count() == 0 || m_publisher.closed()) {
       return std::move(fetched.result);
     }
-    return m_leases.take_or_wait(key, [&] { return fetch(key, name, canonical_key); });
+    return m_leases.take_or_wait(key, [&] { return fetch(key, name, canonical_key, refused_unauthenticated); });
   }
 
   /// One GET (with a secret: one MGET of the entry and its MAC), verified: the MAC first, then parse()
   /// and a comparison of the key hash and canonical key with the request. A value that fails is deleted
   /// from the server with its MAC (answered corrupt_removed).
-  Fetched fetch(const Hash128& key, const std::string& name, std::string_view canonical_key) {
+  Fetched fetch(const Hash128& key, const std::string& name, std::string_view canonical_key,
+                bool& refused_unauthenticated) {
     ValueSink sink;
     sink.limits = &m_config.limits;
     const bool authenticated = m_config.authenticated();
@@ -367,7 +289,9 @@ class RedisTier final : public RemoteTier {
       if (!mac_matches(read, sink.mac)) {
         const bool has_mac = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING;
         result.reply.reset();
-        return refuse_unauthenticated(key, name, mac_name, has_mac);
+        const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
+        return {Found::rejected, unauthenticated(fmt::format("the entry under {}", name), key, has_mac,
+                                                 deleted.reply != nullptr, refused_unauthenticated)};
       }
     }
     if (reply->type != REDIS_REPLY_STRING) {
@@ -395,47 +319,13 @@ class RedisTier final : public RemoteTier {
   /// answered corrupt_removed.
   Fetched reject(const std::string& name, const std::string& mac_name, std::string_view why) {
     const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
-    m_rejected.fetch_add(1, std::memory_order_relaxed);
-    KILN_LOG(warn, "remote cache {}: rejected the value under {} ({}); {} it, compiling instead", m_display, name, why,
-             deleted.reply ? "deleted" : "could not delete");
-    return {Found::rejected,
-            {LookupOutcome::corrupt_removed, std::nullopt, fmt::format("remote cache {}: {}", m_display, why)}};
+    return {Found::rejected, rejected(fmt::format("the value under {}", name), why, deleted.reply != nullptr)};
   }
 
-  /// A value whose MAC is missing or wrong: deleted with its MAC, counted, answered corrupt_removed.
-  /// Warned about once per tier: whoever can write to the server can make many, and each is counted.
-  Fetched refuse_unauthenticated(const Hash128& key, const std::string& name, const std::string& mac_name,
-                                 bool had_mac) {
-    const CommandResult deleted = m_pool.run({"DEL", name, mac_name});
-    m_rejected.fetch_add(1, std::memory_order_relaxed);
-    m_unauthenticated.fetch_add(1, std::memory_order_relaxed);
-    t_refused_unauthenticated = true;
-    const std::string why = had_mac ? "its MAC is wrong (written under another secret, or planted)"
-                                    : "it has no MAC (written by a node without KILN_REMOTE_SECRET_FILE, or planted)";
-    if (!m_warned_unauthenticated.exchange(true)) {
-      KILN_LOG(warn,
-               "remote cache {}: refused the entry under {}: {}; {} it, compiling instead (this process counts "
-               "further refusals as remote_unauthenticated and does not print them)",
-               m_display, name, why, deleted.reply ? "deleted" : "could not delete");
-    } else {
-      KILN_LOG(debug, "remote cache {}: refused the entry {}: {}", m_display, key.hex(), why);
-    }
-    return {Found::rejected,
-            {LookupOutcome::corrupt_removed, std::nullopt,
-             fmt::format("remote cache {}: refused the entry: {}", m_display, why)}};
-  }
-
-  // Construction order is the order of use: each piece borrows those above it, and the publisher's
-  // thread (last) stops before any of them is destroyed.
-  const RemoteConfig m_config;
-  const std::string m_display;
-  CircuitBreaker m_breaker;
+  // Construction order is the order of use: each piece borrows those above it (and the base's), and
+  // the publisher's thread (last) stops before any of them is destroyed.
   ConnectionPool m_pool;
   CompileLeases m_leases;
-  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_errors{0}, m_rejected{0}, m_unauthenticated{0}, m_get_ns{0},
-      m_get_max_ns{0};
-  std::atomic<bool> m_warned_unauthenticated{false};
-  detail::ManifestCounters m_manifests;
   Publisher m_publisher;
 };
 
@@ -446,11 +336,5 @@ std::unique_ptr<RemoteTier> detail::open_redis_remote(const RemoteConfig& config
 }
 
 #endif  // KILN_HAVE_HIREDIS
-
-std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config) {
-  if (config.host.empty()) throw std::invalid_argument("remote cache: no host configured");
-  if (config.kind == RemoteKind::http) return detail::open_http_remote(config);
-  return detail::open_redis_remote(config);
-}
 
 }  // namespace kiln::cache

@@ -1,7 +1,8 @@
 // The remote tier's configuration (remote.hpp): parsing and redacting redis:// and http(s):// URLs and
 // KILN_REMOTE_CACHE's list of them, the KILN_REMOTE_* environment variables (the fleet secret file and
 // the HTTP credential files are read by remote_mac.cpp), the Redis key names and the HTTP object paths.
-// Plain text handling: compiled with or without hiredis and libcurl.
+// Plain text handling: compiled with or without hiredis and libcurl. Which parser a URL goes to is the
+// table of backends' choice (remote_open.cpp: parse_remote_url).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "kiln/base/sha256.hpp"
 #include "kiln/cache/remote.hpp"
 #include "remote_mac.hpp"
+#include "remote_open.hpp"
 
 namespace kiln::cache {
 
@@ -143,7 +145,9 @@ void check_path_segments(std::string_view path, const Bad& bad) {
   }
 }
 
-RemoteConfig parse_http_url(std::string_view url) {
+}  // namespace
+
+RemoteConfig detail::parse_http_url(std::string_view url) {
   const auto bad = [url](std::string_view why) {
     throw std::invalid_argument(
         fmt::format("invalid remote cache URL \"{}\": {} (expected http(s)://[user@]host[:port][/path]"
@@ -211,6 +215,8 @@ RemoteConfig parse_http_url(std::string_view url) {
   }
   return config;
 }
+
+namespace {
 
 /// A credential for an HTTP tier: the file named by `file_variable` (owner-only, like the secret), else
 /// `variable`'s value. Empty when neither is set.
@@ -286,15 +292,9 @@ std::string redact_remote_url(std::string_view url) {
   return fmt::format("{}***{}", url.substr(0, colon + 1), url.substr(at));
 }
 
-RemoteConfig parse_remote_url(std::string_view url) {
-  if (url.starts_with("http://") || url.starts_with("https://")) return parse_http_url(url);
+RemoteConfig detail::parse_redis_url(std::string_view url) {
   if (url.starts_with("rediss://")) bad_url(url, "TLS (rediss://) is not supported; use redis://");
-  if (!url.starts_with(kScheme)) {
-    throw std::invalid_argument(
-        fmt::format("invalid remote cache URL \"{}\": the scheme must be redis://, http:// or https:// (expected "
-                    "redis://[[user]:password@]host[:port][/db] or http(s)://[user@]host[:port][/path])",
-                    redact_remote_url(url)));
-  }
+  if (!url.starts_with(kScheme)) bad_url(url, "the scheme must be redis://");
   RemoteConfig config;
   std::string_view rest = url.substr(kScheme.size());
 

@@ -1,6 +1,7 @@
 #pragma once
 // The engine: request -> key -> memory tier -> disk tier -> compile -> load -> Kernel.
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,6 +24,8 @@ namespace kiln {
 namespace cache {
 struct StorageConfig;  // kiln/cache/storage.hpp
 class Storage;         // kiln/cache/storage.hpp
+struct TierHealth;     // kiln/cache/storage.hpp
+struct StoredPublish;  // kiln/cache/storage.hpp
 }  // namespace cache
 
 namespace detail {
@@ -51,8 +54,23 @@ struct EngineConfig {
   /// Reads every KILN_* variable. Throws ConfigError for a malformed value (naming the variable).
   static EngineConfig from_environment();
   /// The storage front end's configuration (include kiln/cache/storage.hpp to call it): the cache,
-  /// the packs and the remote, as the engine opens them. The CLI opens its tiers from the same.
+  /// the packs and the remote, as the engine opens them.
   [[nodiscard]] cache::StorageConfig storage_config() const;
+  /// Every read-through tier this configuration names (packs, then the remotes), opened to be inspected
+  /// as an engine would open them, without compile leases (cache::inspect_tiers; include
+  /// kiln/cache/storage.hpp to call it). `ask_servers`: each remote is asked whether it answers. For
+  /// `kiln devices` and `kiln cache stats`, which need no engine for it. Never throws for a broken tier
+  /// (it is reported).
+  [[nodiscard]] std::vector<cache::TierHealth> tiers(bool ask_servers) const;
+};
+
+/// The local cache as an engine uses it (Engine::cache_state), for tools that report it.
+struct CacheState {
+  std::filesystem::path root;
+  cache::StoreMode mode = cache::StoreMode::memory_only;
+  std::string mode_reason;      ///< why it is not read_write (empty when it is)
+  std::uint64_t max_size = 0;   ///< the size limit
+  std::string last_put_error;   ///< why the last write failed: a refused shard directory, a full disk (empty: none)
 };
 
 /// Whether Engine::kernel() treats `name` as a name expression (e.g. "scale<float>", "ns::k",
@@ -253,10 +271,32 @@ class Engine {
 
   /// This engine's counters.
   [[nodiscard]] cache::Counters stats() const;
-  [[nodiscard]] cache::Store& store();
   /// The storage front end under the engine's memory: the local store and its tiers (packs, the remote).
   /// Entries under a caller's own key (kiln/cache/blob.hpp) are stored and looked up through it.
   [[nodiscard]] cache::Storage& storage();
+
+  // For tools (the kiln CLI) that report on the cache below the engine without reaching into it.
+
+  /// Where the local cache is, its mode and why, its limit, and why its last write failed.
+  [[nodiscard]] CacheState cache_state() const;
+  /// Whether the local store has a file under `key` (a stat: not read, so not verified). Never throws.
+  [[nodiscard]] bool cached_locally(const cache::Hash128& key) const noexcept;
+  /// Which tier below the local store holds `key` (its description: "pack /p.kilnpack", "redis
+  /// host:6379/0"), asked in order, nothing copied into the local store (cache::tier_holding over this
+  /// engine's configuration); empty when none does. `errors` gets why each tier that cannot be opened
+  /// cannot.
+  [[nodiscard]] std::string tier_holding(const cache::Hash128& key, std::string_view canonical_key,
+                                         std::vector<std::string>& errors) const;
+  /// Writes the local entries under `keys` (and the dependency manifests of their requests) to every
+  /// remote tier now: cache::Storage::publish_stored (include kiln/cache/storage.hpp to call it). Throws
+  /// std::runtime_error when a configured remote cannot be opened.
+  [[nodiscard]] cache::StoredPublish publish_to_remotes(std::span<const cache::Hash128> keys);
+  /// What destroying the engine does for the cache, for a process that ends with _exit (kiln prewarm
+  /// and its workers): the remote tiers closed (queued publishes written for at most their close_flush,
+  /// leases released, their lifetime counters recorded) and this engine's counters added to the cache's
+  /// lifetime counters. Only _exit may follow: destroying the engine afterwards would add its counters
+  /// twice. Never throws.
+  void prepare_exit() noexcept;
 
   /// Unloads every module. Kernels obtained before keep their handles but refuse to launch.
   void unload_all();

@@ -4,7 +4,8 @@
 // a compile is published to them in the background. KILN_REMOTE_CACHE is an ordered, ','-separated
 // chain (split_remote_urls); the storage front end (storage.hpp) asks the tiers in order and back-fills
 // the earlier ones from a later one's hit. Two backends behind one interface (RemoteTier), picked by
-// the URL's scheme (RemoteConfig::kind):
+// the URL's scheme from one table (src/remote/remote_open.cpp; RemoteConfig::kind), sharing one shell
+// (src/remote/remote_base.hpp: counters, stats, refusals):
 //  - redis:// — described below: entry and MAC under two keys, and the fleet compile lease.
 //  - http(s):// — plain GET/HEAD/PUT/DELETE of one self-authenticating object per entry
 //    (src/remote/remote_object.hpp: "KILNOBJ1", 16 hex digits of entry size, 64 of MAC or '-', the
@@ -172,6 +173,10 @@ struct RemoteConfig {
 /// the URL shown without its password.
 [[nodiscard]] RemoteConfig parse_remote_url(std::string_view url);
 
+/// The name of the backend whose scheme `url` has ("redis", "http": RemoteTier::backend() of the tier it
+/// would open), or empty when no backend takes it. Never throws.
+[[nodiscard]] std::string_view remote_backend_name(std::string_view url) noexcept;
+
 /// Splits KILN_REMOTE_CACHE's ordered list of tier URLs at ',' (spaces around an item are dropped,
 /// empty items skipped, and an item that names the same tier as an earlier one, by its display() form,
 /// is dropped: one server is one tier). A ',' inside one URL is written %2C.
@@ -245,6 +250,13 @@ void zero_tier_stats(const std::filesystem::path& root) noexcept;
 
 class RemoteTier : public Tier {
  public:
+  /// The backend's name: "redis", "http" (the table of backends, src/remote/remote_open.cpp, has one
+  /// row per backend). For messages and `kiln devices`: callers never test a URL's scheme.
+  [[nodiscard]] virtual std::string_view backend() const noexcept = 0;
+  /// Whether the backend can hold the fleet compile lease (Redis: yes, a tier opened with lease_wait 0
+  /// takes none; HTTP: no, a plain PUT cannot): a chain without such a tier compiles a kernel once per
+  /// node, not once per fleet.
+  [[nodiscard]] virtual bool fleet_lease() const noexcept = 0;
   /// The configuration the tier was opened with.
   [[nodiscard]] virtual const RemoteConfig& config() const noexcept = 0;
   /// remote_hits, remote_misses, remote_errors and remote_unauthenticated since the tier was opened
@@ -293,7 +305,8 @@ class RemoteTier : public Tier {
 /// loaded with dlopen on first use, so kiln runs without it).
 [[nodiscard]] bool http_remote_supported() noexcept;
 
-/// Opens the tier (config.kind picks Redis or HTTP). Does not connect: a server that is down (or a
+/// Opens the tier: config.kind picks the backend's row in the table of backends (remote_open.cpp), as a
+/// URL's scheme picks it in parse_remote_url(). Does not connect: a server that is down (or a
 /// libcurl that cannot be loaded) is found on first use and never makes this throw. Throws
 /// std::runtime_error when kiln was built without the tier's client.
 [[nodiscard]] std::unique_ptr<RemoteTier> open_remote(const RemoteConfig& config);

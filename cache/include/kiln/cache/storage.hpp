@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -92,6 +93,44 @@ struct OpenedTier {
 /// cannot be opened is returned with its error and no tier. The remote's settings come from the
 /// KILN_REMOTE_* variables (remote_config_from_environment). Never throws except std::bad_alloc.
 [[nodiscard]] std::vector<OpenedTier> open_tiers(const StorageConfig& config);
+
+/// One configured tier as inspect_tiers() found it: for `kiln devices` and `kiln cache stats`.
+struct TierHealth {
+  TierKind kind = TierKind::pack;
+  std::string location;  ///< the pack's path; the remote's URL without its password
+  /// A remote's backend ("redis", "http": RemoteTier::backend(), or remote_backend_name() of its URL when
+  /// it could not be opened); empty for a pack.
+  std::string backend;
+  bool opened = false;       ///< it could be opened (else `detail` says why)
+  bool fleet_lease = false;  ///< an opened remote's RemoteTier::fleet_lease()
+  /// Usable: a pack that opened; a remote that opened and, when its server was asked, answered.
+  bool ok = false;
+  std::string detail;  ///< "1234 entries", the server's answer ("redis 7.0.15, PONG in 0.21 ms"), or why not
+  /// An opened remote: whether its entries are authenticated ("authenticated: ..." / "unauthenticated: set
+  /// KILN_REMOTE_SECRET_FILE ..."), and a warning when TLS verification is off; empty otherwise.
+  std::string security;
+};
+
+/// Every configured tier, opened to be inspected (a miss takes no compile lease: nothing is compiled
+/// after one), in lookup order. `ask_servers`: each remote that opened is asked whether it answers
+/// (RemoteTier::ping, ignoring its breaker). Never throws except std::bad_alloc.
+[[nodiscard]] std::vector<TierHealth> inspect_tiers(const StorageConfig& config, bool ask_servers);
+
+/// Which configured tier holds `key` (its describe(): "pack /p.kilnpack", "redis host:6379/0"), asking each
+/// in lookup order as inspect_tiers() opens them; nothing is copied into the local store and no compile
+/// lease is held afterwards. Empty when none holds it. `errors` gets why each tier that could not be
+/// opened could not. Never throws except std::bad_alloc.
+[[nodiscard]] std::string tier_holding(const StorageConfig& config, const Hash128& key, std::string_view canonical_key,
+                                       std::vector<std::string>& errors);
+
+/// What Storage::publish_stored() did.
+struct StoredPublish {
+  std::string urls;            ///< the remotes written to, without passwords (", "-separated)
+  std::size_t written = 0;     ///< entries every remote took
+  std::size_t failed = 0;      ///< entries some remote did not take, or that could not be read here
+  std::size_t manifests = 0;   ///< dependency manifests every remote took
+  std::set<std::string> reasons;  ///< why, once each (prefixed with the remote's URL in a chain of several)
+};
 
 /// A hit and where it came from.
 struct Found {
@@ -197,6 +236,15 @@ class Storage {
   /// Offers a manifest's bytes, as recorded here, to every remote (queued: the caller does not wait).
   /// Never throws.
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept;
+
+  /// Writes the local entries under `keys` to every configured remote now (RemoteTier::put, not queued:
+  /// `kiln prewarm --remote`), each read from the local store with the engine's parser; an entry of a
+  /// request with include folders brings its request's dependency manifest (put_manifest, once per
+  /// request), so a node with the same tree hits without resolving. An entry counts as written when every
+  /// remote took it. The remotes are opened for this call (as inspect_tiers() opens them: no lease), so
+  /// what it writes is not in this storage's remote counters. Throws std::runtime_error when a configured
+  /// remote cannot be opened (inspect_tiers() says so before anything is compiled).
+  [[nodiscard]] StoredPublish publish_stored(std::span<const Hash128> keys);
 
   /// Removes the local entry of `key` because its content was refused after it was read (e.g. a
   /// binary the driver rejects); counted as corrupt_removed. Never throws.
