@@ -16,7 +16,7 @@
 
 #include "cli.hpp"
 #include "kiln/base/log.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/store.hpp"

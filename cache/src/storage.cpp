@@ -112,23 +112,9 @@ void Reservation::abandon() noexcept {
 
 // ---- Storage ---------------------------------------------------------------------------------------
 
-namespace {
-
-ManifestConfig manifest_config(const Store& local) {
-  ManifestConfig config;
-  const StoreMode mode = local.mode();
-  config.disabled = mode == StoreMode::memory_only;  // a refused or disabled root: no manifests either
-  config.root = config.disabled ? std::filesystem::path() : local.config().root;
-  config.read_only = mode == StoreMode::read_only;
-  return config;
-}
-
-}  // namespace
-
 Storage::Storage(StorageConfig config)
     : m_config(std::move(config)),
-      m_local(m_config.local),
-      m_manifests(std::make_unique<DependencyManifests>(manifest_config(m_local))) {
+      m_local(m_config.local) {
   // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
   // left out with one warning; it never fails the caller.
   for (OpenedTier& opened : open_tiers(m_config)) {
@@ -254,17 +240,18 @@ bool Storage::remove(const Hash128& key) noexcept {
   return removed;
 }
 
-bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical,
-                             const ManifestScope& scope) noexcept {
-  // A manifest could not be installed (memory-only or read-only): not worth a round trip per request.
-  if (m_manifests->mode() != StoreMode::read_write) return false;
+bool Storage::fetch_manifest(const Hash128& request_key, const ManifestCheck& check,
+                             const ManifestInstall& install) noexcept {
   for (std::size_t i = 0; i < m_remotes.size(); ++i) {
-    const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key);
+    const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key, check);
     if (fetched.outcome != ManifestFetch::Outcome::hit) continue;
-    // The tier checked that the bytes parse as this request's manifest; the install checks it all again
-    // against the canonical key and the request's scope, and refuses when a manifest was recorded here
-    // meanwhile.
-    const std::string refused = m_manifests->install(request_key, request_canonical, fetched.bytes, scope);
+    // The caller checks it all again (the include home: against the canonical key and the request's
+    // scope) and refuses it when a manifest was recorded here meanwhile.
+    std::string refused = "not installed";
+    try {
+      refused = install(fetched.bytes);
+    } catch (...) {  // std::bad_alloc: not taken
+    }
     try {
       KILN_LOG(debug, "{} served the dependency manifest of {} ({} bytes): {}", m_remotes[i]->describe(),
                request_key.hex(), fetched.bytes.size(), refused.empty() ? "installed" : refused);

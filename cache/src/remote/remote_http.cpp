@@ -247,8 +247,8 @@ class HttpTier final : public RemoteTier {
     return put_now(entry.key_hash, RemoteValue::entry, [&entry] { return serialize(entry); }, detail);
   }
 
-  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
-    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
+  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key, const ManifestCheck& check) noexcept override {
+    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key, check); });
   }
 
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
@@ -437,8 +437,8 @@ class HttpTier final : public RemoteTier {
   }
 
   /// The manifest of `request_key`: one GET of its object, the MAC first (fetch_object), then the shared
-  /// check (remote_manifest.hpp). What fails is deleted where the server allows it.
-  ManifestFetch fetch_manifest(const Hash128& request_key) {
+  /// caller's check (ManifestCheck). What fails is deleted where the server allows it.
+  ManifestFetch fetch_manifest(const Hash128& request_key, const ManifestCheck& check) {
     using Outcome = ManifestFetch::Outcome;
     Fetch fetched;
     fetch_object(detail::manifest_object_key(request_key), RemoteValue::manifest, fetched);
@@ -456,7 +456,7 @@ class HttpTier final : public RemoteTier {
         break;
       case Fetch::Kind::value: {
         const std::span bytes(reinterpret_cast<const std::byte*>(fetched.payload.data()), fetched.payload.size());
-        why = detail::manifest_refusal(bytes, request_key);
+        why = check(bytes);
         if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
         break;
       }

@@ -209,8 +209,8 @@ class RedisTier final : public RemoteTier {
     }
   }
 
-  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
-    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
+  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key, const ManifestCheck& check) noexcept override {
+    return detail::counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key, check); });
   }
 
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
@@ -292,9 +292,9 @@ class RedisTier final : public RemoteTier {
     return has_mac && !expected.empty() && kiln::detail::constant_time_equal(text_of(read.mac), expected);
   }
 
-  /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the shared check
-  /// (remote_manifest.hpp). What fails is deleted with its MAC.
-  ManifestFetch fetch_manifest(const Hash128& request_key) {
+  /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the caller's check
+  /// (ManifestCheck). What fails is deleted with its MAC.
+  ManifestFetch fetch_manifest(const Hash128& request_key, const ManifestCheck& check) {
     using Outcome = ManifestFetch::Outcome;
     if (!m_breaker.admit()) return {Outcome::error, {}, "not asked: it failed moments ago"};
     const Hash128 key = detail::manifest_object_key(request_key);
@@ -315,7 +315,7 @@ class RedisTier final : public RemoteTier {
                                                 bytes.size()))) {
         why = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING ? "its MAC is wrong" : "it has no MAC";
       } else {
-        why = detail::manifest_refusal(bytes, request_key);
+        why = check(bytes);
         if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
       }
     }

@@ -202,6 +202,17 @@ class Resolver {
     for (const auto& [ref, target] : m_source_links) out.source_links.emplace_back(ref, m_units[target].compiler_name);
     for (auto& [ref, name] : m_source_untaken) out.source_links.emplace_back(ref, std::move(name));
     if (!m_source_untaken.empty()) std::sort(out.source_links.begin(), out.source_links.end());
+    {
+      // The compiler's prelude: from the source's scan, not a scan of the rewritten text (the caller's scan
+      // when it made one, as the engine's requests do).
+      ScanResult scanned;
+      const ScanResult* source_scan = m_input.source_scan;
+      if (source_scan == nullptr) {
+        scan_includes(m_input.source_text, scanned);
+        source_scan = &scanned;
+      }
+      out.prelude_end = rewritten_prelude_end(m_input.source_text, *source_scan, out.source_links, out.compiler_source);
+    }
     out.compiler_headers.reserve(m_units.size() - 1 + m_aliases.size());
     const auto hand_over = [&](const std::string& name, const std::shared_ptr<const std::string>& text) {
       out.compiler_headers.push_back({name, *text, text});
@@ -778,6 +789,36 @@ std::string rewrite_source(std::string_view text, const ScanResult& scan,
   edits.reserve(links.size() * 2);
   for (const auto& [ref, name] : links) add_link_edits(edits, scan.refs.at(ref), name);
   return apply_edits(text, edits);
+}
+
+std::size_t rewritten_prelude_end(std::string_view text, const ScanResult& scan,
+                                  std::span<const std::pair<std::size_t, std::string>> links,
+                                  std::string_view rewritten) {
+  std::vector<Edit> edits;
+  edits.reserve(links.size() * 2);
+  for (const auto& [ref, name] : links) {
+    // An #include_next becomes an #include, which may move the prelude's end (the scan stops the prelude
+    // at an #include_next): the rewritten text is scanned. Rare in a source (it is a header's directive).
+    if (scan.refs.at(ref).next) {
+      ScanResult again;
+      scan_includes(rewritten, again);
+      return again.prelude_end;
+    }
+    add_link_edits(edits, scan.refs.at(ref), name);
+  }
+  // Otherwise the rewrite changes only include operands, which decide nothing about the prelude: its end
+  // moves by what apply_edits adds before it (the operand's new text, a splice per newline the old held).
+  const std::size_t end = scan.prelude_end;
+  if (end == 0) return 0;
+  std::ptrdiff_t shift = 0;
+  for (const Edit& edit : edits) {
+    if (edit.end > end) continue;
+    const auto newlines = std::count(text.begin() + static_cast<std::ptrdiff_t>(edit.begin),
+                                     text.begin() + static_cast<std::ptrdiff_t>(edit.end), '\n');
+    shift += static_cast<std::ptrdiff_t>(edit.replacement.size()) + 2 * newlines -
+             static_cast<std::ptrdiff_t>(edit.end - edit.begin);
+  }
+  return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(end) + shift);
 }
 
 std::vector<std::filesystem::path> checked_include_folders(std::span<const std::filesystem::path> folders,
