@@ -388,6 +388,7 @@ class DependencyManifests {
   /// The include resolver's way to this instance's stat memo (kiln's own sources only).
   friend struct detail::ManifestsAccess;
   struct State;
+  struct Lookup;  ///< lookup()'s three steps (manifest_store.cpp)
   ManifestConfig m_config;
   std::unique_ptr<State> m_state;
 };
