@@ -98,7 +98,7 @@ install(TARGETS ${_kiln_export_targets} EXPORT kilnTargets
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT kiln_library
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/engine/include/kiln/" "${PROJECT_SOURCE_DIR}/cache/include/kiln/"
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/engine/include/kiln/" "${PROJECT_SOURCE_DIR}/cache/include/kiln/" "${PROJECT_SOURCE_DIR}/includes/include/kiln/"
   "${PROJECT_SOURCE_DIR}/base/include/kiln/"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/kiln" COMPONENT kiln_library
   FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")

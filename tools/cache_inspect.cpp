@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 
 namespace kiln::cli {
 

@@ -13,7 +13,7 @@
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "store_scan.hpp"
 
 namespace kiln::cli {

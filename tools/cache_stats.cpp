@@ -16,7 +16,7 @@
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"

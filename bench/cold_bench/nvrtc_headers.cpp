@@ -1,7 +1,7 @@
 // nvrtc_headers: does NVRTC compile slower when it gets kiln's in-memory header set (every header kiln's
 // scan reaches, ~250 over CCCL for a libcu++ kernel, ~800-1,000 over CuPy's tree) than when it reads the
 // same include folders itself? One process, one source, the two ways alternating for --rounds rounds:
-//   memory   kiln's resolve of the source (cache/src/includes/resolve.hpp): the rewritten source and every
+//   memory   kiln's resolve of the source (includes/src/resolve.hpp): the rewritten source and every
 //            header handed in memory, with --no-source-include, as kiln's NVRTC lane compiles it;
 //   folders  the source as written with the folders as -I flags, as bare NVRTC compiles it.
 // Both with -arch=<target> -std=c++17 -default-device. NVRTC is the library kiln loads (dlopen).

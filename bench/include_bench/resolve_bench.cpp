@@ -1,4 +1,4 @@
-// resolve_bench: kiln's own #include resolution (cache/src/includes/resolve.hpp) of one source over include
+// resolve_bench: kiln's own #include resolution (includes/src/resolve.hpp) of one source over include
 // folders, in one process, the way a burst of compiles over one tree sees it: the first resolve reads
 // and scans every header; the later ones find each file in the HeaderFileCache. Each later resolve is
 // timed twice over: stat'ing every path itself, and with the stat memo answering (what a burst of
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "resolve.hpp"
 #include "stat_memo.hpp"
 

@@ -114,23 +114,9 @@ void Reservation::abandon() noexcept {
 
 // ---- Storage ---------------------------------------------------------------------------------------
 
-namespace {
-
-ManifestConfig manifest_config(const Store& local) {
-  ManifestConfig config;
-  const StoreMode mode = local.mode();
-  config.disabled = mode == StoreMode::memory_only;  // a refused or disabled root: no manifests either
-  config.root = config.disabled ? std::filesystem::path() : local.config().root;
-  config.read_only = mode == StoreMode::read_only;
-  return config;
-}
-
-}  // namespace
-
 Storage::Storage(StorageConfig config)
     : m_config(std::move(config)),
-      m_local(m_config.local),
-      m_manifests(std::make_unique<DependencyManifests>(manifest_config(m_local))) {
+      m_local(m_config.local) {
   // Read-through tiers under the local store: packs, then the remote. A tier that cannot be opened is
   // left out with one warning; it never fails the caller.
   for (OpenedTier& opened : open_tiers(m_config)) {
@@ -256,17 +242,18 @@ bool Storage::remove(const Hash128& key) noexcept {
   return removed;
 }
 
-bool Storage::fetch_manifest(const Hash128& request_key, std::string_view request_canonical,
-                             const ManifestScope& scope) noexcept {
-  // A manifest could not be installed (memory-only or read-only): not worth a round trip per request.
-  if (m_manifests->mode() != StoreMode::read_write) return false;
+bool Storage::fetch_manifest(const Hash128& request_key, const ManifestCheck& check,
+                             const ManifestInstall& install) noexcept {
   for (std::size_t i = 0; i < m_remotes.size(); ++i) {
-    const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key);
+    const ManifestFetch fetched = m_remotes[i]->get_manifest(request_key, check);
     if (fetched.outcome != ManifestFetch::Outcome::hit) continue;
-    // The tier checked that the bytes parse as this request's manifest; the install checks it all again
-    // against the canonical key and the request's scope, and refuses when a manifest was recorded here
-    // meanwhile.
-    const std::string refused = m_manifests->install(request_key, request_canonical, fetched.bytes, scope);
+    // The caller checks it all again (the include home: against the canonical key and the request's
+    // scope) and refuses it when a manifest was recorded here meanwhile.
+    std::string refused = "not installed";
+    try {
+      refused = install(fetched.bytes);
+    } catch (...) {  // std::bad_alloc: not taken
+    }
     try {
       KILN_LOG(debug, "{} served the dependency manifest of {} ({} bytes): {}", m_remotes[i]->describe(),
                request_key.hex(), fetched.bytes.size(), refused.empty() ? "installed" : refused);
@@ -284,7 +271,7 @@ void Storage::publish_manifest(const Hash128& request_key, std::span<const std::
   for (RemoteTier* remote : m_remotes) remote->publish_manifest(request_key, bytes);
 }
 
-StoredPublish Storage::publish_stored(std::span<const Hash128> keys) {
+StoredPublish Storage::publish_stored(std::span<const Hash128> keys, const ManifestBytes& manifest_bytes) {
   StoredPublish done;
   // Tiers of this call's own, without leases (a put releases none, and nothing is compiled after a miss),
   // so this storage's remotes count only what the engine did.
@@ -321,7 +308,7 @@ StoredPublish Storage::publish_stored(std::span<const Hash128> keys) {
     const std::optional<std::vector<KeyPart>> parts = CanonicalKey::parse(entry->canonical_key);
     const Hash128 request = parts ? request_key_of(*parts, &two_level).hash() : Hash128{};
     if (two_level && manifests_done.insert(request).second) {
-      if (const auto bytes = m_manifests->bytes(request)) {
+      if (const auto bytes = manifest_bytes(request)) {
         const bool put =
             put_all([&](RemoteTier& remote, std::string& why) { return remote.put_manifest(request, *bytes, &why); });
         if (put) ++done.manifests;

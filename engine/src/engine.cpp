@@ -13,7 +13,6 @@
 
 #include "compilers.hpp"
 #include "engine_internal.hpp"
-#include "include_folders.hpp"
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/cache/storage.hpp"
@@ -74,7 +73,7 @@ void ProgramState::unload() noexcept {
 EngineCore::EngineCore(EngineConfig config)
     : m_config(std::move(config)),
       m_storage(m_config.storage_config()),
-      m_includes(std::make_unique<cache::detail::IncludeFolders>(m_storage, m_counters)),
+      m_includes(std::make_unique<includes::IncludeHome>(m_storage, m_counters)),
       m_cuda(std::make_unique<Lane>()),
       m_hip(std::make_unique<Lane>()) {
   m_cuda->vendor = Vendor::cuda;
@@ -162,38 +161,41 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
                                                         std::string& log) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<vendor::HeaderText> headers;
+  // The compiler's view of the request: a resolve's (the home found its prelude's end with its one scan of
+  // the source), or the source and its headers as given.
+  includes::CompilerView view;
   if (r.includes) {
-    headers.reserve(r.includes->compiler_headers.size());
-    for (const cache::detail::CompilerHeader& h : r.includes->compiler_headers) {
-      headers.push_back({h.name.c_str(), h.storage->c_str()});
-    }
+    view = includes::IncludeHome::compiler_view(*r.includes);
+    headers.reserve(view.headers.size());
+    for (const includes::CompilerHeader& h : view.headers) headers.push_back({h.name.c_str(), h.storage->c_str()});
   } else {
     headers = vendor::header_texts(r.source.headers());
+    view.source = r.source.text();
+    view.prelude_end = includes::prelude_end(view.source);
   }
-  vendor::CompileInput input{r.source.name(),
-                             r.includes ? std::string_view(r.includes->compiler_source) : r.source.text(), headers,
-                             r.names, r.flags, r.target.full};
+  vendor::CompileInput input{r.source.name(), view.source, headers, r.names, r.flags, r.target.full};
   input.lto_ir = r.target.output == PayloadKind::ltoir;
+  input.prelude_end = view.prelude_end;
   vendor::CompileOutput output;
   try {
     output = compiler.compile(input);
   } catch (const CompileError& e) {
     m_counters.add({.compile_failures = 1});
-    const std::optional<std::string> missing = cache::detail::missing_include_from_log(e.log());
+    const std::optional<std::string> missing = includes::missing_include_from_log(e.log());
     if (!missing && !r.includes) throw;
     // The compiler quotes the text it was given: the source's includes as the user wrote them, not as kiln
     // rewrote them to the headers it hands over.
     std::string message = e.what(), compiler_log = e.log();
     if (r.includes) {
-      message = cache::detail::restore_include_spellings(std::move(message), r.source.name(), r.source.text());
-      compiler_log = cache::detail::restore_include_spellings(std::move(compiler_log), r.source.name(), r.source.text());
+      message = includes::restore_include_spellings(std::move(message), r.source.name(), r.source.text());
+      compiler_log = includes::restore_include_spellings(std::move(compiler_log), r.source.name(), r.source.text());
     }
     // A header kiln could not resolve (not in memory, not in any folder, or named by a computed
     // include the scan could not follow): say where kiln looked.
     if (missing) {
       // On the summary line, which is what a one-line report (kiln prewarm's) shows; the log follows it.
       const std::size_t summary_end = std::min(message.find('\n'), message.size());
-      message.insert(summary_end, "; " + cache::detail::describe_missing_include(*missing, r.include_folders));
+      message.insert(summary_end, "; " + includes::describe_missing_include(*missing, r.include_folders));
     }
     throw CompileError(std::move(message), std::move(compiler_log), e.source_name(), e.options());
   } catch (...) {
@@ -513,13 +515,13 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
   if (dependencies != nullptr) {
     *dependencies = cache::DependencySet();
     if (r.includes) {
-      *dependencies = r.includes->dependencies;
+      *dependencies = includes::IncludeHome::dependencies(*r.includes);
     } else if (r.reads_files) {
       std::optional<cache::DependencySet> recorded =
-          m_storage.manifests().recorded(r.request_hash, r.request_key.bytes(), r.hash);
+          m_includes->recorded(r.request_hash, r.request_key.bytes(), r.hash);
       if (!recorded) {  // the manifest changed since it matched: resolve
         settle_includes(r, /*use_manifest=*/false);
-        recorded = r.includes->dependencies;
+        recorded = includes::IncludeHome::dependencies(*r.includes);
       }
       *dependencies = std::move(*recorded);
     }

@@ -83,7 +83,7 @@ std::string Engine::tier_holding(const cache::Hash128& key, std::string_view can
   return cache::tier_holding(m_core->storage().config(), key, canonical_key, errors);
 }
 cache::StoredPublish Engine::publish_to_remotes(std::span<const cache::Hash128> keys) {
-  return m_core->storage().publish_stored(keys);
+  return m_core->publish_stored(keys);
 }
 void Engine::prepare_exit() noexcept {
   m_core->storage().close_tiers();

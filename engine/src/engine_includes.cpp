@@ -1,5 +1,5 @@
 // Which files a request with include folders reads, and so its entry key: the engine's side of the
-// include home (cache/src/includes/include_folders.hpp), which settles the dependency part from the
+// include home (its facade, kiln/includes/include_home.hpp), which settles the dependency part from the
 // manifest or by resolving the includes, retries with a header the compiler asked for, and records.
 // Here the request is handed over, keyed, and the home's IncludeError becomes the request's ConfigError.
 #include <filesystem>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine_internal.hpp"
-#include "include_folders.hpp"
 #include "kiln/error.hpp"
+#include "kiln/includes/include_home.hpp"
 #include "request.hpp"
 
 namespace kiln::detail {
@@ -22,7 +22,7 @@ template <class Call>
 auto config_errors(Call&& call) -> decltype(call()) {
   try {
     return call();
-  } catch (const cache::detail::IncludeError& e) {
+  } catch (const includes::IncludeError& e) {
     throw ConfigError(e.what());
   }
 }
@@ -36,11 +36,10 @@ std::vector<std::filesystem::path> EngineCore::include_folders(const Options& op
   return config_errors([&] { return m_includes->folders(dirs, library ? &*library : nullptr); });
 }
 
-cache::detail::SettleInput EngineCore::include_request(const Request& r,
-                                                       std::vector<cache::detail::MemoryHeader>& headers) {
+includes::SettleInput EngineCore::include_request(const Request& r, std::vector<includes::MemoryHeader>& headers) {
   headers.clear();
   for (const Header& h : r.source.headers()) headers.push_back({h.name, h.text});
-  cache::detail::SettleInput input;
+  includes::SettleInput input;
   input.request_hash = r.request_hash;
   input.request_canonical = r.request_key.bytes();
   input.source_name = r.source.name();
@@ -57,19 +56,13 @@ cache::detail::SettleInput EngineCore::include_request(const Request& r,
 
 void EngineCore::settle_includes(Request& r, bool use_manifest) {
   if (!r.reads_files) return;
-  std::vector<cache::detail::MemoryHeader> headers;
-  cache::detail::SettleInput input = include_request(r, headers);
-  // A manifest's answer keys the request with its dependency part (make_key's key, not the home's).
-  input.key_with = [&r](const std::string& dependency_part) {
-    r.dependency_part = dependency_part;
-    r.includes.reset();
-    key_with_dependencies(r);
-    return r.hash;
-  };
+  std::vector<includes::MemoryHeader> headers;
+  includes::SettleInput input = include_request(r, headers);
   if (r.ahead) input.ahead = &*r.ahead;
-  cache::detail::Settled settled = config_errors([&] { return m_includes->settle(input, use_manifest); });
+  includes::Settled settled = config_errors([&] { return m_includes->settle(input, use_manifest); });
   r.ahead.reset();  // taken or not, once
-  if (!settled.includes) return;  // settled by the manifest: keyed by key_with
+  // By the manifest (no resolve: `includes` is null; the home checked that its answer is this request
+  // keyed with that part) or by a resolve: the entry key is the request key plus the part either way.
   r.dependency_part = std::move(settled.dependency_part);
   r.includes = std::move(settled.includes);
   key_with_dependencies(r);
@@ -77,9 +70,9 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
 
 std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const Request& r, const CompileError& error) {
   if (!r.includes) return std::nullopt;
-  std::vector<cache::detail::MemoryHeader> headers;
-  const cache::detail::SettleInput input = include_request(r, headers);
-  std::optional<cache::detail::IncludeFolders::Retry> retry =
+  std::vector<includes::MemoryHeader> headers;
+  const includes::SettleInput input = include_request(r, headers);
+  std::optional<includes::IncludeHome::Retry> retry =
       config_errors([&] { return m_includes->retry(input, *r.includes, error.log()); });
   if (!retry) return std::nullopt;
   Request retried = r;
@@ -93,6 +86,12 @@ std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const R
 
 void EngineCore::note_dependencies(const Request& r) noexcept {
   m_includes->record(r.request_hash, r.request_key.bytes(), r.includes.get(), r.hash);
+}
+
+cache::StoredPublish EngineCore::publish_stored(std::span<const cache::Hash128> keys) {
+  return m_storage.publish_stored(keys, [this](const cache::Hash128& request_key) {
+    return m_includes->manifest_bytes(request_key);
+  });
 }
 
 }  // namespace kiln::detail

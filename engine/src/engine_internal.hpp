@@ -23,14 +23,14 @@
 #include "kiln/engine.hpp"
 #include "lanes/lane.hpp"
 
-// The include home's facade (cache/src/includes/include_folders.hpp), included by the engine's sources
-// that call it, not by every user of this header.
-namespace kiln::cache::detail {
-class IncludeFolders;
+// The include home's facade (kiln/includes/include_home.hpp), included by the engine's sources that call
+// it, not by every user of this header.
+namespace kiln::includes {
+class IncludeHome;
 struct MemoryHeader;
 struct SettleInput;
 struct Settled;
-}  // namespace kiln::cache::detail
+}  // namespace kiln::includes
 
 namespace kiln::detail {
 
@@ -165,6 +165,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_storage.remote(); }
   [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
   [[nodiscard]] cache::Storage& storage() noexcept { return m_storage; }
+  /// Writes stored entries, with the manifests of their requests, to every remote now (engine_includes.cpp:
+  /// the manifests' bytes come from the include home).
+  [[nodiscard]] cache::StoredPublish publish_stored(std::span<const cache::Hash128> keys);
   void unload_all() noexcept;
   /// The file the compiler would be loaded from: the first existing full path of its search list (a stat,
   /// no load); nullopt when none exists.
@@ -202,7 +205,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// Loads the compiler on a helper thread while this one resolves the request's includes for the
   /// identity the compiler's files announce (vendor::expected_identity). Returns that identity and the
   /// resolve, or nullopt when it did not (no guess, the load already tried, no thread, the resolve failed).
-  std::optional<std::pair<std::string, cache::detail::Settled>> resolve_ahead(const Request& request);
+  std::optional<std::pair<std::string, includes::Settled>> resolve_ahead(const Request& request);
   /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
   /// absolute, normal, checked to be folders (ConfigError).
   std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
@@ -226,12 +229,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// After a CompileError: the request resolved again with the header the compiler's log asked for
   /// (an include the scan cannot follow, e.g. through a function-like macro), when a folder has it and
   /// the request has not retried that name yet; else nullopt. Each retry costs one compiler run; at
-  /// most cache::detail::IncludeFolders::kMaxRetries per request.
+  /// most includes::IncludeHome::kMaxRetries per request.
   std::optional<Request> retry_with_missing_header(const Request& request, const CompileError& error);
   /// The request as the include home takes it: views into it, and into `headers`, which this fills with
   /// the views of its in-memory headers.
-  static cache::detail::SettleInput include_request(const Request& request,
-                                                    std::vector<cache::detail::MemoryHeader>& headers);
+  static includes::SettleInput include_request(const Request& request, std::vector<includes::MemoryHeader>& headers);
   /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
                                               std::string& log);
@@ -244,7 +246,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
   // Include folders: settles and records requests' dependency parts (and keeps the header files its
   // resolves read).
-  std::unique_ptr<cache::detail::IncludeFolders> m_includes;
+  std::unique_ptr<includes::IncludeHome> m_includes;
   std::unique_ptr<Lane> m_cuda;
   std::unique_ptr<Lane> m_hip;
   std::shared_ptr<vendor::Runtime> m_runtime;

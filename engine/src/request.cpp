@@ -15,12 +15,12 @@
 #include "compiler_probe.hpp"
 #include "compilers.hpp"
 #include "engine_internal.hpp"
-#include "include_folders.hpp"
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/error.hpp"
+#include "kiln/includes/include_home.hpp"
 #include "kiln/tooling/targets.hpp"
 #include "lanes/lane.hpp"
 #include "request.hpp"
@@ -81,13 +81,13 @@ KILN_HOT EngineCore::Request EngineCore::make_request(const Source& source, cons
   }
   r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
   if (!options.include_dirs().empty() || options.toolkit_includes()) {
-    // kiln resolves the includes itself (cache/src/includes/); which files that reads is settled later
+    // kiln resolves the includes itself (the include home, includes/); which files that reads is settled later
     // (settle_includes), from the dependency manifest when it still matches.
     r.include_folders = include_folders(options, r.target.vendor);
     r.reads_files = true;
   } else {
     // An absolute #include is opened by the compiler whatever its search flags; a computed one may be.
-    using cache::detail::opens_files_by_name;
+    using includes::opens_files_by_name;
     r.reads_files = opens_files_by_name(r.source.text()) ||
                     std::any_of(r.source.user_headers().begin(), r.source.user_headers().end(),
                                 [](const Header& h) { return opens_files_by_name(h.text); }) ||
@@ -116,7 +116,7 @@ std::shared_ptr<const CompilerFacts> EngineCore::facts_for(Request& r) {
   return facts;
 }
 
-std::optional<std::pair<std::string, cache::detail::Settled>> EngineCore::resolve_ahead(const Request& r) {
+std::optional<std::pair<std::string, includes::Settled>> EngineCore::resolve_ahead(const Request& r) {
   // The first request of a process that compiles: loading the compiler (a dlopen of ~100 MB, tens of ms)
   // and resolving the includes (tens of ms over a large tree) both stand before the compile, and neither
   // needs the other but for the identity, which the key and the lean walk's macros name. So the compiler
@@ -144,13 +144,13 @@ std::optional<std::pair<std::string, cache::detail::Settled>> EngineCore::resolv
   } catch (const std::system_error&) {
     return std::nullopt;  // no thread: the load runs where it always did
   }
-  std::optional<std::pair<std::string, cache::detail::Settled>> out;
+  std::optional<std::pair<std::string, includes::Settled>> out;
   try {
-    std::vector<cache::detail::MemoryHeader> headers;
-    cache::detail::SettleInput input = include_request(r, headers);
+    std::vector<includes::MemoryHeader> headers;
+    includes::SettleInput input = include_request(r, headers);
     input.compiler = *identity;
     KILN_LOG(debug, "{}: resolving the includes for '{}' while the compiler loads", r.source.name(), *identity);
-    cache::detail::Settled settled = m_includes->resolve_ahead(input);
+    includes::Settled settled = m_includes->resolve_ahead(input);
     out.emplace(std::move(*identity), std::move(settled));
   } catch (...) {
     // Whatever stopped the resolve stops the request's own settle too, which reports it.

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine_internal.hpp"
-#include "include_folders.hpp"
 #include "kiln/cache/key.hpp"
+#include "kiln/includes/include_home.hpp"
 #include "kiln/source.hpp"
 #include "kiln/tooling/targets.hpp"
 
@@ -42,14 +42,14 @@ struct EngineCore::Request {
   std::string dependency_part;
   /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
   /// resolves again first (obtain_uncached).
-  std::shared_ptr<const cache::detail::ResolvedIncludes> includes;
+  std::shared_ptr<const kiln::includes::ResolvedIncludes> includes;
   /// Headers a failed compile asked for that the scan could not see (retry_with_missing_header).
   std::vector<std::string> retry_names;
   /// Resolve every branch, not the lean walk's: its compile asked for a header the lean set left out.
   bool full_headers = false;
   /// The includes resolved while the compiler loaded (EngineCore::resolve_ahead), for the identity the
   /// key names: the first settle takes them unless the manifest settles the request.
-  std::optional<cache::detail::Settled> ahead;
+  std::optional<kiln::includes::Settled> ahead;
   cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
 };

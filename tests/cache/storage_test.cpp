@@ -9,7 +9,7 @@
 #include <variant>
 
 #include "cache_test_support.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/remote.hpp"
@@ -101,9 +101,13 @@ class FakeRemote final : public kiln::cache::RemoteTier {
   bool put(const Entry& /*entry*/, std::string* /*detail*/) noexcept override { return true; }
   bool flush(std::chrono::milliseconds /*max_wait*/) noexcept override { return true; }
   bool remove(const Hash128& /*key*/) noexcept override { return false; }
-  [[nodiscard]] kiln::cache::ManifestFetch get_manifest(const Hash128& request_key) noexcept override {
+  [[nodiscard]] kiln::cache::ManifestFetch get_manifest(const Hash128& request_key,
+                                                        const kiln::cache::ManifestCheck& check) noexcept override {
     const auto it = manifests.find(request_key);
     if (it == manifests.end()) return {};
+    if (std::string why = check(it->second); !why.empty()) {
+      return {kiln::cache::ManifestFetch::Outcome::refused, {}, std::move(why)};
+    }
     return {kiln::cache::ManifestFetch::Outcome::hit, it->second, {}};
   }
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept override {
@@ -440,6 +444,8 @@ TEST_CASE("storage: a manifest is asked of the remotes in order, installed untru
   FakeRemote& b = *second;
   storage.add_tier(TierKind::remote, std::move(first));
   storage.add_tier(TierKind::remote, std::move(second));
+  // The node's manifests (the include home's), which the storage's remotes carry as opaque records.
+  kiln::cache::DependencyManifests manifests(kiln::cache::manifest_config_of(storage.local()));
 
   kiln::cache::CanonicalKey request;
   request.add("format", "storage-test");
@@ -454,11 +460,11 @@ TEST_CASE("storage: a manifest is asked of the remotes in order, installed untru
   // The request's include folder: the header lies in it (nothing is there on this machine).
   const kiln::cache::ManifestScope scope{{"/nowhere"}, {}};
 
-  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes(), scope));  // no remote has it
+  CHECK_FALSE(manifests.fetch(storage, request.hash(), request.bytes(), scope));  // no remote has it
   b.manifests[request.hash()] = bytes;
-  REQUIRE(storage.fetch_manifest(request.hash(), request.bytes(), scope));
+  REQUIRE(manifests.fetch(storage, request.hash(), request.bytes(), scope));
   CHECK(a.manifests.at(request.hash()) == bytes);  // back-filled into the remote asked first
-  const auto installed = storage.manifests().bytes(request.hash());
+  const auto installed = manifests.bytes(request.hash());
   REQUIRE(installed);
   auto parsed = kiln::cache::parse_manifest(*installed);
   REQUIRE(std::holds_alternative<kiln::cache::Manifest>(parsed));
@@ -466,7 +472,7 @@ TEST_CASE("storage: a manifest is asked of the remotes in order, installed untru
   CHECK_FALSE(header.trusted_stat);
   CHECK(header.stat == kiln::cache::FileStat{});
   // Installed only where none is.
-  CHECK_FALSE(storage.fetch_manifest(request.hash(), request.bytes(), scope));
+  CHECK_FALSE(manifests.fetch(storage, request.hash(), request.bytes(), scope));
 
   // Offered to every remote; nothing for an empty record (nothing was written).
   a.manifests.clear();

@@ -1,4 +1,4 @@
-// Dependency manifest files (cache/include/kiln/cache/dep_manifest.hpp) keep the entry store's contracts:
+// Dependency manifest files (includes/include/kiln/includes/dep_manifest.hpp) keep the entry store's contracts:
 // a damaged manifest is a miss and is removed, an unreadable one is a miss and stays, limits hold when
 // reading and recording, hostile bytes never crash the parser, concurrent recorders never leave a damaged
 // file; scan, render, remove and clear; memory-only, read-only and refused roots; write failures. No

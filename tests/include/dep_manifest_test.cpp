@@ -1,4 +1,4 @@
-// Dependency manifests (cache/include/kiln/cache/dep_manifest.hpp): record a compile's headers and absent
+// Dependency manifests (includes/include/kiln/includes/dep_manifest.hpp): record a compile's headers and absent
 // probes under the request key, look the result key up by stat, re-hash only what changed, close the
 // shadowing hole; the stat memo and the sets checked moments ago. The files' contracts (damaged and
 // unreadable files, limits, modes) are in dep_manifest_files_test.cpp. No compiler, no GPU.

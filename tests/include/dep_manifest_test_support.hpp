@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cache_test_support.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 
 namespace dep_manifest_test {

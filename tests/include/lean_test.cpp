@@ -1,4 +1,4 @@
-// Lean header sets (cache/src/includes/conditions.hpp, the lean walk in resolve.cpp): the compiler gets
+// Lean header sets (includes/src/conditions.hpp, the lean walk in resolve.cpp): the compiler gets
 // the headers a compile can read, not every branch's. What is proven: the evaluator's answers (known and
 // unknown); the walk drops untaken includes (rewritten to untaken names), keeps every __has_include
 // operand in taken and untaken branches, follows include guards; through the engine, the lean set gives

@@ -1,4 +1,4 @@
-// Resolves reused inside a process (cache/src/includes/resolved_sets.hpp), through the include home's
+// Resolves reused inside a process (includes/src/resolved_sets.hpp), through the include home's
 // facade (IncludeFolders::settle): a request whose source has the includes of an earlier one takes that
 // resolve, checked by stat, and gets its own source rewritten; any change a resolve would see (a header
 // edited, added in a place probed empty, removed; other includes, folders, in-memory headers, macro
@@ -11,6 +11,8 @@
 #include "include_folders.hpp"
 #include "include_test_support.hpp"
 #include "kiln/cache/stats.hpp"
+#include "kiln/includes/include_home.hpp"
+#include "scan.hpp"
 
 using kiln::Header;
 using kiln::cache::AtomicCounters;
@@ -186,4 +188,55 @@ TEST_CASE("with the stat memo, a burst of requests stats each path at most once 
   CHECK(two.includes->work.stats == 0);  // every path answered by the memo
   CHECK(two.includes->work.memo_hits ==
         one.includes->dependencies.headers.size() + one.includes->dependencies.absent.size());
+}
+
+TEST_CASE("a settle scans its source once, and the compiler's prelude needs no scan of its own", "[include]") {
+  using kiln::cache::detail::scan_includes;
+  using kiln::cache::detail::scans_made;
+  using kiln::cache::detail::ScanResult;
+  using kiln::includes::IncludeHome;
+  Home h;
+  (void)h.settle(kernel("*o = b;"));  // the tree's headers are read and scanned once, then kept
+  // Code before the last include: a prelude the NVRTC lane hoists. A new resolve (other includes), with every
+  // header kept: the source is the one text scanned, and the prelude comes from that scan.
+  // (A line splice inside an operand: its rewrite keeps the line, so the prelude moves by more than the name.)
+  const std::string text = "typedef int T;\n#include <pre/b.h>\n#include <pre/\\\nc.h>\n" + kernel("*o = b + c;");
+  std::uint64_t before = scans_made();
+  const Settled fresh = h.settle(text);
+  REQUIRE(fresh.includes);
+  CHECK(h.resolves() == 2);
+  const kiln::includes::CompilerView view = IncludeHome::compiler_view(*fresh.includes);
+  CHECK(scans_made() - before == 1);
+  // What a scan of the rewritten text (the lane's, before) finds.
+  ScanResult rescanned;
+  scan_includes(view.source, rescanned);
+  CHECK(rescanned.prelude_end != 0);
+  CHECK(view.prelude_end == rescanned.prelude_end);
+  CHECK(view.source != text);  // the includes were rewritten (their operands moved the prelude's end)
+
+  // Taken from the held set for another source with those includes: one scan, the same rule.
+  const std::string other = "// one more line\n" + text;
+  before = scans_made();
+  const Settled taken = h.settle(other);
+  REQUIRE(taken.includes);
+  CHECK(h.resolves() == 2);
+  const kiln::includes::CompilerView taken_view = IncludeHome::compiler_view(*taken.includes);
+  CHECK(scans_made() - before == 1);
+  ScanResult taken_scan;
+  scan_includes(taken_view.source, taken_scan);
+  CHECK(taken_view.prelude_end == taken_scan.prelude_end);
+
+  // A retry after a lean set's compile asked for a header it left out: one scan for the retry's resolve.
+  SettleInput input;
+  input.source_name = "kernel.cu";
+  input.source_text = text;
+  input.folders = h.folders;
+  if (fresh.includes->lean) {
+    before = scans_made();
+    const auto retry = h.home->retry(input, *fresh.includes,
+                                     "kernel.cu(2): catastrophic error: cannot open source file \"kiln-untaken/x.h\"\n");
+    REQUIRE(retry);
+    CHECK(retry->full);
+    CHECK(scans_made() - before == 1);
+  }
 }

@@ -130,7 +130,8 @@ TEST_CASE("Storage::publish_stored writes local entries to every remote now and 
   CHECK_FALSE(server.exists("kiln:v1:" + first.key_hash.hex()));
 
   const std::vector<kiln::cache::Hash128> keys{first.key_hash, absent, second.key_hash};
-  const kiln::cache::StoredPublish done = node.publish_stored(keys);
+  const kiln::cache::StoredPublish done =
+      node.publish_stored(keys, [](const kiln::cache::Hash128&) { return std::optional<std::vector<std::byte>>(); });
   CHECK(done.urls == kiln::cache::parse_remote_url(server.url()).display());
   CHECK(done.written == 2);
   CHECK(done.failed == 1);

@@ -25,7 +25,8 @@
 #include "http_server.hpp"
 #include "include_folders.hpp"
 #include "kiln/base/sha256.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
+#include "kiln/includes/include_home.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/key.hpp"
 #include "kiln/cache/remote.hpp"
@@ -236,13 +237,15 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
 
   Storage node(node_config(dir / "node", server.url()));
   REQUIRE(node.remote() != nullptr);
+  // The node's manifests (the include home's), which its storage's remotes carry as opaque records.
+  kiln::cache::DependencyManifests node_manifests(kiln::cache::manifest_config_of(node.local()));
   const auto refused = [&](const std::string& value, const std::string* mac, std::uint64_t count) {
     server.set(name, value);
     if (mac != nullptr) server.set(mac_name, *mac);
     StderrCapture capture;
-    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical, scope));
+    CHECK_FALSE(node_manifests.fetch(node, request.key, request.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_refused == count);
-    CHECK_FALSE(node.manifests().bytes(request.key));  // never installed
+    CHECK_FALSE(node_manifests.bytes(request.key));  // never installed
     CHECK_FALSE(server.exists(name));                   // deleted with its MAC
     CHECK_FALSE(server.exists(mac_name));
   };
@@ -271,9 +274,9 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
   SECTION("an authentic manifest is installed with the stats read here") {
     server.set(name, bytes);
     server.set(mac_name, valid_mac);
-    REQUIRE(node.fetch_manifest(request.key, request.canonical, scope));
+    REQUIRE(node_manifests.fetch(node, request.key, request.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_hits == 1);
-    const auto installed = node.manifests().bytes(request.key);
+    const auto installed = node_manifests.bytes(request.key);
     REQUIRE(installed);
     auto parsed = kiln::cache::parse_manifest(*installed);
     REQUIRE(std::holds_alternative<kiln::cache::Manifest>(parsed));
@@ -286,10 +289,10 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     // The lookup re-reads the header only while its stat is not trusted (written within the trust
     // window): the same bytes here, so a hit.
     kiln::cache::LookupStats looked;
-    CHECK(node.manifests().lookup(request.key, request.canonical, &looked) == kiln::cache::hash128("result"));
+    CHECK(node_manifests.lookup(request.key, request.canonical, &looked) == kiln::cache::hash128("result"));
     CHECK(looked.reads == (manifest.files[0].trusted_stat ? 0 : 1));
     // A second fetch finds the local one in the way: nothing is replaced.
-    CHECK_FALSE(node.fetch_manifest(request.key, request.canonical, scope));
+    CHECK_FALSE(node_manifests.fetch(node, request.key, request.canonical, scope));
   }
   SECTION("a node whose manifests are read-only asks nothing (nothing could be installed)") {
     server.set(name, bytes);
@@ -298,12 +301,13 @@ TEST_CASE("planted, damaged and foreign manifests are refused, counted and never
     config.local.read_only = true;
     Storage read_only(config);
     REQUIRE(read_only.remote() != nullptr);
-    CHECK_FALSE(read_only.fetch_manifest(request.key, request.canonical, scope));
+    kiln::cache::DependencyManifests read_only_manifests(kiln::cache::manifest_config_of(read_only.local()));
+    CHECK_FALSE(read_only_manifests.fetch(read_only, request.key, request.canonical, scope));
     const kiln::cache::RemoteStats stats = read_only.remote()->remote_stats();
     CHECK(stats.manifest_hits + stats.manifest_misses + stats.manifest_refused == 0);
   }
   SECTION("nothing there is a miss") {
-    CHECK_FALSE(node.fetch_manifest(other.key, other.canonical, scope));
+    CHECK_FALSE(node_manifests.fetch(node, other.key, other.canonical, scope));
     CHECK(node.remote()->remote_stats().manifest_misses == 1);
   }
 }
@@ -320,8 +324,10 @@ TEST_CASE("a forged manifest naming a file outside the include folders makes no 
   const Request request("#include <lib/value.h>\n");
   const std::string source = "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n";
   const std::vector<fs::path> folders = {dir / "tree"};
-  // The engine's rule, as far as settle() sees it: an entry key is the request keyed with a dependency part.
-  const auto key_with = [&](const std::string& part) { return kiln::cache::hash128(request.canonical + part); };
+  // The home's rule (entry_key_hash, as the engine keys): an entry key is the request keyed with a dependency part.
+  const auto key_with = [&](const std::string& part) {
+    return kiln::includes::entry_key_hash(request.canonical, part);
+  };
   int nodes = 0;
   // What a fresh node settles the request to: the dependency part (it names the entry key the engine then
   // asks the remote for), whether a resolve made it, and how many fetched manifests the node refused.
@@ -334,7 +340,8 @@ TEST_CASE("a forged manifest naming a file outside the include folders makes no 
     Storage node(node_config(dir / ("node" + std::to_string(nodes++)), server.url()));
     REQUIRE(node.remote() != nullptr);
     kiln::cache::AtomicCounters counters;
-    kiln::cache::detail::IncludeFolders home(node, counters);
+    kiln::cache::DependencyManifests node_manifests(kiln::cache::manifest_config_of(node.local()));
+    kiln::cache::detail::IncludeFolders home(node_manifests, node, counters);
     kiln::cache::detail::SettleInput input;
     input.request_hash = request.key;
     input.request_canonical = request.canonical;
@@ -342,10 +349,9 @@ TEST_CASE("a forged manifest naming a file outside the include folders makes no 
     input.source_text = source;
     input.folders = folders;
     input.compiler = "nvrtc 13.0";
-    input.key_with = key_with;
     StderrCapture capture;
     const kiln::cache::detail::Settled settled = home.settle(input, true);
-    return Outcome{settled.dependency_part, settled.includes != nullptr, node.manifests().installs_refused()};
+    return Outcome{settled.dependency_part, settled.includes != nullptr, node_manifests.installs_refused()};
   };
   const Outcome honest = settle();  // nothing on the server yet: a resolve
   REQUIRE(honest.resolved);
@@ -397,13 +403,14 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
 
   auto node = std::make_unique<Storage>(node_config(dir / "node", server.url()));
   REQUIRE(node->remote() != nullptr);
+  kiln::cache::DependencyManifests node_manifests(kiln::cache::manifest_config_of(node->local()));
   write_file(file, frame({}));
   {
     StderrCapture capture;
-    CHECK_FALSE(node->fetch_manifest(request.key, request.canonical, scope));
+    CHECK_FALSE(node_manifests.fetch(*node, request.key, request.canonical, scope));
   }
   CHECK(node->remote()->remote_stats().manifest_refused == 1);
-  CHECK_FALSE(node->manifests().bytes(request.key));
+  CHECK_FALSE(node_manifests.bytes(request.key));
   CHECK_FALSE(fs::exists(file));  // deleted (nginx takes DELETE)
 
   // Published by a node with the secret: the documented frame and MAC, and installed on another node->
@@ -412,7 +419,7 @@ TEST_CASE("over HTTP a manifest planted without a MAC is refused and an authenti
   REQUIRE(publisher.remote()->flush(10s));
   CHECK(publisher.remote()->remote_stats().manifests_published == 1);
   CHECK(read_file(file) == frame(documented_mac(kSecret, "kiln-remote-manifest/1", object, bytes)));
-  CHECK(node->fetch_manifest(request.key, request.canonical, scope));
+  CHECK(node_manifests.fetch(*node, request.key, request.canonical, scope));
   CHECK(node->remote()->remote_stats().manifest_hits == 1);
 
   // The tier's lifetime counters (recorded when the node closes) and kiln cache stats.

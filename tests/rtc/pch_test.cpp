@@ -27,6 +27,7 @@
 #include "bare_rtc.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
+#include "kiln/includes/include_home.hpp"
 #include "lanes/lane.hpp"
 #include "lanes/nvrtc_pch.hpp"
 #include "test_support.hpp"
@@ -73,6 +74,7 @@ vendor::CompileOutput compile(const vendor::Compiler& compiler, const Request& r
   input.headers = texts;
   input.flags = r.flags;
   input.target = "sm_90";
+  input.prelude_end = kiln::includes::prelude_end(input.source);  // as the engine hands it over
   return compiler.compile(input);
 }
 

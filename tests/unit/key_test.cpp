@@ -5,6 +5,7 @@
 
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/key.hpp"
+#include "kiln/includes/include_home.hpp"
 
 using kiln::cache::CanonicalKey;
 using kiln::cache::diff_keys;
@@ -30,6 +31,17 @@ TEST_CASE("key: canonical bytes follow the grammar", "[unit]") {
   CHECK_THROWS_AS(key.add("", "x"), std::invalid_argument);
   CHECK_THROWS_AS(key.add("two words", "x"), std::invalid_argument);
   CHECK_THROWS_AS(key.add("new\nline", "x"), std::invalid_argument);
+}
+
+TEST_CASE("key: the include home's entry key is the request key with the dependencies part", "[unit]") {
+  // The home checks a dependency manifest's answer with entry_key_hash; the engine builds the key with add().
+  CanonicalKey request;
+  request.add("source", std::string(5000, 'x'));  // past XXH3's short-input paths
+  for (const std::string& part : {std::string(), std::string("1 2 3"), std::string(300, '\n')}) {
+    CanonicalKey entry = request;
+    entry.add("dependencies", part);
+    CHECK(kiln::includes::entry_key_hash(request.bytes(), part) == entry.hash());
+  }
 }
 
 TEST_CASE("key: one change anywhere changes the hash", "[unit]") {

@@ -93,8 +93,8 @@ LookupResult RemoteTierBase::get(const Hash128& key, std::string_view canonical_
   return result;
 }
 
-ManifestFetch RemoteTierBase::get_manifest(const Hash128& request_key) noexcept {
-  return counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key); });
+ManifestFetch RemoteTierBase::get_manifest(const Hash128& request_key, const ManifestCheck& check) noexcept {
+  return counted_manifest_fetch(m_manifests, [&] { return fetch_manifest(request_key, check); });
 }
 
 std::string RemoteTierBase::not_asked() const {

@@ -36,7 +36,7 @@ class RemoteTierBase : public RemoteTier {
   /// remote_unauthenticated only: it is not the server failing). Never throws.
   [[nodiscard]] LookupResult get(const Hash128& key, std::string_view canonical_key) final;
   /// counted_manifest_fetch over fetch_manifest(). Never throws.
-  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key) noexcept final;
+  [[nodiscard]] ManifestFetch get_manifest(const Hash128& request_key, const ManifestCheck& check) noexcept final;
 
  protected:
   explicit RemoteTierBase(RemoteConfig config);
@@ -46,7 +46,7 @@ class RemoteTierBase : public RemoteTier {
   /// refused an entry for its MAC (unauthenticated()). May throw std::bad_alloc (get() answers io_error).
   virtual LookupResult lookup(const Hash128& key, std::string_view canonical_key, bool& refused_unauthenticated) = 0;
   /// The backend's manifest lookup (get_manifest() counts it). May throw std::bad_alloc.
-  virtual ManifestFetch fetch_manifest(const Hash128& request_key) = 0;
+  virtual ManifestFetch fetch_manifest(const Hash128& request_key, const ManifestCheck& check) = 0;
   /// Adds what only the backend knows to `stats` (published, publish_dropped, leases, more skipped).
   virtual void add_stats(RemoteStats& stats) const noexcept = 0;
 

@@ -344,9 +344,9 @@ class HttpTier final : public RemoteTierBase, private PublishThread::Writer {
     return {LookupOutcome::hit, std::move(entry), {}};
   }
 
-  /// The manifest of `request_key`: one GET of its object, the MAC first (fetch_object), then the shared
-  /// check (remote_manifest.hpp). What fails is deleted where the server allows it.
-  ManifestFetch fetch_manifest(const Hash128& request_key) override {
+  /// The manifest of `request_key`: one GET of its object, the MAC first (fetch_object), then the caller's
+  /// check (ManifestCheck). What fails is deleted where the server allows it.
+  ManifestFetch fetch_manifest(const Hash128& request_key, const ManifestCheck& check) override {
     using Outcome = ManifestFetch::Outcome;
     Fetch fetched;
     fetch_object(detail::manifest_object_key(request_key), RemoteValue::manifest, fetched);
@@ -364,7 +364,7 @@ class HttpTier final : public RemoteTierBase, private PublishThread::Writer {
         break;
       case Fetch::Kind::value: {
         const std::span bytes(reinterpret_cast<const std::byte*>(fetched.payload.data()), fetched.payload.size());
-        why = detail::manifest_refusal(bytes, request_key);
+        why = check(bytes);
         if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
         break;
       }

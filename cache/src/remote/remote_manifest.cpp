@@ -6,24 +6,11 @@
 #include <variant>
 
 #include "kiln/base/log.hpp"
-#include "kiln/cache/dep_manifest.hpp"
 
 namespace kiln::cache::detail {
 
 Hash128 manifest_object_key(const Hash128& request_key) noexcept {
   return hash128(request_key.hex(), kRemoteManifestSeed);
-}
-
-std::string manifest_refusal(std::span<const std::byte> bytes, const Hash128& request_key) noexcept {
-  try {
-    auto parsed = parse_manifest(bytes);
-    if (const auto* error = std::get_if<ContentError>(&parsed)) return "not a dependency manifest: " + error->reason;
-    const Hash128& key = std::get<Manifest>(parsed).request_key;
-    if (key != request_key) return fmt::format("the manifest of another request ({})", key.hex());
-    return {};
-  } catch (...) {  // std::bad_alloc
-    return "cannot parse it (out of memory)";
-  }
 }
 
 void ManifestCounters::count(const ManifestFetch& fetched) noexcept {

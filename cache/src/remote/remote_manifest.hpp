@@ -1,7 +1,8 @@
 #pragma once
 // Private to cache/: dependency manifests in the remote tiers (remote.hpp, "Dependency manifests"). What
-// both backends share, so each keeps only its transport: the name a request's manifest is kept under,
-// the check of what a server returned, and the manifest counters. Plain code: built with or without
+// both backends share, so each keeps only its transport: the name a request's manifest is kept under and
+// the manifest counters. A manifest is an opaque record here: whether bytes are the request's manifest is
+// the caller's check (ManifestCheck, the include home's). Plain code: built with or without
 // hiredis and libcurl.
 #include <atomic>
 #include <cstdint>
@@ -23,11 +24,6 @@ inline constexpr std::uint64_t kRemoteManifestSeed = 0x6b696c6e2d726d66ULL;  // 
 /// two meet only by a 128-bit collision, and even then the MAC's label and the content check tell them
 /// apart.
 [[nodiscard]] Hash128 manifest_object_key(const Hash128& request_key) noexcept;
-
-/// Why bytes a tier returned for `request_key`'s manifest are not handed on (empty when they are):
-/// parse_manifest()'s checks (bounded before any allocation: the input may be hostile) and its request
-/// key. Never throws.
-[[nodiscard]] std::string manifest_refusal(std::span<const std::byte> bytes, const Hash128& request_key) noexcept;
 
 /// A tier's manifest counters (RemoteStats' manifest fields).
 struct ManifestCounters {

@@ -205,9 +205,9 @@ class RedisTier final : public RemoteTierBase {
     return has_mac && !expected.empty() && kiln::detail::constant_time_equal(text_of(read.mac), expected);
   }
 
-  /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the shared check
-  /// (remote_manifest.hpp). What fails is deleted with its MAC.
-  ManifestFetch fetch_manifest(const Hash128& request_key) override {
+  /// The manifest of `request_key`: one GET (MGET with its MAC), the MAC first, then the caller's check
+  /// (ManifestCheck). What fails is deleted with its MAC.
+  ManifestFetch fetch_manifest(const Hash128& request_key, const ManifestCheck& check) override {
     using Outcome = ManifestFetch::Outcome;
     if (!m_breaker.admit()) return {Outcome::error, {}, "not asked: it failed moments ago"};
     const Hash128 key = detail::manifest_object_key(request_key);
@@ -228,7 +228,7 @@ class RedisTier final : public RemoteTierBase {
                                                 bytes.size()))) {
         why = read.mac != nullptr && read.mac->type == REDIS_REPLY_STRING ? "its MAC is wrong" : "it has no MAC";
       } else {
-        why = detail::manifest_refusal(bytes, request_key);
+        why = check(bytes);
         if (why.empty()) return {Outcome::hit, std::vector<std::byte>(bytes.begin(), bytes.end()), {}};
       }
     }

@@ -48,6 +48,10 @@ struct CompileInput {
   /// An lto_XY target: the output is LTO-IR (NVRTC: -dlto is among the flags; nvrtcGetLTOIR). HIPRTC
   /// refuses it (kiln makes no clang offload bitcode).
   bool lto_ir = false;
+  /// Where the source's prelude ends: the raw offset just past the last #include that follows code, 0 for
+  /// none (the include home's word, kiln/includes/include_home.hpp's CompilerView: a lane never scans).
+  /// NVRTC's PCH moves that prefix into a header of its own (nvrtc_pch.hpp).
+  std::size_t prelude_end = 0;
 };
 
 struct CompileOutput {

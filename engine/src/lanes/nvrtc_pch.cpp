@@ -16,7 +16,6 @@
 
 #include "kiln/base/log.hpp"
 #include "kiln/base/xxh3.hpp"
-#include "scan.hpp"
 
 namespace kiln::vendor::pch {
 namespace {
@@ -82,10 +81,7 @@ std::unique_ptr<Hoisted> Hoisted::make(const CompileInput& input) {
   }
   // The name goes into `#line N "<name>"`, which has no escapes for these.
   if (input.source_name.empty() || input.source_name.find_first_of("\"\\\n\r") != std::string_view::npos) return nullptr;
-  if (input.source.find("include") == std::string_view::npos) return nullptr;
-  cache::detail::ScanResult scan;
-  cache::detail::scan_includes(input.source, scan);
-  if (scan.prelude_end == 0 || scan.prelude_end > input.source.size()) return nullptr;
+  if (input.prelude_end == 0 || input.prelude_end > input.source.size()) return nullptr;
   // Every header the prefix includes is one level deeper once the prefix is a header: a header that reads
   // __INCLUDE_LEVEL__ would see another number (the scan refuses the prefix itself when it names it).
   // Which headers the prefix reaches is not known here, so no handed header may name it.
@@ -93,7 +89,7 @@ std::unique_ptr<Hoisted> Hoisted::make(const CompileInput& input) {
   for (const HeaderText& h : input.headers) {
     if (::memmem(h.text, std::strlen(h.text), kLevel.data(), kLevel.size()) != nullptr) return nullptr;
   }
-  return std::make_unique<Hoisted>(input, scan.prelude_end);
+  return std::make_unique<Hoisted>(input, input.prelude_end);
 }
 
 Hoisted::Hoisted(const CompileInput& input, std::size_t prelude_end) : m_input(input) {

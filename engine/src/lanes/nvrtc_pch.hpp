@@ -31,7 +31,7 @@
 // something and then include more (CuPy's scipy-style filters: typedefs for the dtypes, then
 // `#include <cupy/cuda_workaround.h>` and its libcu++ headers) would get a PCH of the leading includes
 // only and parse the rest every time. For a compile with PCH, Hoisted moves such a source's text up to
-// its last #include (cache/src/includes/scan.hpp, ScanResult::prelude_end) into an in-memory header of its
+// its last #include (CompileInput::prelude_end, which the include home finds) into an in-memory header of its
 // own, so the PCH covers all of it: the header starts with `#line 1 "<source name>"` and the source becomes
 // `#include "<that header>"`, `#line <next line> "<source name>"`, the rest. That is the same translation
 // unit, with the same __FILE__ and __LINE__ everywhere, so the binary is the one the source as written

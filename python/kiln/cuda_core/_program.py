@@ -12,7 +12,7 @@ from .. import _api, _native, _routing
 from ..errors import CompileError, Error
 from . import _options, _program_cache, _state, _stats
 
-# kiln's CompileError for a header it did not find (cache/src/includes/resolve.cpp: describe_missing_include).
+# kiln's CompileError for a header it did not find (includes/src/compile_log.cpp: describe_missing_include).
 _MISSING_HEADER = "is not among the in-memory headers"
 _NVRTC_ERROR_COMPILATION = 6  # nvrtcResult of a failed nvrtcCompileProgram, as cuda.core's message states it
 _TARGET_TYPES = ("cubin", "ptx", "ltoir")

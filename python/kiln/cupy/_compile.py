@@ -13,7 +13,7 @@ from . import _options, _state, _stats
 # The source name kiln compiles CuPy's code under: it appears in compiler messages and in the key.
 SOURCE_NAME = "cupy_kernel.cu"
 
-# kiln's CompileError for a header it did not find (cache/src/includes/resolve.cpp: describe_missing_include).
+# kiln's CompileError for a header it did not find (includes/src/compile_log.cpp: describe_missing_include).
 _MISSING_HEADER = "is not among the in-memory headers"
 
 # Each fallback reason is warned about once per process.

@@ -63,8 +63,9 @@
 // HTTP: the same KILNOBJ1 frame at object_path()), with a MAC under a label of their own
 // ("kiln-remote-manifest/1": no entry's MAC is valid for a manifest, nor the other way). With a
 // fleet secret a manifest without a valid MAC is refused, deleted and counted (manifest_refused), never
-// handed on; without one, as entries. What a server returns is handed on only when parse_manifest()
-// takes it and it is the manifest of the request key asked for; anything else is refused the same way.
+// handed on; without one, as entries. What a server returns is handed on only when the caller's check
+// (ManifestCheck: the include home parses it) takes it as the manifest of the request key asked for;
+// anything else is refused the same way. To a tier a manifest is otherwise an opaque record.
 // A manifest publish is always written (no HEAD first: a manifest under one name changes as results
 // are added); no lease is taken for a manifest.
 //
@@ -75,6 +76,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -199,10 +201,15 @@ struct RemoteConfig {
 /// std::bad_alloc.
 [[nodiscard]] std::string redact_remote_url(std::string_view url);
 
+/// Why bytes a tier found under a request's manifest name are not that request's manifest (empty: they
+/// are). The manifests' reader supplies it (the include home, which owns their format): to a tier a
+/// manifest is an opaque record. Must not throw.
+using ManifestCheck = std::function<std::string(std::span<const std::byte> bytes)>;
+
 /// What RemoteTier::get_manifest() found.
 struct ManifestFetch {
   enum class Outcome : std::uint8_t {
-    hit,      ///< `bytes` hold a manifest of the request (MAC verified with a secret, parsed, its key checked)
+    hit,      ///< `bytes` hold a manifest of the request (MAC verified with a secret, the caller's check passed)
     miss,     ///< nothing under its name
     refused,  ///< something that is not the request's authentic manifest: deleted where the server allows
     error,    ///< the server failed, or was not asked (breaker open, no libcurl)
@@ -286,9 +293,10 @@ class RemoteTier : public Tier {
   virtual bool remove(const Hash128& key) noexcept = 0;
 
   /// The dependency manifest of the request key (see "Dependency manifests" above): a hit holds bytes
-  /// that parse as the manifest of `request_key`; the caller installs them (with every stat untrusted).
-  /// No lease is taken. Counted in manifest_hits / manifest_misses / manifest_refused. Never throws.
-  [[nodiscard]] virtual ManifestFetch get_manifest(const Hash128& request_key) noexcept = 0;
+  /// that `check` takes as the manifest of `request_key` (anything else is refused); the caller installs
+  /// them (with every stat untrusted). No lease is taken. Counted in manifest_hits / manifest_misses /
+  /// manifest_refused. Never throws.
+  [[nodiscard]] virtual ManifestFetch get_manifest(const Hash128& request_key, const ManifestCheck& check) noexcept = 0;
   /// Queues a manifest's bytes (as recorded locally) for writing under the request key's name. Must not
   /// delay the caller; dropped when the queue is full or the breaker is open. Never throws.
   virtual void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept = 0;

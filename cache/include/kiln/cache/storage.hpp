@@ -14,16 +14,14 @@
 //     and publishes to every tier. A reservation dropped without put() (the compile failed) abandons:
 //     every tier is told (a remote releases its fleet-wide lease) and the local lease is released.
 //
-// Requests that read header files from include folders have a two-level key (dep_manifest.hpp): the
-// request's own key names a dependency manifest, which names the entry's key once the recorded headers
-// are checked by stat. The manifests live beside the local store (<root>/manifests) and follow its mode:
-// a memory-only store keeps none, a read-only one only reads them. The remotes hold them too (packs do
-// not): a manifest recorded here is published to every remote (publish_manifest), and a request whose
-// manifest is not here asks the remotes in order (fetch_manifest); the first authentic one (remote.hpp,
-// "Dependency manifests") is installed when every path it names lies in the request's scope (its include
-// folders, the absolute paths its source includes: ManifestScope) and each header it names has been read
-// and hashed once within bounds (a stat of another machine means nothing here); the digests decide. What
-// it saves is the resolve.
+// Requests that read header files from include folders have a two-level key (the include home's
+// dependency manifests, includes/include/kiln/includes/dep_manifest.hpp). The remotes hold those manifests
+// too (packs do not), and to this front end they are opaque records, bytes under a request key, as entries
+// are bytes under an entry key: publish_manifest() offers a record to every remote, and fetch_manifest()
+// asks the remotes in order and hands the first authentic record to the caller, which checks and installs
+// it (the include home; what it saves is the resolve) and says whether it took it; a record taken is
+// back-filled into the remotes asked before. The manifests' local files, beside the local store, are the
+// include home's.
 //
 // Remote tiers form a chain (KILN_REMOTE_CACHE="redis://...,https://..."), asked in order after the
 // packs. A hit in one is back-filled into every remote before it (publish(), queued) and copied into
@@ -36,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -45,10 +44,10 @@
 #include <variant>
 #include <vector>
 
-#include "kiln/cache/dep_manifest.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/lease.hpp"
+#include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/cache/tier.hpp"
@@ -220,19 +219,15 @@ class Storage {
   /// was removed. Never throws.
   bool remove(const Hash128& key) noexcept;
 
-  /// The dependency manifests of this cache root (two-level keys: dep_manifest.hpp).
-  [[nodiscard]] DependencyManifests& manifests() noexcept { return *m_manifests; }
-  [[nodiscard]] const DependencyManifests& manifests() const noexcept { return *m_manifests; }
-
-  /// A request with no dependency manifest here: asks every remote in order for the manifest of
-  /// `request_key`; the first that answers one (authentic, parsed, the request's) is checked against
-  /// `scope` (what a resolve of the request here could read) and installed into manifests()
-  /// (DependencyManifests::install: refused whole when it names anything else, or when checking it would
-  /// cost too much) and published to the remotes asked before it (back-fill, queued). True when one was
-  /// installed. Asks nothing when the manifests are not writable here (memory-only or read-only: nothing
-  /// could be installed). Never throws.
-  bool fetch_manifest(const Hash128& request_key, std::string_view request_canonical,
-                      const ManifestScope& scope) noexcept;
+  /// What fetch_manifest() hands a record to: checks and installs it, and says why it did not take it
+  /// (empty: taken). Must not throw.
+  using ManifestInstall = std::function<std::string(std::span<const std::byte> bytes)>;
+  /// Asks every remote in order for the dependency manifest record of `request_key` (opaque bytes here);
+  /// the first that answers one (authentic, and the request's by `check`, which each tier applies: what
+  /// fails it is refused there, RemoteTier::get_manifest) is handed to `install`. When it takes it, the
+  /// record is published to the remotes asked before it (back-fill, queued) and the answer is true. Never
+  /// throws.
+  bool fetch_manifest(const Hash128& request_key, const ManifestCheck& check, const ManifestInstall& install) noexcept;
   /// Offers a manifest's bytes, as recorded here, to every remote (queued: the caller does not wait).
   /// Never throws.
   void publish_manifest(const Hash128& request_key, std::span<const std::byte> bytes) noexcept;
@@ -240,11 +235,13 @@ class Storage {
   /// Writes the local entries under `keys` to every configured remote now (RemoteTier::put, not queued:
   /// `kiln prewarm --remote`), each read from the local store with the engine's parser; an entry of a
   /// request with include folders brings its request's dependency manifest (put_manifest, once per
-  /// request), so a node with the same tree hits without resolving. An entry counts as written when every
+  /// request: the bytes `manifest_bytes` gives for the request key, nullopt for none; the manifests' files
+  /// are the include home's), so a node with the same tree hits without resolving. An entry counts as written when every
   /// remote took it. The remotes are opened for this call (as inspect_tiers() opens them: no lease), so
   /// what it writes is not in this storage's remote counters. Throws std::runtime_error when a configured
   /// remote cannot be opened (inspect_tiers() says so before anything is compiled).
-  [[nodiscard]] StoredPublish publish_stored(std::span<const Hash128> keys);
+  using ManifestBytes = std::function<std::optional<std::vector<std::byte>>(const Hash128& request_key)>;
+  [[nodiscard]] StoredPublish publish_stored(std::span<const Hash128> keys, const ManifestBytes& manifest_bytes);
 
   /// Removes the local entry of `key` because its content was refused after it was read (e.g. a
   /// binary the driver rejects); counted as corrupt_removed. Never throws.
@@ -276,7 +273,6 @@ class Storage {
   };
   StorageConfig m_config;
   Store m_local;
-  std::unique_ptr<DependencyManifests> m_manifests;  // follows m_local's mode
   std::vector<TierSlot> m_tiers;       // packs, then the remotes, then any added
   std::vector<RemoteTier*> m_remotes;  // the remotes in m_tiers, in order
   RemoteTier* m_remote = nullptr;      // the first of them, if any

@@ -2,7 +2,7 @@
 // Request logs (KILN_RECORD=FILE): one JSON object per line, one line per distinct request an engine
 // served, so `kiln prewarm --manifest FILE --target NEW` can replay real use for a new GPU, driver or
 // container image. (Users know the file as a "manifest", the name of that flag; in code it is the
-// request log, so as not to be confused with the cache's dependency manifests, kiln/cache/dep_manifest.hpp.)
+// request log, so as not to be confused with the cache's dependency manifests, kiln/includes/dep_manifest.hpp.)
 // (kiln/tooling/: the engine's interface to kiln's own tools; installed, but not part of the stable API.)
 //
 // Line grammar (JSON, one object per line, UTF-8; blank lines are ignored):

@@ -1,16 +1,15 @@
 #pragma once
-// The include home's face to the engine (cache/src/includes/): a request whose compile could open files
-// (include folders, or an include by absolute path or through a macro) has a two-level key. The request
-// key (every input but the headers' bytes) names a dependency manifest; the entry key adds the
-// dependency part, what the compile reads. IncludeFolders settles that part once per request, by stat
-// from the manifest when it still matches, else by resolving every include (resolve.hpp), and records
-// what a resolve read once the entry is found or compiled. With the storage front end (the engine's),
-// manifests travel through its remote tiers: a recorded manifest is published, and a request with no
-// manifest here asks the remotes for one before resolving (Storage::fetch_manifest). The engine builds
-// the keys (make_key) and rethrows an IncludeError as its ConfigError.
+// Private to the include home (includes/src/): the work behind the facade (include_home.hpp, whose
+// IncludeHome holds one of these and the manifests it uses). A request whose compile could open files
+// has a two-level key. The request key (every input but the headers' bytes) names a dependency
+// manifest; the entry key adds the dependency part, what the compile reads. IncludeFolders settles that
+// part once per request, by stat from the manifest when it still matches and its answer is the request
+// keyed with that part (entry_key_hash), else by resolving every include (resolve.hpp), and records what
+// a resolve read once the entry is found or compiled. With the storage front end, manifests travel
+// through its remote tiers as opaque records: a recorded manifest is published, and a request with no
+// manifest here asks the remotes for one before resolving (fetch_remote_manifest, manifest_fetched.hpp).
 #include <cstddef>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,7 +22,7 @@
 #include "conditions.hpp"
 #include "header_files.hpp"
 #include "kiln/base/hash.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/cache/types.hpp"
@@ -34,37 +33,9 @@
 
 namespace kiln::cache::detail {
 
-/// What a request's compile reads, settled.
-struct Settled {
-  std::string dependency_part;  ///< canonical_dependencies of the set: the entry key's last part
-  /// The resolve: what the compiler gets in memory. Null when the manifest settled the part by stat
-  /// (then a compile resolves first).
-  std::shared_ptr<const ResolvedIncludes> includes;
-  bool resolved = false;  ///< a resolve ran for it (not a manifest's answer, nor a set taken from an earlier one)
-};
-
-/// A request as the include home takes it: views into the engine's request, valid during the call.
-struct SettleInput {
-  Hash128 request_hash;                ///< names the request's dependency manifest
-  std::string_view request_canonical;  ///< the request key's bytes
-  std::string_view source_name;
-  std::string_view source_text;
-  std::span<const MemoryHeader> memory_headers;
-  std::span<const std::filesystem::path> folders;  ///< checked, in search order (IncludeFolders::folders)
-  Vendor vendor = Vendor::cuda;
-  std::span<const std::string> retry_names;  ///< headers earlier compiles asked for (IncludeInput::retry_names)
-  /// The request's complete compiler flags: its -D/-U, -std= and -arch= decide the lean walk's macros.
-  std::span<const std::string> flags;
-  std::string_view compiler;  ///< the compiler's identity the request key names ("nvrtc 13.0")
-  /// Resolve every branch (a retry after a lean set's compile asked for a header it did not have).
-  bool full = false;
-  /// settle(): keys the request with a dependency part the manifest names and returns the entry key's
-  /// hash. The manifest's answer is taken only when it is that hash (another format, or not ours, is not).
-  std::function<Hash128(const std::string& dependency_part)> key_with;
-  /// settle(): what resolve_ahead() gave for this request with these flags and this compiler, to take
-  /// when the manifest does not settle it (instead of resolving again).
-  const Settled* ahead = nullptr;
-};
+// The facade's types (include_home.hpp), by their names inside the home.
+using kiln::includes::Settled;
+using kiln::includes::SettleInput;
 
 /// Owned by the engine, one per engine: the header files its resolves read, its resolves (a request
 /// whose resolve would be one made before takes that one, checked by stat: resolved_sets.hpp), and its
@@ -74,12 +45,12 @@ struct SettleInput {
 class IncludeFolders {
  public:
   /// Retries of one request with a header its failed compile asked for (each costs a compiler run).
-  static constexpr std::size_t kMaxRetries = 8;
+  static constexpr std::size_t kMaxRetries = kiln::includes::IncludeHome::kMaxRetries;
 
   /// Manifests of this machine only.
   IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters);
-  /// The storage's manifests, and its remote tiers for them (both borrowed: they outlive this object).
-  IncludeFolders(Storage& storage, AtomicCounters& counters);
+  /// The manifests, and the storage's remote tiers for them (all borrowed: they outlive this object).
+  IncludeFolders(DependencyManifests& manifests, Storage& storage, AtomicCounters& counters);
   IncludeFolders(const IncludeFolders&) = delete;
   IncludeFolders& operator=(const IncludeFolders&) = delete;
 
@@ -91,7 +62,8 @@ class IncludeFolders {
 
   /// Settles which files the request reads: from its dependency manifest when `use_manifest` and every
   /// recorded header still has its stat (or its digest) and every path probed empty is still empty (no
-  /// header is read; `key_with` has keyed the request), else by resolving the includes. With no manifest
+  /// header is read; the answer is taken only when it is entry_key_hash() of the request with the part it
+  /// names), else by resolving the includes. With no manifest
   /// here, the storage's remotes are asked for one first (installed only when it names nothing outside
   /// the request's include folders and absolute includes, after each header it names was read and hashed
   /// once within bounds: not resolved). Throws IncludeError (from a resolve).
@@ -105,11 +77,7 @@ class IncludeFolders {
   /// A retry after a failed compile: the header its log says the compiler could not open (an include
   /// the scan cannot follow, e.g. through a function-like macro), and the request resolved again with
   /// it among the retry names.
-  struct Retry {
-    std::string name;   ///< the header asked for, to add to the retry names; empty for none
-    bool full = false;  ///< the retry resolves every branch (IncludeInput::lean off for this request)
-    Settled settled;
-  };
+  using Retry = kiln::includes::IncludeHome::Retry;
   /// The retry, when the log names a header that this request has not retried yet, fewer than
   /// kMaxRetries were made, and a folder has it (the new resolve read more headers than `resolved`);
   /// else nullopt (the error stands). After a lean set (ResolvedIncludes::lean) whose compile asked for a
@@ -127,8 +95,10 @@ class IncludeFolders {
               const Hash128& entry_hash) noexcept;
 
  private:
-  /// A resolve, counted in `include_resolves` when one ran and `count`.
-  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full, bool count = true);
+  /// A resolve, counted in `include_resolves` when one ran and `count`. `source_scan`: the caller's scan of
+  /// the source (the one a settle or retry makes); null: the resolve makes it.
+  Settled resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full, bool count = true,
+                  const ScanResult* source_scan = nullptr);
   /// The manifest's lookup for the request (said at debug level): the result key, with its dependency
   /// part in `dependency_part`, or nullopt (`looked` says why).
   std::optional<Hash128> look_up(const SettleInput& input, LookupStats& looked, std::string& dependency_part);

@@ -14,8 +14,8 @@ namespace kiln::cache::detail {
 IncludeFolders::IncludeFolders(DependencyManifests& manifests, AtomicCounters& counters)
     : m_manifests(manifests), m_counters(counters), m_lean(lean_from_environment()) {}
 
-IncludeFolders::IncludeFolders(Storage& storage, AtomicCounters& counters)
-    : m_manifests(storage.manifests()), m_storage(&storage), m_counters(counters), m_lean(lean_from_environment()) {}
+IncludeFolders::IncludeFolders(DependencyManifests& manifests, Storage& storage, AtomicCounters& counters)
+    : m_manifests(manifests), m_storage(&storage), m_counters(counters), m_lean(lean_from_environment()) {}
 
 bool IncludeFolders::lean_from_environment() {
   const char* setting = std::getenv("KILN_LEAN_HEADERS");
@@ -59,23 +59,25 @@ namespace {
 /// include folders, or one of the absolute paths its source and in-memory headers include, by name or by
 /// a computed include's guesses (as the resolver makes them), and its retry names. A file such an include
 /// reaches is not in it: a manifest naming one is refused and the request resolves, which is correct.
-ManifestScope scope_of(const SettleInput& input) {
+ManifestScope scope_of(const SettleInput& input, const ScanResult& source_scan) {
   ManifestScope scope;
   for (const std::filesystem::path& folder : input.folders) scope.folders.push_back(folder.string());
   Defines defines;
   add_flag_defines(MacroContext::from_flags(input.flags, input.vendor, input.compiler), defines);
   std::vector<std::string> computed;
-  const auto scan = [&](std::string_view text) {
-    ScanResult scanned;
-    scan_includes(text, scanned);
+  const auto take = [&](const ScanResult& scanned) {
     for (const IncludeRef& ref : scanned.refs) {
       if (!ref.name.empty() && ref.name.front() == '/') scope.files.push_back(normalize(ref.name));
     }
-    for (Define& d : scanned.defines) defines[d.name].push_back({std::move(d.text), d.function_like});
-    for (std::string& operand : scanned.computed) computed.push_back(std::move(operand));
+    for (const Define& d : scanned.defines) defines[d.name].push_back({d.text, d.function_like});
+    for (const std::string& operand : scanned.computed) computed.push_back(operand);
   };
-  scan(input.source_text);
-  for (const MemoryHeader& header : input.memory_headers) scan(header.text);
+  take(source_scan);  // the settle's one scan of the source
+  for (const MemoryHeader& header : input.memory_headers) {
+    ScanResult scanned;
+    scan_includes(header.text, scanned);
+    take(scanned);
+  }
   for (const std::string& operand : computed) {
     for (const Guess& guess : guess_computed(operand, defines)) {
       if (!guess.name.empty() && guess.name.front() == '/') scope.files.push_back(normalize(guess.name));
@@ -90,6 +92,12 @@ ManifestScope scope_of(const SettleInput& input) {
 }  // namespace
 
 Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
+  // The source is scanned once per settle, when first needed (a manifest's answer needs no scan).
+  std::optional<ScanResult> source_scan;
+  const auto scanned = [&]() -> const ScanResult& {
+    if (!source_scan) scan_includes(input.source_text, source_scan.emplace());
+    return *source_scan;
+  };
   if (use_manifest) {
     // The first level: the manifest of the request key names the entry's key when every recorded header
     // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
@@ -102,7 +110,7 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
     // (The scope is made only where a remote may be asked: it scans the request's texts.)
     if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr && !m_storage->remotes().empty() &&
         m_manifests.mode() == StoreMode::read_write &&
-        m_storage->fetch_manifest(input.request_hash, input.request_canonical, scope_of(input))) {
+        m_manifests.fetch(*m_storage, input.request_hash, input.request_canonical, scope_of(input, scanned()))) {
       result = look_up(input, looked, dependency_part);
     }
     if (result) {
@@ -113,7 +121,7 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
       // header bytes that are on this machine now: a set no honest resolve made has no entry (a miss,
       // and the compile resolves first); a set one made is what this request reads. At worst a miss,
       // never a wrong binary.
-      const Hash128 entry = input.key_with(dependency_part);
+      const Hash128 entry = kiln::includes::entry_key_hash(input.request_canonical, dependency_part);
       if (entry == *result) {
         m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
         return Settled{std::move(dependency_part), nullptr};
@@ -127,7 +135,8 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
     if (input.ahead->resolved) m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
     return *input.ahead;
   }
-  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()), input.full);
+  return resolve(input, std::vector<std::string>(input.retry_names.begin(), input.retry_names.end()), input.full,
+                 /*count=*/true, &scanned());
 }
 
 Settled IncludeFolders::resolve_ahead(const SettleInput& input) {
@@ -138,13 +147,17 @@ Settled IncludeFolders::resolve_ahead(const SettleInput& input) {
 std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& input, const ResolvedIncludes& resolved,
                                                            std::string_view compile_log) {
   std::optional<std::string> missing = missing_include_from_log(compile_log);
+  // The retry's one scan of the source: for the lean walk's signature and the resolve.
+  std::optional<ScanResult> source_scan;
+  const auto scanned = [&]() -> const ScanResult& {
+    if (!source_scan) scan_includes(input.source_text, source_scan.emplace());
+    return *source_scan;
+  };
   if (missing && resolved.lean) {
     // The lean set's compile asked for a header: a branch the walk judged untaken was taken (an untaken
     // name), or the header is missing from every branch's set too. Once, with every branch; and the
     // requests with this walk's signature are resolved in full from now on.
     {
-      ScanResult source_scan;
-      scan_includes(input.source_text, source_scan);
       const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
       IncludeInput in{.source_name = input.source_name,
                       .source_text = input.source_text,
@@ -154,7 +167,7 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
                       .retry_names = {input.retry_names.begin(), input.retry_names.end()}};
       in.lean = true;
       in.macros = &macros;
-      const Hash128 signature = ResolvedSets::signature(in, source_scan);
+      const Hash128 signature = ResolvedSets::signature(in, scanned());
       const std::lock_guard lock(m_lean_failed_mutex);
       m_lean_failed.insert(signature);
     }
@@ -165,7 +178,7 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
       name = *missing;
       names.push_back(name);
     }
-    Settled settled = resolve(input, std::move(names), /*full=*/true);
+    Settled settled = resolve(input, std::move(names), /*full=*/true, /*count=*/true, &scanned());
     // A real name that no folder has either: the compiler reached that include through includes the lean
     // set handed over as the full set does (an untaken one would have failed first, and the compilers stop
     // at a header they cannot open), so the full set's compile would fail on it too: the error stands.
@@ -184,7 +197,7 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
   }
   std::vector<std::string> names(input.retry_names.begin(), input.retry_names.end());
   names.push_back(*missing);
-  Settled settled = resolve(input, std::move(names), input.full);
+  Settled settled = resolve(input, std::move(names), input.full, /*count=*/true, &scanned());
   if (settled.includes->dependencies.headers.size() <= resolved.dependencies.headers.size()) {
     return std::nullopt;  // no folder has it (only new absent probes): the error stands
   }
@@ -203,7 +216,7 @@ void IncludeFolders::record(const Hash128& request_hash, std::string_view reques
 }
 
 Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::string> retry_names, bool full,
-                                bool count) {
+                                bool count, const ScanResult* source_scan) {
   IncludeInput in{.source_name = input.source_name,
                   .source_text = input.source_text,
                   .memory_headers = input.memory_headers,
@@ -222,18 +235,21 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
   const auto elapsed_ms = [&started] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   };
-  ScanResult source_scan;
-  scan_includes(input.source_text, source_scan);
-  in.source_scan = &source_scan;
-  Hash128 signature = ResolvedSets::signature(in, source_scan);
+  ScanResult own_scan;
+  if (source_scan == nullptr) {
+    scan_includes(input.source_text, own_scan);
+    source_scan = &own_scan;
+  }
+  in.source_scan = source_scan;
+  Hash128 signature = ResolvedSets::signature(in, *source_scan);
   if (in.lean) {
     const std::lock_guard lock(m_lean_failed_mutex);
     if (m_lean_failed.contains(signature)) in.lean = false;
   }
-  if (!in.lean) signature = ResolvedSets::signature(in, source_scan);
+  if (!in.lean) signature = ResolvedSets::signature(in, *source_scan);
   FileWork checked;
   if (std::optional<ResolvedSets::Set> set = m_sets.find(signature, *in.stat_memo, realtime_now_ns(), checked)) {
-    auto resolved = for_source(*set->resolved, input.source_text, source_scan, checked);
+    auto resolved = for_source(*set->resolved, input.source_text, *source_scan, checked);
     KILN_LOG(debug, "{}: the includes resolved for an earlier request with the same includes still hold ({} header(s), "
              "{} path(s) probed absent; {} stat, {} from the stat memo): taken in {:.3f} ms",
              input.source_name, resolved->dependencies.headers.size(), resolved->dependencies.absent.size(),

@@ -10,11 +10,13 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "header_files.hpp"
+#include "kiln/cache/storage.hpp"
 #include "paths.hpp"
 
 namespace kiln::cache::detail {
@@ -211,3 +213,51 @@ FetchedCheck check_fetched(ManifestView& view, const ManifestScope& scope, const
 }
 
 }  // namespace kiln::cache::detail
+
+namespace kiln::cache {
+
+ManifestConfig manifest_config_of(const Store& local) {
+  ManifestConfig config;
+  const StoreMode mode = local.mode();
+  config.disabled = mode == StoreMode::memory_only;  // a refused or disabled root: no manifests either
+  config.root = config.disabled ? std::filesystem::path() : local.config().root;
+  config.read_only = mode == StoreMode::read_only;
+  return config;
+}
+
+namespace {
+
+/// Why bytes a tier found under the manifest name of `request_key` are not handed on (empty when they are):
+/// parse_manifest()'s checks (bounded before any allocation: the input may be hostile) and its request key.
+/// The tier refuses (deletes and counts) what fails it. Never throws.
+std::string manifest_refusal(std::span<const std::byte> bytes, const Hash128& request_key) noexcept {
+  try {
+    auto parsed = parse_manifest(bytes);
+    if (const auto* error = std::get_if<ContentError>(&parsed)) return "not a dependency manifest: " + error->reason;
+    const Hash128& key = std::get<Manifest>(parsed).request_key;
+    if (key != request_key) return fmt::format("the manifest of another request ({})", key.hex());
+    return {};
+  } catch (...) {  // std::bad_alloc
+    return "cannot parse it (out of memory)";
+  }
+}
+
+}  // namespace
+
+bool DependencyManifests::fetch(Storage& storage, const Hash128& request_key, std::string_view request_canonical,
+                                const ManifestScope& scope) noexcept {
+  // A manifest could not be installed (memory-only or read-only): not worth a round trip per request.
+  if (mode() != StoreMode::read_write) return false;
+  // The tier refuses what does not parse as this request's manifest; the install checks it all again
+  // against the canonical key and the request's scope, and refuses when a manifest was recorded here
+  // meanwhile.
+  try {
+    return storage.fetch_manifest(
+        request_key, [&](std::span<const std::byte> bytes) { return manifest_refusal(bytes, request_key); },
+        [&](std::span<const std::byte> bytes) { return install(request_key, request_canonical, bytes, scope); });
+  } catch (...) {  // std::bad_alloc making the callbacks: the request resolves
+    return false;
+  }
+}
+
+}  // namespace kiln::cache

@@ -90,6 +90,7 @@ namespace kiln::cache {
 namespace detail {
 struct ManifestsAccess;
 }  // namespace detail
+class Storage;
 
 inline constexpr std::uint32_t kManifestFormatVersion = 2;
 inline constexpr std::size_t kManifestFixedBytes = 64;
@@ -285,6 +286,10 @@ struct ScannedManifest {
   bool in_place_of_folder = false;
 };
 
+/// The manifests of the cache root of `local` (the local entry store), in its mode: none for a
+/// memory-only store (a refused or disabled root), read-only for a read-only one.
+[[nodiscard]] ManifestConfig manifest_config_of(const Store& local);
+
 class DependencyManifests {
  public:
   /// `root` empty: memory-only (disabled).
@@ -342,6 +347,14 @@ class DependencyManifests {
   std::string install(const Hash128& request_key, std::string_view request_canonical, std::span<const std::byte> bytes,
                       const ManifestScope& scope) noexcept;
 
+  /// A request with no manifest here: asks `storage`'s remotes in order for one (Storage::fetch_manifest,
+  /// which carries manifests as opaque records) and installs the first authentic one (install(), held to
+  /// `scope`); the remotes asked before it are back-filled. Asks nothing when this instance is not
+  /// read-write (nothing could be installed: not worth a round trip per request). True when one was
+  /// installed. Never throws.
+  bool fetch(Storage& storage, const Hash128& request_key, std::string_view request_canonical,
+             const ManifestScope& scope) noexcept;
+
   /// Manifests from other machines that install() refused for a path outside the request's scope, for
   /// their counts, or for the bytes or time checking them would take.
   [[nodiscard]] std::uint64_t installs_refused() const noexcept;
@@ -375,6 +388,7 @@ class DependencyManifests {
   /// The include resolver's way to this instance's stat memo (kiln's own sources only).
   friend struct detail::ManifestsAccess;
   struct State;
+  struct Lookup;  ///< lookup()'s three steps (manifest_store.cpp)
   ManifestConfig m_config;
   std::unique_ptr<State> m_state;
 };

@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): resolves this process made, reused. The kernels of
+// Private to the include home (includes/src/): resolves this process made, reused. The kernels of
 // one program are distinct sources over one header tree: a runtime prepends the same includes to every
 // kernel it generates (CuPy's four headers, which reach about a thousand files through CCCL), so every
 // request resolves the very same tree. What a resolve finds is decided by its inputs other than the

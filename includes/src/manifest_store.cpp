@@ -319,108 +319,76 @@ std::filesystem::path DependencyManifests::manifest_path(const Hash128& request_
   return m_state->path_of(request_key);
 }
 
-std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, std::string_view request_canonical,
-                                                   LookupStats* stats, std::string* matched) {
-  State& s = *m_state;
-  LookupStats local;
-  LookupStats& out = stats != nullptr ? *stats : local;
-  out = LookupStats{};
-  const StoreMode mode = s.mode.load();
-  if (mode == StoreMode::memory_only) {
-    out.outcome = ManifestOutcome::disabled;
-    return std::nullopt;
-  }
-  try {
-    const std::int64_t now_ns = realtime_now_ns();  // before any header is read (see stat_is_settled)
-    const auto phase_start = std::chrono::steady_clock::now();
-    auto phase = phase_start;
-    const auto lap = [&phase] {  // nanoseconds since the previous lap
-      const auto now = std::chrono::steady_clock::now();
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - phase).count();
-      phase = now;
-      return static_cast<std::uint64_t>(ns);
-    };
-    const std::string path = s.path_of(request_key);
-    const ExpectedRequest expected{request_key, request_canonical};
-    const bool memo_on = m_config.stat_memo.count() > 0;
+/// One lookup, in three steps: read (the file, or first its head while a set checked moments ago may answer
+/// from it), check (each result against the file system, newest first, until one matches) and write back
+/// (refreshed stats rewritten, the outcome said, the bytes handed to the stat memo or back to the buffers).
+struct DependencyManifests::Lookup {
+  Lookup(DependencyManifests& manifests, const Hash128& request_key, std::string_view request_canonical,
+         StoreMode mode_in, LookupStats& out_in)
+      : s(*manifests.m_state),
+        config(manifests.m_config),
+        out(out_in),
+        mode(mode_in),
+        path(s.path_of(request_key)),
+        expected{request_key, request_canonical},
+        memo_on(config.stat_memo.count() > 0) {}
+
+  /// Step one. True when the lookup ends here, with `from_head` (a hit from the head alone) or without (no
+  /// manifest, an I/O or content error: `out` says); else the manifest is parsed into `view`.
+  bool read(std::optional<Hash128>& from_head, std::string* matched) {
     // While this instance holds sets checked moments ago, the head comes first: a result whose set is
     // one of them is the answer without reading the rest (see the grammar's notes).
     const bool head_first = memo_on && s.validated.any();
-    RawManifest raw = read_raw(path, m_config.limits, &s.buffers, head_first ? kHeadRead : 0);
+    raw = read_raw(path, config.limits, &s.buffers, head_first ? kHeadRead : 0);
     out.read_ns = lap();
     out.manifest_bytes = raw.size;
-    const auto done_reading = [&] { out.bytes_read = raw.have; };
-    const auto io_error = [&] {  // an I/O error must never delete a manifest: a transient EIO would destroy a valid one
-      out.outcome = ManifestOutcome::io_error;
-      out.detail = fmt::format("{}: {}", path, raw.error);
-      done_reading();
-      return std::nullopt;
-    };
-    const auto content_error = [&](const std::string& reason) {
-      out.detail = fmt::format("{}: {}", path, reason);
-      done_reading();
-      if (mode == StoreMode::read_write && raw.have_st && detail::unlink_if_same(path, raw.st)) {
-        s.warn_damage(fmt::format("removed a damaged dependency manifest: {}", out.detail));
-        out.outcome = ManifestOutcome::corrupt_removed;
-      } else {
-        out.outcome = ManifestOutcome::corrupt;
-      }
-      return std::nullopt;
-    };
     if (raw.kind == RawManifest::Kind::absent) {
       out.outcome = ManifestOutcome::no_manifest;
-      return std::nullopt;
+      return true;
     }
     if (raw.kind == RawManifest::Kind::io_error) return io_error();
     if (raw.kind == RawManifest::Kind::content_error) return content_error(raw.error);
     if (raw.have < raw.size) {
-      auto fixed = check_fixed(raw.bytes.get(), raw.size, m_config.limits);  // (kHeadRead > the fixed part)
+      auto fixed = check_fixed(raw.bytes.get(), raw.size, config.limits);  // (kHeadRead > the fixed part)
       if (auto* error = std::get_if<ContentError>(&fixed)) return content_error(error->reason);
-      if (!read_more(raw, std::get<Fixed>(fixed).head_size())) {
-        return raw.kind == RawManifest::Kind::io_error ? io_error() : content_error(raw.error);
-      }
+      if (!read_more(raw, std::get<Fixed>(fixed).head_size())) return read_error();
       auto head = parse_head(raw.span(), std::get<Fixed>(fixed), &expected);
       if (auto* error = std::get_if<ContentError>(&head)) return content_error(error->reason);
       for (const auto& [key, summary] : std::get<HeadView>(head).results) {
         ++out.results_checked;
         std::string set = canonical_dependencies(summary);
-        if (s.validated.fresh(set, now_ns, m_config.stat_memo)) {
+        if (s.validated.fresh(set, now_ns, config.stat_memo)) {
           ++out.validated_hits;
           out.parse_ns = lap();
           out.outcome = ManifestOutcome::hit;
-          done_reading();
+          out.bytes_read = raw.have;
           if (matched != nullptr) *matched = std::move(set);
           s.buffers.give({std::move(raw.bytes), raw.capacity});
-          return key;
+          from_head = key;
+          return true;
         }
       }
       out.results_checked = 0;  // checked again below, with the rest
-      if (!read_more(raw, raw.size)) return raw.kind == RawManifest::Kind::io_error ? io_error() : content_error(raw.error);
+      if (!read_more(raw, raw.size)) return read_error();
     }
-    done_reading();
-    std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), m_config.limits, &expected);
+    out.bytes_read = raw.have;
+    std::variant<ManifestView, ContentError> parsed = parse_view(raw.span(), config.limits, &expected);
     out.parse_ns = lap();
     if (auto* error = std::get_if<ContentError>(&parsed)) return content_error(error->reason);
-    ManifestView& view = std::get<ManifestView>(parsed);
+    view = std::move(std::get<ManifestView>(parsed));
+    return false;
+  }
+
+  /// Step two: the results of `view`, newest first, each taken whole when its set was checked moments ago,
+  /// else checked against the file system (Checker); the first that matches is the answer.
+  void check() {
     // This instance's first lookup stats everything itself and hands its probes to the memo at the end.
-    const bool first = memo_on && s.stat_memo.first_lookup();
-    // Built only when a result needs its paths checked (its probe table has a slot per path).
-    std::optional<Checker> checker_slot;
-    const auto checker = [&]() -> Checker& {
-      if (!checker_slot) {
-        checker_slot.emplace(view, m_config.limits, now_ns, m_config.trust_window,
-                             memo_on && !first ? &s.stat_memo : nullptr, m_config.stat_threads);
-      }
-      return *checker_slot;
-    };
-    std::optional<Hash128> answer;
-    std::string answer_set;  // canonical_dependencies of the answer
-    std::vector<std::pair<Hash128, Mismatch>> misses;
+    first = memo_on && s.stat_memo.first_lookup();
     for (std::size_t i = 0; i < view.results.size(); ++i) {
       const ResultRefs& result = view.results[i];
       ++out.results_checked;
       std::string set = canonical_dependencies(view.summaries[i]);
-      if (memo_on && s.validated.fresh(set, now_ns, m_config.stat_memo)) {
+      if (memo_on && s.validated.fresh(set, now_ns, config.stat_memo)) {
         ++out.validated_hits;
         answer = result.key;
         answer_set = std::move(set);
@@ -448,7 +416,11 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       out.reads = checker_slot->reads;
       out.bytes_hashed = checker_slot->bytes_hashed;
     }
-    // Refreshed stats are written back (hit or miss), so the next lookup trusts them without reading.
+  }
+
+  /// Step three: refreshed stats written back (hit or miss, so the next lookup trusts them without
+  /// reading), the outcome said, and the bytes handed on. Returns the answer.
+  std::optional<Hash128> write_back(std::string* matched) {
     if (checker_slot && !checker_slot->refreshes.empty()) {
       for (const Checker::Refresh& refresh : checker_slot->refreshes) {
         FileInfo& info = view.files[refresh.file];
@@ -487,6 +459,79 @@ std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, s
       s.buffers.give({std::move(raw.bytes), raw.capacity});  // (the view is not used past here)
     }
     return answer;
+  }
+
+ private:
+  /// Nanoseconds since the previous lap.
+  std::uint64_t lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - phase).count();
+    phase = now;
+    return static_cast<std::uint64_t>(ns);
+  }
+  /// An I/O error must never delete a manifest: a transient EIO would destroy a valid one.
+  bool io_error() {
+    out.outcome = ManifestOutcome::io_error;
+    out.detail = fmt::format("{}: {}", path, raw.error);
+    out.bytes_read = raw.have;
+    return true;
+  }
+  bool content_error(const std::string& reason) {
+    out.detail = fmt::format("{}: {}", path, reason);
+    out.bytes_read = raw.have;
+    if (mode == StoreMode::read_write && raw.have_st && detail::unlink_if_same(path, raw.st)) {
+      s.warn_damage(fmt::format("removed a damaged dependency manifest: {}", out.detail));
+      out.outcome = ManifestOutcome::corrupt_removed;
+    } else {
+      out.outcome = ManifestOutcome::corrupt;
+    }
+    return true;
+  }
+  /// read_more() failed.
+  bool read_error() { return raw.kind == RawManifest::Kind::io_error ? io_error() : content_error(raw.error); }
+  /// Built only when a result needs its paths checked (its probe table has a slot per path).
+  Checker& checker() {
+    if (!checker_slot) {
+      checker_slot.emplace(view, config.limits, now_ns, config.trust_window,
+                           memo_on && !first ? &s.stat_memo : nullptr, config.stat_threads);
+    }
+    return *checker_slot;
+  }
+
+  State& s;
+  const ManifestConfig& config;
+  LookupStats& out;
+  const StoreMode mode;
+  const std::string path;
+  const ExpectedRequest expected;
+  const bool memo_on;
+  const std::int64_t now_ns = realtime_now_ns();  // before any header is read (see stat_is_settled)
+  std::chrono::steady_clock::time_point phase = std::chrono::steady_clock::now();
+  RawManifest raw;
+  ManifestView view;
+  bool first = false;  ///< this instance's first lookup (check)
+  std::optional<Checker> checker_slot;
+  std::optional<Hash128> answer;
+  std::string answer_set;  ///< canonical_dependencies of the answer
+  std::vector<std::pair<Hash128, Mismatch>> misses;
+};
+
+std::optional<Hash128> DependencyManifests::lookup(const Hash128& request_key, std::string_view request_canonical,
+                                                   LookupStats* stats, std::string* matched) {
+  LookupStats local;
+  LookupStats& out = stats != nullptr ? *stats : local;
+  out = LookupStats{};
+  const StoreMode mode = m_state->mode.load();
+  if (mode == StoreMode::memory_only) {
+    out.outcome = ManifestOutcome::disabled;
+    return std::nullopt;
+  }
+  try {
+    Lookup lookup(*this, request_key, request_canonical, mode, out);
+    std::optional<Hash128> answer;
+    if (lookup.read(answer, matched)) return answer;
+    lookup.check();
+    return lookup.write_back(matched);
   } catch (const std::exception& error) {
     out.outcome = ManifestOutcome::io_error;
     try {

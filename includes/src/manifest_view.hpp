@@ -1,6 +1,6 @@
 #pragma once
 // A dependency manifest as parsed: views into the bytes it was read from. The one parser and the one
-// serializer (manifest_format.cpp, the grammar in kiln/cache/dep_manifest.hpp) work on this form; the
+// serializer (manifest_format.cpp, the grammar in kiln/includes/dep_manifest.hpp) work on this form; the
 // checker (manifest_check.hpp) and the manifest files (manifest_store.cpp, manifest_read.cpp) use it.
 #include <cstdint>
 #include <optional>
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 
 namespace kiln::cache::detail {
 

@@ -1,4 +1,4 @@
-// The dependency manifest's format (the grammar in kiln/cache/dep_manifest.hpp): the one parser and
+// The dependency manifest's format (the grammar in kiln/includes/dep_manifest.hpp): the one parser and
 // the one serializer, and the public parse/serialize/render functions built on them.
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "kiln/base/xxh3.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "le_bytes.hpp"
 #include "manifest_view.hpp"
@@ -16,7 +16,7 @@
 namespace kiln::cache::detail {
 namespace {
 
-// Offsets of the fixed part (the grammar in kiln/cache/dep_manifest.hpp).
+// Offsets of the fixed part (the grammar in kiln/includes/dep_manifest.hpp).
 namespace field {
 constexpr std::size_t magic = 0;
 constexpr std::size_t format_version = 8;

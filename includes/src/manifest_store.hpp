@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): what the two halves of DependencyManifests share.
+// Private to the include home (includes/src/): what the two halves of DependencyManifests share.
 // manifest_store.cpp holds the instance (its mode, warnings and publishing), the lookups and the
 // recording; manifest_read.cpp reads manifest files (raw, for both) and answers the read-only queries
 // (recorded, explain, scan, read_file) and the removals.
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "manifest_check.hpp"
 #include "posix_util.hpp"
 #include "sharded_dir.hpp"

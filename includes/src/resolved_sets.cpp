@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "paths.hpp"
 #include "stat_memo.hpp"
 
@@ -153,6 +153,7 @@ std::shared_ptr<const ResolvedIncludes> for_source(const ResolvedIncludes& set, 
   out->dependencies = set.dependencies;
   out->compiler_headers = set.compiler_headers;
   out->compiler_source = rewrite_source(text, scan, set.source_links);
+  out->prelude_end = rewritten_prelude_end(text, scan, set.source_links, out->compiler_source);
   out->source_links = set.source_links;
   out->unresolved = set.unresolved;
   out->computed = set.computed;

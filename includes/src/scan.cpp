@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 
 namespace kiln::cache::detail {
@@ -534,7 +535,14 @@ void mark_inert_groups(ScanResult& found) {
 
 }  // namespace
 
+namespace {
+std::atomic<std::uint64_t> g_scans{0};
+}  // namespace
+
+std::uint64_t scans_made() noexcept { return g_scans.load(std::memory_order_relaxed); }
+
 void scan_includes(std::string_view text, ScanResult& found) {
+  g_scans.fetch_add(1, std::memory_order_relaxed);
   Scanner(text).run(found);
   mark_inert_groups(found);
 }

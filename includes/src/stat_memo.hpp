@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): the stat memo, what this process learned by stat(2)
+// Private to the include home (includes/src/): the stat memo, what this process learned by stat(2)
 // about header paths, places probed empty and include folders. One memo per DependencyManifests, shared
 // by its lookups (manifest_check.hpp) and by the include resolver (resolve.hpp): a burst of lookups and
 // of cold compiles over one tree stats each path once per ManifestConfig::stat_memo, and each side

@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): the check of a dependency manifest that came from
+// Private to the include home (includes/src/): the check of a dependency manifest that came from
 // another machine, before DependencyManifests::install() writes it here (dep_manifest.hpp, ManifestScope
 // and FetchedLimits). Such a manifest is untrusted: whatever it names this node stats, reads and hashes,
 // and the result key it then asks a remote for depends on the digests it found. So the check first holds
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "manifest_view.hpp"
 
 namespace kiln::cache::detail {

@@ -14,14 +14,14 @@
 #include <system_error>
 #include <unordered_map>
 
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "paths.hpp"
 #include "posix_util.hpp"
 #include "stat_memo.hpp"
 
 namespace kiln::cache {
 
-// ---- file identity (declared in kiln/cache/dep_manifest.hpp) -----------------------------------------------
+// ---- file identity (declared in kiln/includes/dep_manifest.hpp) -----------------------------------------------
 
 FileStat to_file_stat(const struct ::stat& st) noexcept {
   FileStat out;

@@ -1,20 +1,17 @@
 #pragma once
-// Private to the include home (cache/src/includes/): include paths as kiln records them, and the error
+// Private to the include home (includes/src/): include paths as kiln records them, and the error
 // the home throws. A path is kept as the folders and includes spell it, folded lexically ("a/../b" is
 // "b"), never through symlinks: toolkits are full of symlinked folders, and a re-pointed link must show
 // up as a different path, not be hidden.
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "kiln/includes/include_home.hpp"
+
 namespace kiln::cache::detail {
 
-/// A folder or header the include home cannot use (a folder that does not exist, a header too large or
-/// unreadable, a toolkit without its headers). The engine reports it as a ConfigError with this message.
-class IncludeError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+/// The home's error (include_home.hpp), by its name inside the home.
+using kiln::includes::IncludeError;
 
 /// Whether `path` is already lexically normal: no empty part, no "." or ".." part, no trailing '/'
 /// (conservative: a part that merely starts with '.' takes the slow way too). Most include paths are.

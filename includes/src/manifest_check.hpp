@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): checking a manifest's results against the file
+// Private to the include home (includes/src/): checking a manifest's results against the file
 // system (the lookups of manifest_store.cpp, explain() in manifest_read.cpp): each path is stat'ed (and a
 // header re-read, by read_header_file) at most once per lookup, large results on several threads; what
 // one lookup learned serves the next ones of the same DependencyManifests for a while (the stat memo,

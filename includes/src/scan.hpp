@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): finding the includes of a text without
+// Private to the include home (includes/src/): finding the includes of a text without
 // preprocessing it. Every branch is scanned (#if 0 and #ifdef _WIN32 included), so the set is a
 // superset of what the compiler reads. __has_include operands count as includes (a header the compiler
 // did not get would flip the answer). A computed include (#include MACRO) cannot be rewritten; the scan
@@ -87,6 +87,10 @@ struct ScanResult {
 /// Line splices (backslash-newline) are transparent everywhere except inside raw strings, as in the
 /// language.
 void scan_includes(std::string_view text, ScanResult& found);
+
+/// How many texts scan_includes() has scanned in this process (a debug counter, relaxed: the tests count
+/// the scans a settle makes, one of the source per resolve).
+[[nodiscard]] std::uint64_t scans_made() noexcept;
 
 /// Every definition seen for a macro name, in the order seen (any branch, never undone). A function-like
 /// one's text starts with its parameter list, as Define::text.

@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): the macro state of the lean walk (resolve.cpp; the
+// Private to the include home (includes/src/): the macro state of the lean walk (resolve.cpp; the
 // state and #if evaluation in conditions.cpp, the context a compile starts with in predefined.cpp),
 // which hands the compiler the headers a compile can read rather than every branch's. It evaluates
 // #if/#ifdef/#ifndef/#elif with what it knows for certain: the request's -D/-U, the #define/#undef of

@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): kiln resolves #include itself. NVRTC has no
+// Private to the include home (includes/src/): kiln resolves #include itself. NVRTC has no
 // dependency output and a compile that fails on a missing header costs a whole compiler run, so kiln
 // scans the source and every header it reaches (scan.hpp), finds each included file in the in-memory
 // headers or the include folders, and hands the compiler only in-memory headers. It therefore knows
@@ -18,7 +18,7 @@
 
 #include "conditions.hpp"
 #include "header_files.hpp"
-#include "kiln/cache/dep_manifest.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "kiln/cache/dependencies.hpp"
 #include "kiln/cache/types.hpp"
 #include "paths.hpp"
@@ -26,12 +26,10 @@
 
 namespace kiln::cache::detail {
 
-/// A header handed to the compiler in memory (the user's, kiln's embedded ones), as the resolver reads
-/// it: views into the caller's header.
-struct MemoryHeader {
-  std::string_view name;
-  std::string_view text;
-};
+// The facade's types (include_home.hpp), by their names inside the home.
+using kiln::includes::CompilerHeader;
+using kiln::includes::MemoryHeader;
+using kiln::includes::ResolvedIncludes;
 
 struct IncludeInput {
   std::string_view source_name;
@@ -73,16 +71,12 @@ inline constexpr std::string_view kUntakenPrefix = "kiln-untaken/";
 /// Whether a name a failed compile asked for is one the lean walk left behind.
 [[nodiscard]] inline bool untaken_include_name(std::string_view name) { return name.starts_with(kUntakenPrefix); }
 
-/// A header as the compiler gets it. Its text is shared: a file's rewritten text stays with the file in
-/// the HeaderFileCache and serves every later resolve that rewrites it the same way, so a burst of
-/// compiles over one tree does not copy the tree's bytes again for each kernel.
-struct CompilerHeader {
-  std::string name;
-  std::string_view text;                        ///< all of *storage (so NUL-terminated)
-  std::shared_ptr<const std::string> storage;
-};
+}  // namespace kiln::cache::detail
 
-struct ResolvedIncludes {
+// Declared by the facade (include_home.hpp), which hands it to the engine opaque.
+struct kiln::includes::ResolvedIncludes {
+  using FileWork = cache::detail::FileWork;
+  using DependencySet = cache::DependencySet;
   /// The files read from the folders, in the order they were first reached, and the paths probed
   /// and found without a regular file in places searched before a match (or, for an include that
   /// matched nothing, every place searched).
@@ -121,7 +115,12 @@ struct ResolvedIncludes {
   /// read-ahead was reading and reading files itself; and the files the read-ahead read for it.
   std::chrono::nanoseconds walk_time{}, rewrite_time{}, walk_wait_time{}, walk_read_time{};
   std::uint32_t read_ahead = 0;
+  /// Where the prelude of compiler_source ends (CompilerView::prelude_end), found from the source's scan
+  /// rather than by scanning the rewritten text again (rewritten_prelude_end).
+  std::size_t prelude_end = 0;
 };
+
+namespace kiln::cache::detail {
 
 /// Resolves every include of the source and of the memory headers, transitively. Each file is opened
 /// and read once. Throws IncludeError for a folder that does not exist or is not a folder, a header
@@ -134,6 +133,13 @@ struct ResolvedIncludes {
 /// its number. Throws std::out_of_range for a link past the scan's includes.
 [[nodiscard]] std::string rewrite_source(std::string_view text, const ScanResult& scan,
                                          std::span<const std::pair<std::size_t, std::string>> links);
+
+/// Where the prelude of `text` (scan.prelude_end) ends once rewritten by `links` into `rewritten`
+/// (rewrite_source's edits): the place a scan of `rewritten` finds, found without that scan (the edits before
+/// it shift it) unless an #include_next is rewritten. ResolvedIncludes::prelude_end.
+[[nodiscard]] std::size_t rewritten_prelude_end(std::string_view text, const ScanResult& scan,
+                                                std::span<const std::pair<std::size_t, std::string>> links,
+                                                std::string_view rewritten);
 
 /// The folders as absolute, lexically normal paths, in the same order. Throws IncludeError for a folder
 /// that is empty, does not exist or is not a folder (one stat each).
@@ -157,19 +163,9 @@ void add_flag_defines(const MacroContext& macros, Defines& defines);
 [[nodiscard]] IncludeError absolute_include_for_hip(std::string_view where, std::string_view operand,
                                                     std::string_view name);
 
-/// The header a failed compile could not open, from its log: NVRTC's `cannot open source file "x"`
-/// (or `could not open ...`), clang's (HIPRTC's) `'x' file not found`. nullopt when the log has none.
-[[nodiscard]] std::optional<std::string> missing_include_from_log(std::string_view log);
-
-/// A sentence for a CompileError about a header that was not found: where kiln looked.
-[[nodiscard]] std::string describe_missing_include(std::string_view name,
-                                                   std::span<const std::filesystem::path> folders);
-
-/// `log` with each line the compiler echoes from a source or header that is an #include directive shown as
-/// the file has it ("self.h") instead of as kiln rewrote it ("/abs/inc/self.h"): the compiler quotes the text
-/// it was given, which is not what the user reads in their file. NVRTC's `<file>(<line>): ...` locations
-/// name the line: the source's from `source_text`, a header's (handed under its path) from its file.
-[[nodiscard]] std::string restore_include_spellings(std::string log, std::string_view source_name,
-                                                    std::string_view source_text);
+/// The compiler's log read back (compile_log.cpp; declared by the facade).
+using kiln::includes::describe_missing_include;
+using kiln::includes::missing_include_from_log;
+using kiln::includes::restore_include_spellings;
 
 }  // namespace kiln::cache::detail

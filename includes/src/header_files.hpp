@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): reading header files. One function reads a header
+// Private to the include home (includes/src/): reading header files. One function reads a header
 // and says what its bytes and stat are worth (read_header_file): the include resolver reads every header
 // through it, and the manifest checker re-reads a header whose stat changed through it, so both judge a
 // header by one rule, with one trust window (ManifestConfig::trust_window). The resolver's files stay

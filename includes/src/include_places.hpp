@@ -1,5 +1,5 @@
 #pragma once
-// Private to the include home (cache/src/includes/): the order in which an include searches its places.
+// Private to the include home (includes/src/): the order in which an include searches its places.
 // One definition for the resolver, which stops at the first place holding a header, and for the
 // read-ahead that reads its files before the resolver asks (header_files.hpp), which must search alike.
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "resolve.hpp"
 
-namespace kiln::cache::detail {
+namespace kiln::includes {
 namespace {
 
 constexpr std::size_t npos = std::string_view::npos;
@@ -144,4 +144,4 @@ std::string restore_include_spellings(std::string log, std::string_view source_n
   return out;
 }
 
-}  // namespace kiln::cache::detail
+}  // namespace kiln::includes
