@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "kiln/engine.hpp"
+#include "kiln/launch.hpp"
 
 namespace kiln::amdgpu {
 

@@ -78,12 +78,6 @@ struct CacheState {
 /// that expression; otherwise it is a plain (extern "C") name.
 [[nodiscard]] bool is_name_expression(std::string_view name) noexcept;
 
-/// A kernel parameter as the binary declares it.
-struct ParamInfo {
-  std::size_t offset = 0;
-  std::size_t size = 0;
-};
-
 /// A launchable kernel on one device. Cheap to copy; keeps its module alive.
 class Kernel {
  public:

@@ -25,6 +25,13 @@ struct LaunchConfig {
   StreamHandle stream = nullptr;
 };
 
+/// A kernel parameter as the binary declares it: what a packed launch is checked against. Here, not in
+/// engine.hpp, so the lanes that read it from a binary need no engine header.
+struct ParamInfo {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
 /// Kernel arguments packed with natural alignment, as the kernel's parameter buffer expects them.
 /// Records each argument's size and offset so a launch can be checked against the binary.
 class ArgPack {

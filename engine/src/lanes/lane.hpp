@@ -18,7 +18,6 @@
 
 #include "kiln/cache/entry.hpp"
 #include "kiln/device.hpp"
-#include "kiln/engine.hpp"
 #include "kiln/launch.hpp"
 #include "kiln/source.hpp"
 
