@@ -28,7 +28,11 @@ fi
 werror=OFF
 [[ "${CI:-}" == true ]] && werror=ON
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# ccache caches a file compiled with a precompiled header (the tests' and the CLI's) only when told that the header's
+# macros and __TIME__ may be trusted (ccache's "Precompiled headers" rules); the launcher carries that setting, so
+# that a plain `cmake --build` gets it too.
+ccache_launcher="env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache"
+command -v ccache >/dev/null && launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$ccache_launcher" "-DCMAKE_C_COMPILER_LAUNCHER=$ccache_launcher")
 cmake -S "$root" -B "$build" -DKILN_WERROR="$werror" "${launcher[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
 lanes=$(sed -nE 's/^KILN_(CUDA|HIP)_INCLUDE:PATH=(.+)$/\1 headers \2/p' "$build/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND | tr '\n' ';' | sed 's/;$//; s/;/; /g' || true)
 echo "kiln setup: configured $build (${lanes:-no vendor headers found: both lanes compiled out})"

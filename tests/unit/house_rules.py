@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""The rules of kiln's house, checked on the source tree (ctest `house_rules`, label unit).
+
+ARCHITECTURE.md states them; this test is what keeps them true. Each rule names the libraries by folder:
+
+  size        a .cpp over 800 lines or a header over 450 in base/ cache/ includes/ engine/ tools/
+              (the public C header engine/include/kiln/kiln.h aside: one stable header is the C API's contract)
+  facade      engine/ includes another library's private header (anything under <library>/src/), other than
+              the include home's one public header (includes/include/)
+  lanes       a lane (engine/src/lanes/) includes another library's private header or the include facade, or
+              reaches back up to the engine's front (kiln/engine.hpp)
+  layers      cache/ (or base/) includes anything of the include home (includes/)
+  tiers       tools/ opens remote tiers itself (calls open_remote or includes a cache/src/ header)
+
+Usage: house_rules.py [SOURCE_ROOT]   check a tree (default: the repository this file is in), after the self-test
+       house_rules.py --self-test      only the self-test: a scratch tree that breaks each rule once must have each
+                                       breach caught, and the same tree keeping them must pass
+Exit status 0 when the rules hold, 1 with one line per breach otherwise.
+"""
+import os
+import re
+import sys
+import tempfile
+
+LIBRARIES = ("base", "cache", "includes", "engine", "tools")
+CPP_LIMIT, HEADER_LIMIT = 800, 450
+SIZE_EXEMPT = {"engine/include/kiln/kiln.h"}
+SOURCE_SUFFIXES = (".cpp", ".cc", ".c")
+HEADER_SUFFIXES = (".hpp", ".h")
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+
+
+def files_of(root):
+    """Every source and header file of the house's libraries, as paths relative to root."""
+    out = []
+    for lib in LIBRARIES:
+        for dirpath, dirnames, names in os.walk(os.path.join(root, lib)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(names):
+                if name.endswith(SOURCE_SUFFIXES + HEADER_SUFFIXES):
+                    out.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+def header_index(paths):
+    """Maps every suffix of every header path (a/b/c.hpp -> c.hpp, b/c.hpp, a/b/c.hpp) to the headers ending so."""
+    index = {}
+    for path in paths:
+        if path.endswith(HEADER_SUFFIXES):
+            parts = path.split("/")
+            for i in range(len(parts)):
+                index.setdefault("/".join(parts[i:]), []).append(path)
+    return index
+
+
+def resolve(including, name, index):
+    """The house header an #include names: first beside the including file (as the compiler looks for a quoted
+    name), else every header whose path ends with the name. System and third-party headers give []."""
+    beside = os.path.normpath(os.path.join(os.path.dirname(including), name))
+    if beside in index.get(os.path.basename(name), []):
+        return [beside]
+    return index.get(name, [])
+
+
+def library_of(path):
+    return path.split("/", 1)[0]
+
+
+def is_private(path):
+    """A library's private part: everything under <library>/src/ (its public door is <library>/include/)."""
+    return path.split("/")[1:2] == ["src"]
+
+
+def check(root):
+    paths = files_of(root)
+    index = header_index(paths)
+    breaches = []
+    for path in paths:
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        lib = library_of(path)
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        limit = HEADER_LIMIT if path.endswith(HEADER_SUFFIXES) else CPP_LIMIT
+        if path not in SIZE_EXEMPT and lines > limit:
+            breaches.append(f"size: {path} has {lines} lines, over the {limit} a "
+                            f"{'header' if limit == HEADER_LIMIT else '.cpp'} may have: split it")
+        in_lane = path.startswith("engine/src/lanes/")
+        for name in INCLUDE_RE.findall(text):
+            for target in resolve(path, name, index):
+                tlib = library_of(target)
+                if tlib == lib:
+                    if in_lane and target == "engine/include/kiln/engine.hpp":
+                        breaches.append(f"lanes: {path} includes {name}: a lane must not reach back up to the "
+                                        f"engine's front; the types it needs live in kiln/device.hpp or kiln/launch.hpp")
+                    continue
+                if lib == "engine" and in_lane and (is_private(target) or tlib == "includes"):
+                    breaches.append(f"lanes: {path} includes {name} ({target}): a lane sees no other library's "
+                                    f"private headers, the include facade neither")
+                elif lib == "engine" and is_private(target):
+                    breaches.append(f"facade: {path} includes {name} ({target}), a private header of {tlib}/: "
+                                    f"the engine goes through public headers, and into the include home only "
+                                    f"through its facade (includes/include/)")
+                elif lib in ("cache", "base") and tlib == "includes":
+                    breaches.append(f"layers: {path} includes {name} ({target}): {lib}/ sits below the include "
+                                    f"home, so no arrow runs from it into includes/")
+                elif lib == "tools" and tlib == "cache" and is_private(target):
+                    breaches.append(f"tiers: {path} includes {name} ({target}): tools/ reaches the cache and its "
+                                    f"remote tiers through the engine's facade")
+        if lib == "tools" and re.search(r"\bopen_remote\s*\(", text):
+            breaches.append(f"tiers: {path} calls open_remote: tools/ does not open remote tiers itself; the "
+                            f"storage layer does, through the engine's facade")
+    return breaches
+
+
+def self_test():
+    """Each rule, broken once in a scratch tree, is caught; the same tree without the breaches passes."""
+    good = {
+        "base/include/kiln/base/log.hpp": "#pragma once\n",
+        "cache/include/kiln/cache/storage.hpp": '#pragma once\n#include "kiln/base/log.hpp"\n',
+        "cache/src/remote/remote_tier.hpp": "#pragma once\n",
+        "cache/src/storage.cpp": '#include "kiln/cache/storage.hpp"\n#include "remote/remote_tier.hpp"\n',
+        "includes/include/kiln/includes/include_home.hpp": '#pragma once\n#include "kiln/cache/storage.hpp"\n',
+        "includes/src/scan.hpp": "#pragma once\n",
+        "includes/src/scan.cpp": '#include "scan.hpp"\n',
+        "engine/include/kiln/engine.hpp": "#pragma once\n#include <vector>\n",
+        "engine/include/kiln/device.hpp": "#pragma once\n",
+        "engine/src/engine.cpp": '#include "kiln/engine.hpp"\n#include "kiln/includes/include_home.hpp"\n'
+                                 '#include "kiln/cache/storage.hpp"\n',
+        "engine/src/lanes/nvrtc.cpp": '#include "kiln/device.hpp"\n#include <cuda.h>\n',
+        "engine/include/kiln/kiln.h": "int x;\n" * 900,
+        "tools/main.cpp": '#include "kiln/engine.hpp"\nint open_remote_count = 0;\n',
+    }
+    bad = {
+        "size": ("engine/src/big.cpp", "int x;\n" * 801),
+        "size ": ("cache/src/big.hpp", "int x;\n" * 451),
+        "facade": ("engine/src/request.cpp", '#include "scan.hpp"\n'),
+        "facade ": ("engine/src/storage_use.cpp", '#include "remote/remote_tier.hpp"\n'),
+        "lanes": ("engine/src/lanes/hiprtc.cpp", '#include "kiln/includes/include_home.hpp"\n'),
+        "lanes ": ("engine/src/lanes/lane.hpp", '#pragma once\n#include "kiln/engine.hpp"\n'),
+        "layers": ("cache/src/manifests.cpp", '#include "kiln/includes/include_home.hpp"\n'),
+        "tiers": ("tools/tiers.cpp", "void f() { auto t = open_remote (url); }\n"),
+        "tiers ": ("tools/prewarm.cpp", '#include "remote/remote_tier.hpp"\n'),
+    }
+
+    def write(root, files):
+        for rel, text in files.items():
+            full = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "w") as f:
+                f.write(text)
+
+    failures = []
+    with tempfile.TemporaryDirectory() as root:
+        write(root, good)
+        found = check(root)
+        if found:
+            failures.append(f"a tree keeping every rule was refused: {found}")
+    for rule, (rel, text) in bad.items():
+        with tempfile.TemporaryDirectory() as root:
+            write(root, good)
+            write(root, {rel: text})
+            found = check(root)
+            if len(found) != 1 or not found[0].startswith(rule.strip() + ":"):
+                failures.append(f"breaking '{rule.strip()}' with {rel} gave {found or 'nothing'}")
+    for line in failures:
+        print(f"house_rules self-test: {line}")
+    print(f"house_rules self-test: {len(bad) - len(failures)} of {len(bad)} breaches caught"
+          if not failures else "house_rules self-test: FAILED")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if argv[1:2] == ["--self-test"]:
+        return self_test()
+    # The self-test runs first every time: a rule that stopped catching its breach fails the test, not only a tree
+    # that breaks a rule.
+    if self_test() != 0:
+        return 1
+    root = argv[1] if len(argv) > 1 else os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    breaches = check(root)
+    for line in breaches:
+        print(line)
+    count = len(files_of(root))
+    print(f"house_rules: {count} files, {len(breaches)} breaches" if breaches
+          else f"house_rules: {count} files keep every rule")
+    return 1 if breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
