@@ -28,7 +28,7 @@ fi
 werror=OFF
 [[ "${CI:-}" == true ]] && werror=ON
 launcher=()
-# ccache caches a file compiled with a precompiled header (the tests' and the CLI's) only when told that the header's
+# ccache caches a file compiled with a precompiled header (the tests') only when told that the header's
 # macros and __TIME__ may be trusted (ccache's "Precompiled headers" rules); the launcher carries that setting, so
 # that a plain `cmake --build` gets it too.
 ccache_launcher="env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache"

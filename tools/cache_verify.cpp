@@ -72,15 +72,15 @@ struct VerifyCounts {
 
 /// Whole entries, verified as Store::get verifies them (checksum and stored key), on io threads.
 void gather_entry_findings(const cache::Store& store, VerifyReport& report) {
-  struct Tally {
+  struct ShardTally {
     std::size_t entries = 0;
     std::vector<Finding> findings;
   };
-  std::vector<Tally> tallies(cache::Store::kShardCount);
+  std::vector<ShardTally> tallies(cache::Store::kShardCount);
   scan_store(
       store, cache::ScanDepth::entry, false,
       [&](unsigned index, const cache::ScannedEntry& e) {
-        Tally& tally = tallies[index];
+        ShardTally& tally = tallies[index];
         ++tally.entries;
         const EntryState state = entry_state(e);
         if (state == EntryState::ok) return;
@@ -99,7 +99,7 @@ void gather_entry_findings(const cache::Store& store, VerifyReport& report) {
                                                         : fmt::format("a {} that is not a cache entry", stray.kind),
                                            .directory = stray.is_directory()});
       });
-  for (Tally& tally : tallies) {
+  for (ShardTally& tally : tallies) {
     report.entries += tally.entries;
     std::sort(tally.findings.begin(), tally.findings.end(),
               [](const Finding& a, const Finding& b) { return a.path < b.path; });
