@@ -91,6 +91,18 @@ if [[ "${KILN_H200_ONLY:-}" == cudacore ]]; then
   fi
   exit 0
 fi
+# KILN_H200_ONLY=triton: kiln.triton and kiln.torch against the machine's torch 2.11 and Triton 3.6
+# (scripts/h200_triton.py): Triton's own runtime cache tests (.carry/triton_tests, scripts/fetch_triton_tests.sh)
+# as shipped and with kiln's manager, torch.compile of an MLP cold / warm / on a second node in fresh processes,
+# torch.cuda._compile_kernel through kiln against torch's own. KILN_TRITON_PARTS chooses parts (tests,compile,kernel).
+if [[ "${KILN_H200_ONLY:-}" == triton ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python" KILN_CLI="$build/tools/kiln"
+  rm -rf /tmp/kiln-h200-triton
+  timeout "${KILN_TRITON_TIMEOUT:-420}" python3 "$root/scripts/h200_triton.py" --work /tmp/kiln-h200-triton \
+    --parts "${KILN_TRITON_PARTS:-tests,compile,kernel}" 2>&1 | tee "$out/triton.txt" | cut -c1-400
+  exit "${PIPESTATUS[0]}"
+fi
 # KILN_H200_ONLY=numba: kiln.cuda_core against the real cuda.core, then numba-cuda's tests that compile or link
 # CUDA C++ (KILN_NUMBA_TESTS) as shipped and with cuda.core's Program routed through kiln, then bench/cuda_core_bench.py.
 if [[ "${KILN_H200_ONLY:-}" == numba ]]; then

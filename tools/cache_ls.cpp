@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
+#include "kiln/cache/blob.hpp"
 #include "source_naming.hpp"
 #include "store_scan.hpp"
 
@@ -62,7 +63,8 @@ std::string_view state_label(EntryState state, bool upper = true) {
 }
 
 std::string names_text(const cache::EntryHeaderView& header) {
-  if (header.payload_kind == PayloadKind::blob) return "";  // a caller's bytes: no kernels to name
+  // A caller's bytes: no name expressions; a `kernel` label names what they are (a Triton kernel's group).
+  if (header.payload_kind == PayloadKind::blob) return std::string(cache::blob_label(header, "kernel").value_or(""));
   if (header.names_count == 0) return "(extern C names)";
   std::string out;
   header.for_each_name([&out](std::string_view expression, std::string_view) {
@@ -74,7 +76,14 @@ std::string names_text(const cache::EntryHeaderView& header) {
 
 std::string source_text(const cache::EntryHeaderView& header) {
   const auto parts = cache::CanonicalKey::parse(header.canonical_key);
-  return parts ? describe_source(*parts) : "?";
+  if (!parts) return "?";
+  if (header.payload_kind == PayloadKind::blob) {
+    // "<namespace> <file label>" ("triton __grp__add_kernel.json"), else "namespace <namespace>".
+    const auto file = cache::blob_label(header, "file");
+    const auto name_space = cache::blob_namespace(*parts);
+    if (file && name_space) return fmt::format("{} {}", *name_space, *file);
+  }
+  return describe_source(*parts);
 }
 
 /// Appends one `ls --json` record, written directly (see append_json_string).
@@ -92,24 +101,39 @@ void append_entry_json(std::string& out, const cache::ScannedEntry& e, const std
     return;
   }
   const cache::EntryHeaderView& h = *e.header;
+  const bool blob = h.payload_kind == PayloadKind::blob;
   fmt::format_to(std::back_inserter(out), ",\"vendor\":\"{}\",\"payload_kind\":\"{}\",\"target\":", to_string(h.vendor),
                  to_string(h.payload_kind));
-  append_json_string(out, h.target);
+  append_json_string(out, cache::labeled_target(h));  // a blob's: its `target` label
   out += ",\"compiler\":";
   append_json_string(out, h.compiler);
   fmt::format_to(std::back_inserter(out), ",\"created_unix\":{},\"source\":", h.created_unix);
   append_json_string(out, source_text(h));
   out += ",\"names\":[";
   bool first = true;
-  h.for_each_name([&](std::string_view expression, std::string_view lowered) {
-    out += first ? "{\"expression\":" : ",{\"expression\":";
-    first = false;
-    append_json_string(out, expression);
-    out += ",\"lowered\":";
-    append_json_string(out, lowered);
-    out += '}';
-  });
-  fmt::format_to(std::back_inserter(out), "],\"payload_bytes\":{},\"aux_bytes\":{}}}", h.payload_bytes, h.aux_bytes);
+  if (!blob) {
+    h.for_each_name([&](std::string_view expression, std::string_view lowered) {
+      out += first ? "{\"expression\":" : ",{\"expression\":";
+      first = false;
+      append_json_string(out, expression);
+      out += ",\"lowered\":";
+      append_json_string(out, lowered);
+      out += '}';
+    });
+  }
+  out += "],\"labels\":{";  // a blob's names list holds its labels (kiln/cache/blob.hpp)
+  first = true;
+  if (blob) {
+    h.for_each_name([&](std::string_view name, std::string_view value) {
+      if (!first) out += ',';
+      first = false;
+      append_json_string(out, name);
+      out += ':';
+      append_json_string(out, value);
+    });
+  }
+  out += '}';
+  fmt::format_to(std::back_inserter(out), ",\"payload_bytes\":{},\"aux_bytes\":{}}}", h.payload_bytes, h.aux_bytes);
 }
 
 constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<6} {:<24} {:<20} {}\n";
@@ -128,7 +152,8 @@ void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std
   }
   const cache::EntryHeaderView& h = *e.header;
   fmt::format_to(std::back_inserter(out), fmt::runtime(kLsColumns), key, format_bytes(e.size), format_age(e.mtime),
-                 to_string(h.vendor), kind_label(h.payload_kind), h.target, source_text(h), names_text(h));
+                 to_string(h.vendor), kind_label(h.payload_kind), cache::labeled_target(h), source_text(h),
+                 names_text(h));
 }
 
 /// Adds a row for `e` to its shard, its text rendered now (text or JSON).
@@ -162,7 +187,9 @@ Listing gather_listing(const cache::Store& store, const LsArgs& args) {
       [&](unsigned index, const cache::ScannedEntry& e) {
         const std::string problem = entry_problem(e);
         const bool readable = e.header != nullptr && entry_state(e) != EntryState::damaged;
-        if (!args.target.empty() && (!readable || !target_matches(e.header->target, args.target))) return;
+        if (!args.target.empty() && (!readable || !target_matches(cache::labeled_target(*e.header), args.target))) {
+          return;
+        }
         // A refused entry's header is fine: it is listed as a problem row all the same.
         add_row(shards[index], e, problem, args.json);
       },

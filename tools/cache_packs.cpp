@@ -15,6 +15,7 @@
 #include "cache_inspect.hpp"
 #include "cli.hpp"
 #include "formatting.hpp"
+#include "kiln/cache/blob.hpp"
 #include "kiln/cache/pack.hpp"
 #include "store_scan.hpp"
 
@@ -74,10 +75,17 @@ ExportReport add_entries(const cache::Store& store, const std::set<std::string>&
                                entry ? "file name names another key" : std::get<cache::ContentError>(parsed).reason);
       continue;
     }
-    report.present.insert(entry->target);
+    // A blob's target is its `target` label (a Triton kernel's group, kiln/cache/blob.hpp), else none.
+    std::string entry_target = entry->target;
+    if (entry->payload_kind == PayloadKind::blob) {
+      for (const cache::BlobLabel& label : cache::blob_labels(*entry)) {
+        if (label.name == "target") entry_target = label.value;
+      }
+    }
+    if (!entry_target.empty()) report.present.insert(entry_target);
     bool wanted = targets.empty();
     for (auto& [target, matched] : report.per_target) {
-      if (target_matches(entry->target, target)) {
+      if (target_matches(entry_target, target)) {
         ++matched;
         wanted = true;
       }

@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
+#include "kiln/cache/blob.hpp"
 #include "kiln/includes/dep_manifest.hpp"
 #include "store_scan.hpp"
 
@@ -75,11 +76,11 @@ std::vector<EntrySummary> entries_for_target(const cache::Store& store, const st
   std::vector<std::vector<EntrySummary>> shards(cache::Store::kShardCount);
   scan_store(store, cache::ScanDepth::lane, true, [&](unsigned index, const cache::ScannedEntry& e) {
     const EntryState state = entry_state(e);
-    if (state == EntryState::damaged || state == EntryState::unreadable || !target_matches(e.header->target, target)) {
-      return;
-    }
+    if (state == EntryState::damaged || state == EntryState::unreadable) return;
+    const std::string_view entry_target = cache::labeled_target(*e.header);  // a blob's: its `target` label
+    if (!target_matches(entry_target, target)) return;
     shards[index].push_back(
-        {cache::EntryFile{std::string(e.path), e.file_hash, e.size, e.mtime}, std::string(e.header->target)});
+        {cache::EntryFile{std::string(e.path), e.file_hash, e.size, e.mtime}, std::string(entry_target)});
   });
   std::vector<EntrySummary> out;
   for (auto& shard : shards) std::move(shard.begin(), shard.end(), std::back_inserter(out));

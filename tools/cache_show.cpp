@@ -167,8 +167,16 @@ json blob_namespace_json(const ShowReport& report) {
   return name_space ? json(*name_space) : json(nullptr);
 }
 
+/// A blob's labels as an object (kiln/cache/blob.hpp); {} for a compiled binary.
+json labels_json(const cache::Entry& entry) {
+  json labels = json::object();
+  for (const cache::BlobLabel& label : cache::blob_labels(entry)) labels[label.name] = label.value;
+  return labels;
+}
+
 json show_json(const ShowReport& report) {
   const cache::Entry& entry = *report.entry;
+  const bool blob = entry.payload_kind == PayloadKind::blob;
   const auto& summary = report.summary;
   const auto& dependencies = report.dependencies;
   return {{"key", entry.key_hash.hex()},
@@ -184,7 +192,8 @@ json show_json(const ShowReport& report) {
           {"created_unix", entry.created_unix},
           {"source", report.parts ? describe_source(*report.parts) : "?"},
           {"namespace", blob_namespace_json(report)},
-          {"names", names_json(entry.names)},
+          {"labels", labels_json(entry)},
+          {"names", blob ? json::array() : names_json(entry.names)},
           {"canonical_key_bytes", entry.canonical_key.size()},
           {"key_parts", key_parts_json(report.parts)},
           {"headers", headers_json(dependencies)},
@@ -229,6 +238,11 @@ std::string metadata_text(const ShowReport& report) {
     // Bytes a caller stored under its own key: what names them is the namespace (and the key, below).
     const auto name_space = report.parts ? cache::blob_namespace(*report.parts) : std::nullopt;
     text += fmt::format("namespace {}\n", name_space ? *name_space : "?");
+    const std::vector<cache::BlobLabel> labels = cache::blob_labels(entry);
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      text +=
+          fmt::format("{}{} = {}\n", i == 0 ? "labels    " : "          ", labels[i].name, one_line(labels[i].value));
+    }
     return text;
   }
   text += fmt::format("source    {}\n", report.parts ? describe_source(*report.parts) : "?");

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,10 +17,11 @@
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
-#include "kiln/includes/dep_manifest.hpp"
+#include "kiln/cache/blob.hpp"
 #include "kiln/cache/remote.hpp"
 #include "kiln/cache/stats.hpp"
 #include "kiln/engine.hpp"
+#include "kiln/includes/dep_manifest.hpp"
 #include "store_scan.hpp"
 #include "tiers.hpp"
 
@@ -30,11 +32,15 @@ namespace fs = std::filesystem;
 
 struct Group {
   Vendor vendor = Vendor::none;
-  bool blob = false;  ///< entries under a caller's key (blob.hpp): one group, whatever their namespace
-  std::string target;
+  bool blob = false;       ///< entries under a caller's key (blob.hpp): one group per namespace and target label
+  std::string name_space;  ///< a blob group's namespace
+  std::string target;      ///< the entries' target (a blob's: its `target` label, often none)
   std::size_t entries = 0;
   std::uint64_t bytes = 0;
 };
+
+/// A group's place in the report: (lane or "blob", namespace, target).
+using GroupKey = std::tuple<std::string, std::string, std::string>;
 
 /// What the entries of the store add up to (one per shard directory while scanning, then summed).
 struct Tally {
@@ -49,8 +55,8 @@ struct Tally {
 
 /// What `stats` found.
 struct StatsReport {
-  Tally tally;                                                  // its groups are empty: see `groups`
-  std::map<std::pair<std::string, std::string>, Group> groups;  // (lane or "blob", target) -> entries and bytes
+  Tally tally;                       // its groups are empty: see `groups`
+  std::map<GroupKey, Group> groups;  // (lane or "blob", namespace, target) -> entries and bytes
   std::size_t manifest_count = 0;
   std::size_t manifest_damaged = 0;
   std::uint64_t manifest_bytes = 0;
@@ -69,11 +75,14 @@ void count_entry(Tally& tally, const cache::ScannedEntry& e) {
   }
   if (state == EntryState::refused) ++tally.refused;
   const bool blob = e.header->payload_kind == PayloadKind::blob;
+  // A blob's header is read whole even at lane depth (entry.hpp): its namespace and labels are here.
+  const std::string name_space = blob ? cache::blob_namespace(e.header->canonical_key).value_or("?") : std::string();
+  const std::string_view target = cache::labeled_target(*e.header);
   auto group = std::find_if(tally.groups.begin(), tally.groups.end(), [&](const Group& g) {
-    return g.vendor == e.header->vendor && g.blob == blob && g.target == e.header->target;
+    return g.vendor == e.header->vendor && g.blob == blob && g.target == target && g.name_space == name_space;
   });
   if (group == tally.groups.end()) {
-    tally.groups.push_back({e.header->vendor, blob, std::string(e.header->target), 0, 0});
+    tally.groups.push_back({e.header->vendor, blob, name_space, std::string(target), 0, 0});
     group = std::prev(tally.groups.end());
   }
   ++group->entries;
@@ -97,9 +106,11 @@ void gather_entries(const cache::Store& store, StatsReport& report) {
     sum.not_entries += tally.not_entries;
     sum.bytes += tally.bytes;
     for (const Group& g : tally.groups) {
-      Group& group = report.groups[{g.blob ? "blob" : std::string(to_string(g.vendor)), g.target}];
+      Group& group = report.groups[{g.blob ? "blob" : std::string(to_string(g.vendor)), g.name_space, g.target}];
       group.vendor = g.vendor;
       group.blob = g.blob;
+      group.name_space = g.name_space;
+      group.target = g.target;
       group.entries += g.entries;
       group.bytes += g.bytes;
     }
@@ -136,10 +147,13 @@ json stats_json(const cache::Store& store, const StatsReport& report) {
   json by_target = json::array();
   for (const auto& [key, group] : report.groups) {
     json item = {{"vendor", std::string(to_string(group.vendor))},
-                 {"target", key.second},
+                 {"target", group.target},
                  {"entries", group.entries},
                  {"bytes", group.bytes}};
-    if (group.blob) item["kind"] = "blob";  // entries under a caller's key: no lane, no target
+    if (group.blob) {  // entries under a caller's key: no lane; a target only where a label gives one
+      item["kind"] = "blob";
+      item["namespace"] = group.name_space;
+    }
     by_target.push_back(std::move(item));
   }
   const Tally& t = report.tally;
@@ -167,7 +181,8 @@ std::string contents_text(const cache::Store& store, const StatsReport& report) 
   text += fmt::format("entries           {} ({} of a {} limit)\n", t.entries, format_bytes(t.bytes),
                       format_bytes(store.config().max_size));
   for (const auto& [key, group] : report.groups) {
-    text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", key.first, key.second, group.entries,
+    const std::string what = group.blob ? fmt::format("{} {}", group.name_space, group.target) : group.target;
+    text += fmt::format("  {:<4} {:<24} {:>7} entries  {:>10}\n", std::get<0>(key), what, group.entries,
                         format_bytes(group.bytes));
   }
   if (store.refused()) text += fmt::format("refused           the engine uses none of it: {}\n", store.mode_reason());
@@ -227,30 +242,32 @@ const cache::TierLifetime* lifetime_of(const std::vector<cache::TierLifetime>& r
 }
 
 std::string tier_counters_text(const cache::RemoteStats& s) {
-  return fmt::format("{} hits, {} misses, {} published ({} not), {} refused ({} for the MAC), {} failures, {} skipped; "
-                     "dependency manifests: {} hits, {} misses, {} refused, {} published",
-                     s.hits, s.misses, s.published, s.publish_dropped, s.rejected, s.unauthenticated, s.failures,
-                     s.skipped, s.manifest_hits, s.manifest_misses, s.manifest_refused, s.manifests_published);
+  return fmt::format(
+      "{} hits, {} misses, {} published ({} not), {} refused ({} for the MAC), {} failures, {} skipped; "
+      "dependency manifests: {} hits, {} misses, {} refused, {} published",
+      s.hits, s.misses, s.published, s.publish_dropped, s.rejected, s.unauthenticated, s.failures, s.skipped,
+      s.manifest_hits, s.manifest_misses, s.manifest_refused, s.manifests_published);
 }
 
 /// The configured tiers, two lines each: "  remote http  https://c/k  ok: HTTP 404 in 0.4 ms ...", then
 /// the tier's lifetime counters; then tiers with counters that are no longer configured.
 std::string tiers_text(const std::vector<TierReport>& tiers, const std::vector<cache::TierLifetime>& recorded) {
   if (tiers.empty() && recorded.empty()) return {};
-  std::string text = "tiers (asked in this order after the local cache; a later remote's hit back-fills the earlier):\n";
+  std::string text =
+      "tiers (asked in this order after the local cache; a later remote's hit back-fills the earlier):\n";
   for (const TierReport& tier : tiers) {
     text += fmt::format("  {:<6} {:<5} {}  {}{}\n", tier.kind, tier.backend, tier.location,
                         tier.ok ? "ok: " + tier.detail : "unusable: " + tier.detail,
                         tier.lease.empty() ? "" : fmt::format(" ({})", tier.lease));
     if (tier.kind == "remote") {
       const cache::TierLifetime* lifetime = lifetime_of(recorded, tier.location);
-      text += fmt::format("    lifetime      {}\n",
-                          lifetime != nullptr ? tier_counters_text(lifetime->stats) : std::string("nothing recorded yet"));
+      text += fmt::format("    lifetime      {}\n", lifetime != nullptr ? tier_counters_text(lifetime->stats)
+                                                                        : std::string("nothing recorded yet"));
     }
   }
   for (const cache::TierLifetime& lifetime : recorded) {
-    const bool configured = std::any_of(tiers.begin(), tiers.end(),
-                                        [&](const TierReport& tier) { return tier.location == lifetime.url; });
+    const bool configured =
+        std::any_of(tiers.begin(), tiers.end(), [&](const TierReport& tier) { return tier.location == lifetime.url; });
     if (!configured) {
       text += fmt::format("  remote (not configured now) {}\n    lifetime      {}\n", lifetime.url,
                           tier_counters_text(lifetime.stats));
@@ -288,8 +305,8 @@ json tiers_json(const std::vector<TierReport>& tiers, const std::vector<cache::T
     }
   }
   for (const cache::TierLifetime& lifetime : recorded) {
-    const bool configured = std::any_of(tiers.begin(), tiers.end(),
-                                        [&](const TierReport& tier) { return tier.location == lifetime.url; });
+    const bool configured =
+        std::any_of(tiers.begin(), tiers.end(), [&](const TierReport& tier) { return tier.location == lifetime.url; });
     if (!configured) {
       array.push_back({{"kind", "remote"},
                        {"location", lifetime.url},

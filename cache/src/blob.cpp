@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <stdexcept>
 
@@ -81,6 +82,64 @@ std::optional<std::string> blob_namespace(const std::vector<KeyPart>& parts) {
   return parts[1].value;
 }
 
+std::optional<std::string> blob_labels_problem(std::span<const BlobLabel> labels) {
+  if (labels.size() > kMaxBlobLabels) {
+    return fmt::format("{} labels, more than the limit of {}", labels.size(), kMaxBlobLabels);
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const BlobLabel& label = labels[i];
+    if (label.name.empty() || label.name.size() > kMaxBlobLabelName) {
+      return fmt::format("label {}: a name of {} bytes (1 to {})", i, label.name.size(), kMaxBlobLabelName);
+    }
+    const bool plain = std::all_of(label.name.begin(), label.name.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+             c == '-';
+    });
+    if (!plain) return fmt::format("label name \"{}\" holds a character other than A-Z a-z 0-9 _ . -", label.name);
+    if (label.value.size() > kMaxBlobLabelValue) {
+      return fmt::format("label {}: a value of {} bytes, more than the limit of {}", label.name, label.value.size(),
+                         kMaxBlobLabelValue);
+    }
+    if (label.value.find('\0') != std::string::npos)
+      return fmt::format("label {}: the value holds a NUL byte", label.name);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[j].name == label.name) return fmt::format("label {} given twice", label.name);
+    }
+  }
+  return std::nullopt;
+}
+
+Entry blob_entry(const BlobKey& key, std::span<const std::byte> data, std::span<const BlobLabel> labels,
+                 const Limits& limits) {
+  if (auto problem = blob_labels_problem(labels)) throw std::invalid_argument(*problem);
+  Entry entry = blob_entry(key, data, limits);
+  entry.names.reserve(labels.size());
+  for (const BlobLabel& label : labels) entry.names.push_back({label.name, label.value});
+  return entry;
+}
+
+std::vector<BlobLabel> blob_labels(const Entry& entry) {
+  std::vector<BlobLabel> out;
+  if (entry.payload_kind != PayloadKind::blob) return out;
+  out.reserve(entry.names.size());
+  for (const LoweredName& name : entry.names) out.push_back({name.expression, name.lowered});
+  return out;
+}
+
+std::optional<std::string_view> blob_label(const EntryHeaderView& header, std::string_view name) {
+  if (header.payload_kind != PayloadKind::blob) return std::nullopt;
+  std::optional<std::string_view> found;
+  header.for_each_name([&](std::string_view label, std::string_view value) {
+    if (!found && label == name) found = value;
+  });
+  return found;
+}
+
+std::string_view labeled_target(const EntryHeaderView& header) {
+  if (header.payload_kind != PayloadKind::blob) return header.target;
+  return blob_label(header, "target").value_or(std::string_view());
+}
+
 Entry blob_entry(const BlobKey& key, std::span<const std::byte> data, const Limits& limits) {
   if (data.size() > limits.max_payload_bytes) {
     throw std::invalid_argument(fmt::format("the blob is {} bytes long, more than the cache's payload limit of {}",
@@ -108,6 +167,12 @@ std::optional<BlobFound> blob_get(Storage& storage, std::string_view name_space,
 bool blob_put(Storage& storage, std::string_view name_space, std::span<const std::byte> key,
               std::span<const std::byte> data) {
   const Entry entry = blob_entry(blob_key(name_space, key), data, storage.local().config().limits);
+  return storage.store(entry);
+}
+
+bool blob_put(Storage& storage, std::string_view name_space, std::span<const std::byte> key,
+              std::span<const std::byte> data, std::span<const BlobLabel> labels) {
+  const Entry entry = blob_entry(blob_key(name_space, key), data, labels, storage.local().config().limits);
   return storage.store(entry);
 }
 

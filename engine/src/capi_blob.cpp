@@ -1,4 +1,6 @@
 // The C API: entries under a caller's key (blobs), kiln_blob_*.
+#include <vector>
+
 #include "capi_internal.hpp"
 
 using namespace kiln::capi_detail;  // NOLINT(google-build-using-namespace): a part of the C API's body
@@ -20,6 +22,39 @@ kiln_status kiln_blob_put(kiln_engine engine, const char* name_space, const void
                        std::to_string(limit) + " bytes");
     }
     const bool took = kiln::cache::blob_put(object->engine.storage(), space, bytes, value);
+    if (stored != nullptr) *stored = took ? 1 : 0;
+  });
+}
+
+kiln_status kiln_blob_put_labeled(kiln_engine engine, const char* name_space, const void* key, size_t key_size,
+                                  const void* data, size_t size, const kiln_blob_label* labels, size_t label_count,
+                                  int* stored) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<EngineObject>(handle_value(engine));
+    const auto [space, bytes] = blob_arguments(name_space, key, key_size);
+    if (data == nullptr && size != 0) invalid_argument("data is NULL but size is " + std::to_string(size));
+    if (labels == nullptr && label_count != 0) {
+      invalid_argument("labels is NULL but label_count is " + std::to_string(label_count));
+    }
+    if (label_count > KILN_BLOB_MAX_LABELS) {
+      invalid_argument(std::to_string(label_count) + " labels, more than KILN_BLOB_MAX_LABELS (" +
+                       std::to_string(KILN_BLOB_MAX_LABELS) + ")");
+    }
+    std::vector<kiln::cache::BlobLabel> copied;
+    copied.reserve(label_count);
+    for (std::size_t i = 0; i < label_count; ++i) {
+      if (labels[i].name == nullptr) invalid_argument("labels[" + std::to_string(i) + "].name is NULL");
+      if (labels[i].value == nullptr) invalid_argument("labels[" + std::to_string(i) + "].value is NULL");
+      copied.push_back({labels[i].name, labels[i].value});
+    }
+    if (auto problem = kiln::cache::blob_labels_problem(copied)) invalid_argument(*problem);
+    const std::span<const std::byte> value(static_cast<const std::byte*>(data), data == nullptr ? 0 : size);
+    const std::uint64_t limit = object->engine.storage().local().config().limits.max_payload_bytes;
+    if (value.size() > limit) {
+      invalid_argument("size " + std::to_string(value.size()) + " is over the cache's payload limit of " +
+                       std::to_string(limit) + " bytes");
+    }
+    const bool took = kiln::cache::blob_put(object->engine.storage(), space, bytes, value, copied);
     if (stored != nullptr) *stored = took ? 1 : 0;
   });
 }
@@ -60,6 +95,22 @@ kiln_status kiln_blob_data(kiln_blob blob, const void** data, size_t* size, kiln
     *data = object->entry->payload.data();  // owned by the entry, which the handle keeps
     *size = object->entry->payload.size();
     if (origin != nullptr) *origin = object->origin;
+  });
+}
+
+kiln_status kiln_blob_get_label(kiln_blob blob, size_t index, size_t* count, const char** name, const char** value) {
+  return guarded(__func__, [&] {
+    auto object = registry().get<BlobObject>(handle_value(blob));
+    const auto& labels = object->entry->names;  // a blob's names list holds its labels (kiln/cache/blob.hpp)
+    const bool wants_label = name != nullptr || value != nullptr;
+    if (wants_label && index >= labels.size()) {
+      invalid_argument("index " + std::to_string(index) + " is past the blob's " + std::to_string(labels.size()) +
+                       " labels");
+    }
+    if (count != nullptr) *count = labels.size();
+    if (!wants_label) return;
+    if (name != nullptr) *name = labels[index].expression.c_str();  // owned by the entry, which the handle keeps
+    if (value != nullptr) *value = labels[index].lowered.c_str();
   });
 }
 

@@ -99,7 +99,7 @@ kiln::EngineConfig engine_config(const kiln_engine_config* config) {
     if (config->cache_dir[0] == '\0') invalid_argument("config->cache_dir is empty (use NULL for the default)");
     result.cache.root = config->cache_dir;
   }
-  constexpr std::uint32_t kKnownFlags = KILN_ENGINE_CACHE_DISABLE | KILN_ENGINE_CACHE_READONLY;
+  constexpr std::uint32_t kKnownFlags = KILN_ENGINE_CACHE_DISABLE | KILN_ENGINE_CACHE_READONLY | KILN_ENGINE_NO_RUNTIME;
   if ((config->flags & ~kKnownFlags) != 0) {
     char text[96];
     std::snprintf(text, sizeof text, "config->flags has unknown bits 0x%x", config->flags & ~kKnownFlags);
@@ -107,6 +107,7 @@ kiln::EngineConfig engine_config(const kiln_engine_config* config) {
   }
   if ((config->flags & KILN_ENGINE_CACHE_DISABLE) != 0) result.cache.disabled = true;
   if ((config->flags & KILN_ENGINE_CACHE_READONLY) != 0) result.cache.read_only = true;
+  if ((config->flags & KILN_ENGINE_NO_RUNTIME) != 0) result.runtime = false;
   if (config->cache_max_size != 0) result.cache.max_size = config->cache_max_size;
   return result;
 }

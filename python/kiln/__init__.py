@@ -19,7 +19,9 @@ libkiln is found through KILN_LIBRARY, the wheel's own (kiln/lib/), next to the 
 install tree, a kiln source tree the package belongs to, then the system loader (details: kiln._native).
 It is loaded on first use; kiln.library_path names the one loaded.
 `KILN_CUPY=1` in the environment makes `import kiln` route CuPy through kiln as soon as CuPy is
-imported (see kiln.cupy); `KILN_CUDA_CORE=1` does the same for cuda.core (see kiln.cuda_core).
+imported (see kiln.cupy); `KILN_CUDA_CORE=1` does the same for cuda.core (see kiln.cuda_core) and
+`KILN_TORCH=1` for torch.cuda._compile_kernel (see kiln.torch). Triton's kernel cache (torch.compile's
+kernels): TRITON_CACHE_MANAGER=kiln.triton:CacheManager (see kiln.triton).
 """
 
 import os as _os
@@ -77,3 +79,6 @@ _cupy_switch()
 if _os.environ.get("KILN_CUDA_CORE", "") not in ("", "0"):
     from .cuda_core._import_hook import from_environment as _cuda_core_switch
     _cuda_core_switch()
+if _os.environ.get("KILN_TORCH", "") not in ("", "0"):
+    from .torch._import_hook import from_environment as _torch_switch
+    _torch_switch()

@@ -155,6 +155,15 @@ def _blob_key(key):
     return _bytes_like(key, "key")
 
 
+def _blob_labels(labels):
+    """(kiln_blob_label[], the bytes it points to) of a {name: value} dict of str."""
+    if not isinstance(labels, collections.abc.Mapping):
+        raise TypeError(f"labels must be a dict of str (name) to str (value), got {type(labels).__name__}")
+    kept = [(c_string(name, "a label's name"), c_string(value, f"labels[{name!r}]")) for name, value in labels.items()]
+    array = (_native.BlobLabel * len(kept))(*[_native.BlobLabel(name, value) for name, value in kept])
+    return array, kept
+
+
 class _Handle:
     """Owns one C handle; destroyed by close(), `with`, or garbage collection."""
     _destroy = None
@@ -375,13 +384,15 @@ class Engine(_Handle):
                the default cache. An empty path is refused (ValueError), never taken for the default.
     cache_max_size  the disk cache's size cap in bytes (an int > 0; least recently used entries go first);
                None: KILN_CACHE_MAXSIZE, else 1 GiB
+    runtime    False: load no GPU runtime (no driver, no device: compiles for named targets and blobs only;
+               libkiln API 7), for a process that keeps a cache and must not initialise CUDA
 
     Text arguments of the engine's methods (options, names, targets, source text) are str only, bytes
     refused (TypeError); a str holding a NUL byte is refused (ValueError), as kiln reads C strings."""
     _destroy = "kiln_engine_destroy"
 
     def __init__(self, vendor=None, device=-1, cache_dir=None, cache_disable=False, cache_readonly=False,
-                 cache_max_size=None):
+                 cache_max_size=None, runtime=True):
         if vendor is not None and not isinstance(vendor, str):
             raise TypeError(f"vendor must be None or a str ('auto', 'cuda' or 'hip'), got {type(vendor).__name__}")
         if vendor not in _native.VENDORS:
@@ -392,13 +403,15 @@ class Engine(_Handle):
             raise TypeError(f"device must be an int (-1: KILN_DEVICE, else 0), got {type(device).__name__}") from None
         cache_path = _cache_dir(cache_dir)
         max_size = _cache_max_size(cache_max_size)
-        library = _native.lib()
+        library = _native.lib() if runtime else _native.require(_native.LABEL_API_VERSION,
+                                                                "kiln.Engine(runtime=False) (KILN_ENGINE_NO_RUNTIME)")
         config = sized(_native.EngineConfig)
         config.vendor = _native.VENDORS[vendor]
         config.device = device
         config.cache_dir = cache_path
         config.flags = ((_native.ENGINE_CACHE_DISABLE if cache_disable else 0)
-                        | (_native.ENGINE_CACHE_READONLY if cache_readonly else 0))
+                        | (_native.ENGINE_CACHE_READONLY if cache_readonly else 0)
+                        | (0 if runtime else _native.ENGINE_NO_RUNTIME))
         config.cache_max_size = max_size
         handle = H()
         check(library.kiln_engine_create(ctypes.byref(config), ctypes.byref(handle)))
@@ -510,21 +523,36 @@ class Engine(_Handle):
     # size cap, packs and the remote tier). `namespace`: a non-empty str; `key`: bytes-like or a str
     # (UTF-8: "k" and b"k" are one key).
 
-    def blob_put(self, namespace, key, data):
+    def blob_put(self, namespace, key, data, labels=None):
         """Stores `data` (bytes-like) under (`namespace`, `key`), replacing what was there, and offers it
         to the remote cache. True when the local disk cache took it (False: read-only, disabled, or the
-        write failed; never an error)."""
-        library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_put (kiln_blob_put)")
+        write failed; never an error). `labels`: a dict {name: value} of str (libkiln API 7) that `kiln
+        cache ls/show/stats` show beside the entry ("target", "kernel" and "file" have columns; see
+        kiln.h), not part of the key; None or empty: none."""
         space, raw = _blob_namespace(namespace), _blob_key(key)
         value = _bytes_like(data, "data")
         stored = ctypes.c_int()
-        check(library.kiln_blob_put(self._handle, space, raw or None, len(raw), value or None, len(value),
-                                    ctypes.byref(stored)))
+        if labels:
+            library = _native.require(_native.LABEL_API_VERSION, "kiln.Engine.blob_put(labels=...) "
+                                                                  "(kiln_blob_put_labeled)")
+            array, _kept = _blob_labels(labels)  # _kept: the bytes the array points to, alive for the call
+            check(library.kiln_blob_put_labeled(self._handle, space, raw or None, len(raw), value or None, len(value),
+                                                array, len(array), ctypes.byref(stored)))
+        else:
+            library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_put (kiln_blob_put)")
+            check(library.kiln_blob_put(self._handle, space, raw or None, len(raw), value or None, len(value),
+                                        ctypes.byref(stored)))
         return bool(stored.value)
 
     def blob_get(self, namespace, key):
         """The bytes under (`namespace`, `key`): the local disk cache, then packs and the remote; None on
         a miss (also when what was stored was damaged: kiln removed it)."""
+        found = self.blob_find(namespace, key)
+        return None if found is None else found[0]
+
+    def blob_find(self, namespace, key):
+        """blob_get, with where the bytes were found: (bytes, origin) with origin "disk" (the local
+        cache), "pack" or "remote"; None on a miss."""
         library = _native.require(_native.BLOB_API_VERSION, "kiln.Engine.blob_get (kiln_blob_get)")
         space, raw = _blob_namespace(namespace), _blob_key(key)
         handle = H()
@@ -532,9 +560,10 @@ class Engine(_Handle):
         if not handle.value:
             return None
         try:
-            data, size = ctypes.c_void_p(), ctypes.c_size_t()
-            check(library.kiln_blob_data(handle, ctypes.byref(data), ctypes.byref(size), None))
-            return ctypes.string_at(data.value, size.value) if size.value else b""
+            data, size, origin = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int()
+            check(library.kiln_blob_data(handle, ctypes.byref(data), ctypes.byref(size), ctypes.byref(origin)))
+            return (ctypes.string_at(data.value, size.value) if size.value else b"",
+                    _native.ORIGINS.get(origin.value, f"unknown ({origin.value})"))
         finally:
             library.kiln_blob_destroy(handle)
 

@@ -27,6 +27,7 @@ from .errors import LibraryError, error_type
 API_VERSION = 1  # the oldest kiln_api_version() this package works with
 COMPILE_API_VERSION = 2  # kiln_compile and kiln_binary_*
 BLOB_API_VERSION = 6  # kiln_blob_*: entries under a caller's key
+LABEL_API_VERSION = 7  # kiln_blob_put_labeled, kiln_blob_get_label; KILN_ENGINE_NO_RUNTIME
 
 _LIBRARY_NAMES = ("libkiln.so", "libkiln.so.0")
 # Where a wheel carries libkiln, under its soname (a zip holds no links): the name the CLI beside it
@@ -56,6 +57,10 @@ class DeviceInfo(ctypes.Structure):
                 ("name", ctypes.c_char * 128), ("target", ctypes.c_char * 64), ("warp_size", ctypes.c_int),
                 ("max_threads_per_block", ctypes.c_int), ("multiprocessors", ctypes.c_int),
                 ("total_memory", ctypes.c_uint64), ("max_shared_per_block", ctypes.c_uint64)]
+
+
+class BlobLabel(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_char_p)]
 
 
 class Header(ctypes.Structure):
@@ -93,6 +98,7 @@ def sized(struct_type):
 
 ENGINE_CACHE_DISABLE = 0x1
 ENGINE_CACHE_READONLY = 0x2
+ENGINE_NO_RUNTIME = 0x4  # API 7
 VENDORS = {None: 0, "auto": 0, "cuda": 1, "hip": 2}
 VENDOR_NAMES = {0: None, 1: "cuda", 2: "hip"}
 ORIGINS = {0: "memory", 1: "disk", 2: "compiled", 3: "pack", 4: "remote"}
@@ -147,16 +153,23 @@ _PROTOTYPES = {
     "kiln_blob_remove": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_int)]),
     "kiln_blob_count": (_S, [H, ctypes.c_char_p, _P(ctypes.c_uint64)]),
     "kiln_blob_clear": (_S, [H, ctypes.c_char_p, _P(ctypes.c_uint64)]),
+    # API version 7: labels on blobs
+    "kiln_blob_put_labeled": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                   ctypes.c_size_t, _P(BlobLabel), ctypes.c_size_t, _P(ctypes.c_int)]),
+    "kiln_blob_get_label": (_S, [H, ctypes.c_size_t, _P(ctypes.c_size_t), _STR_OUT, _STR_OUT]),
 }
 _VERSION_2 = ("kiln_compile", "kiln_binary_destroy", "kiln_binary_get_info", "kiln_binary_name",
               "kiln_binary_lowered_name", "kiln_binary_log")
 _VERSION_6 = ("kiln_blob_put", "kiln_blob_get", "kiln_blob_data", "kiln_blob_destroy", "kiln_blob_remove",
               "kiln_blob_count", "kiln_blob_clear")
+_VERSION_7 = ("kiln_blob_put_labeled", "kiln_blob_get_label")
 # The API version that added a function (1 for the rest): an older library lacks it, and require() says so
 # when one of them is needed.
-_INTRODUCED = {**{name: COMPILE_API_VERSION for name in _VERSION_2}, **{name: BLOB_API_VERSION for name in _VERSION_6}}
+_INTRODUCED = {**{name: COMPILE_API_VERSION for name in _VERSION_2}, **{name: BLOB_API_VERSION for name in _VERSION_6},
+               **{name: LABEL_API_VERSION for name in _VERSION_7}}
 BLOB_MAX_NAMESPACE = 256  # KILN_BLOB_MAX_NAMESPACE
 BLOB_MAX_KEY = 65536  # KILN_BLOB_MAX_KEY
+BLOB_MAX_LABELS = 16  # KILN_BLOB_MAX_LABELS
 
 _lock = threading.Lock()
 _loaded = None  # (ctypes.CDLL, path, api version) once loaded

@@ -1,14 +1,51 @@
-"""What kiln.cupy and kiln.cuda_core share, each routing one runtime's compiles through kiln: running a
-program with the routing on (`python -m kiln.<runtime>`), switching it on when the runtime is imported
-(KILN_CUPY=1, KILN_CUDA_CORE=1), and the counters behind their stats()."""
+"""What kiln.cupy, kiln.cuda_core, kiln.torch and kiln.triton share, each routing one runtime's compiles (or
+its cache) through kiln: the version gate (which releases of the runtime a module was written for), running
+a program with the routing on (`python -m kiln.<runtime>`), switching it on when the runtime is imported
+(KILN_CUPY=1, KILN_CUDA_CORE=1, KILN_TORCH=1), and the counters behind their stats()."""
 
 import importlib.util
 import os
+import re
 import runpy
 import sys
 import warnings
 
 from .errors import Error
+
+
+# ---- the version gate --------------------------------------------------------------------------------------
+
+def release(text):
+    """(major, minor) of a version string ("14.2.0", "2.11.0+cu130", "3.6.0"), or None."""
+    match = re.match(r"(\d+)\.(\d+)", text if isinstance(text, str) else "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def supported_text(supported):
+    """"14.2.x" or "3.5.x, 3.6.x": the releases of SUPPORTED_VERSIONS as a message names them."""
+    return ", ".join(f"{major}.{minor}.x" for major, minor in supported)
+
+
+def version_problem(package, runtime, module, supported, unchanged):
+    """Why `package` (e.g. "kiln.cupy") does not route the imported `module` of `runtime` ("CuPy"): its
+    __version__ is not one of the (major, minor) releases in `supported`; None when it is. `unchanged` ends
+    the message with what happens instead ("CuPy compiles as it always does"). The one check every routing
+    module makes before it touches a runtime's internals: a module that patched internals it was not written
+    for could change a program's results silently."""
+    version = getattr(module, "__version__", None)
+    if release(version) in supported:
+        return None
+    where = os.path.dirname(getattr(module, "__file__", None) or "?")
+    return (f"{package} supports {runtime} {supported_text(supported)}; this is {runtime} {version} ({where}): "
+            f"nothing was changed, {unchanged}")
+
+
+def check_version(package, runtime, module, supported, unchanged):
+    """version_problem(), raised as kiln.Error; returns the module's (major, minor) when it is supported."""
+    problem = version_problem(package, runtime, module, supported, unchanged)
+    if problem:
+        raise Error(problem)
+    return release(module.__version__)
 
 
 # ---- python -m kiln.<runtime> PROGRAM.py | -m MODULE --------------------------------------------------------

@@ -1,18 +1,24 @@
 // Entries under a caller's key (kiln/cache/blob.hpp) over a real store: a round trip in a fresh Storage
 // and in a child process, a damaged entry refused and removed, count and clear keeping to one namespace,
-// the size cap's evictions, remove, packs, what bad input gets, and keys that never meet a compile's.
+// the size cap's evictions, remove, packs, what bad input gets, keys that never meet a compile's, and labels
+// (read at every scan depth).
 // No compiler, no GPU.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cache_test_support.hpp"
 #include "kiln/cache/blob.hpp"
 #include "kiln/cache/pack.hpp"
 #include "kiln/cache/storage.hpp"
+#include "kiln/cache/store.hpp"
 
 using namespace kiln_test;
+using kiln::PayloadKind;
 using kiln::cache::blob_clear;
 using kiln::cache::blob_count;
 using kiln::cache::blob_get;
@@ -20,7 +26,6 @@ using kiln::cache::blob_key;
 using kiln::cache::blob_put;
 using kiln::cache::blob_remove;
 using kiln::cache::HitOrigin;
-using kiln::PayloadKind;
 using kiln::cache::Storage;
 using kiln::cache::StorageConfig;
 
@@ -201,7 +206,7 @@ TEST_CASE("a blob key never equals a compile key, whatever bytes either holds", 
   const auto blob = blob_key("ns", bytes_of("abc"));
   CHECK(blob.hash != same_source.hash());
   CHECK_FALSE(blob.canonical.starts_with("kiln-key/1\nformat "));
-  CHECK(CanonicalKey::parse(blob.canonical).has_value());  // it follows the key grammar
+  CHECK(CanonicalKey::parse(blob.canonical).has_value());    // it follows the key grammar
   CHECK(blob.hash == kiln::cache::hash128(blob.canonical));  // and is hashed as every key is
 
   // In a store holding both, a lookup of either never returns the other.
@@ -288,4 +293,53 @@ TEST_CASE("a read-only store serves blobs and stores none", "[cache][blob]") {
   CHECK_FALSE(blob_remove(reader, "ns", bytes_of("k")));
   CHECK(blob_clear(reader.local(), "ns") == 0);
   CHECK(blob_count(reader.local(), "ns") == 1);
+}
+
+TEST_CASE("labels travel in a blob's names list and are read at every scan depth", "[cache][blob]") {
+  using kiln::cache::BlobLabel;
+  TempDir dir;
+  const std::vector<BlobLabel> labels = {{"kernel", "triton_red_fused_1"}, {"target", "sm_90"}, {"file", "k.json"}};
+  {
+    Storage storage(storage_config(dir.path()));
+    REQUIRE(blob_put(storage, "triton", bytes_of("KEY/__grp__k.json"), bytes_of("group"), labels));
+    REQUIRE(blob_put(storage, "triton", bytes_of("KEY/plain.so"), bytes_of("so")));
+  }
+  Storage fresh(storage_config(dir.path()));
+  auto found = blob_get(fresh, "triton", bytes_of("KEY/__grp__k.json"));
+  REQUIRE(found);
+  CHECK(kiln::cache::blob_labels(*found->entry) == labels);
+  CHECK(found->entry->target.empty());  // a blob's own target stays empty: the label says it
+
+  // `stats` and `prune --target` scan lanes only; a blob's header is read whole all the same.
+  for (const auto depth : {kiln::cache::ScanDepth::lane, kiln::cache::ScanDepth::header}) {
+    std::map<std::string, std::string> targets;
+    for (unsigned shard = 0; shard < kiln::cache::Store::kShardCount; ++shard) {
+      fresh.local().scan_shard(shard, depth, false, [&](const kiln::cache::ScannedEntry& e) {
+        REQUIRE(e.header != nullptr);
+        const auto file = kiln::cache::blob_label(*e.header, "file");
+        targets[std::string(file.value_or("(none)"))] = std::string(kiln::cache::labeled_target(*e.header));
+        CHECK(kiln::cache::blob_namespace(e.header->canonical_key) == "triton");
+      });
+    }
+    CHECK(targets == std::map<std::string, std::string>{{"k.json", "sm_90"}, {"(none)", ""}});
+  }
+}
+
+TEST_CASE("bad labels are refused with a reason and nothing is stored", "[cache][blob]") {
+  using kiln::cache::blob_labels_problem;
+  using kiln::cache::BlobLabel;
+  CHECK_FALSE(blob_labels_problem(std::vector<BlobLabel>{}));
+  CHECK_FALSE(blob_labels_problem(std::vector<BlobLabel>{{"a.b-c_D9", ""}}));
+  CHECK(blob_labels_problem(std::vector<BlobLabel>{{"", "v"}}).value().find("a name of 0 bytes") != std::string::npos);
+  CHECK(blob_labels_problem(std::vector<BlobLabel>{{"a/b", "v"}}).value().find("a/b") != std::string::npos);
+  CHECK(blob_labels_problem(std::vector<BlobLabel>{{"a", "1"}, {"a", "2"}}).value().find("twice") != std::string::npos);
+  CHECK(blob_labels_problem(std::vector<BlobLabel>{{"a", std::string("x\0y", 3)}}).value().find("NUL") !=
+        std::string::npos);
+  CHECK(blob_labels_problem(std::vector<BlobLabel>(17, BlobLabel{"a", "v"})).value().find("17 labels") !=
+        std::string::npos);
+  TempDir dir;
+  Storage storage(storage_config(dir.path()));
+  CHECK_THROWS_AS(blob_put(storage, "triton", bytes_of("k"), bytes_of("v"), std::vector<BlobLabel>{{"", "v"}}),
+                  std::invalid_argument);
+  CHECK(blob_count(storage.local(), "triton") == 0);
 }

@@ -10,10 +10,11 @@
    made without pip (`python3 -m venv --without-pip`) gets it through `pip --python`.
 4. From there, in an environment with no KILN_LIBRARY, PYTHONPATH or LD_LIBRARY_PATH and the temporary
    folder as the working directory: `import kiln` loads the venv's libkiln (kiln.library_path), which
-   compiles a kernel for sm_90 and for gfx90a, `import kiln.cupy` (no CuPy here) and kiln.cuda_core
-   import cleanly, and no file of the source or build tree is mapped into the process; the venv's
-   `kiln --version` and `kiln devices` run; every library the two binaries load, but the C and C++
-   runtime, comes from the venv, and their run paths are all relative ($ORIGIN).
+   compiles a kernel for sm_90 and for gfx90a, `import kiln.cupy` (no CuPy here), kiln.cuda_core,
+   kiln.torch and kiln.triton import cleanly (importing neither torch nor Triton), and no file of the
+   source or build tree is mapped into the process; the venv's `kiln --version` and `kiln devices` run;
+   every library the two binaries load, but the C and C++ runtime, comes from the venv, and their run
+   paths are all relative ($ORIGIN).
 
 A target is checked when the build tree's own libkiln can compile for it here (a machine without
 NVRTC or HIPRTC cannot do it either way); exit status 77 (skipped) when it can do neither, or when
@@ -40,6 +41,8 @@ import json, sys
 import kiln
 import kiln.cuda_core
 import kiln.cupy
+import kiln.torch
+import kiln.triton
 
 SOURCE = r'''
 extern "C" __global__ void wheel_fill(float* out, float value, unsigned int n) {
@@ -65,7 +68,8 @@ with open("/proc/self/maps") as maps:
     mapped = sorted({line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6})
 print(json.dumps({"package": kiln.__file__, "version": kiln.__version__, "library": kiln.library_path,
                   "api": kiln.api_version(), "compiled": compiled, "mapped": [m for m in mapped if m.startswith("/")],
-                  "cupy_imported": "cupy" in sys.modules}))
+                  "cupy_imported": "cupy" in sys.modules,
+                  "torch_or_triton_imported": "torch" in sys.modules or "triton" in sys.modules}))
 """
 TARGETS = {"sm_90": "cubin", "gfx90a": "amd_code_object"}
 
@@ -234,6 +238,7 @@ def main():
                f"kiln.library_path is {probe['library']}, not the wheel's kiln/lib/libkiln.so.0 in {site}")
         expect(probe["version"] == version, f"kiln.__version__ {probe['version']} is not {version}")
         expect(not probe["cupy_imported"], "importing kiln.cupy imported CuPy")
+        expect(not probe["torch_or_triton_imported"], "importing kiln.torch or kiln.triton imported torch or Triton")
         for target, info in expected.items():
             got = probe["compiled"][target]
             expect(got.get("kind") == TARGETS[target] and got.get("bytes", 0) > 0,

@@ -379,16 +379,19 @@ def test_stat_names_follow_the_one_counter_list():
 
 
 def test_blob_functions_mirror_kiln_h():
-    # _native's prototypes of kiln.h's blob calls (API 6) are written out by hand: each takes as many
-    # arguments as kiln.h declares, and the limits agree.
+    # _native's prototypes of kiln.h's blob calls (API 6, labels API 7) are written out by hand: each takes as
+    # many arguments as kiln.h declares, and the limits and the flag agree.
     import os
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(repo, "engine", "include", "kiln", "kiln.h")) as f:
         capi = f.read()
     declared = {name: len(params.split(","))
                 for name, params in re.findall(r"KILN_API kiln_status (kiln_blob_\w+)\(([^)]*)\);", capi)}
-    assert set(declared) == set(_native._VERSION_6)
+    assert set(declared) == set(_native._VERSION_6) | set(_native._VERSION_7)
     assert declared == {name: len(_native._PROTOTYPES[name][1]) for name in declared}
     assert f"#define KILN_BLOB_MAX_NAMESPACE {_native.BLOB_MAX_NAMESPACE}u" in capi
     assert f"#define KILN_BLOB_MAX_KEY {_native.BLOB_MAX_KEY}u" in capi
+    assert f"#define KILN_BLOB_MAX_LABELS {_native.BLOB_MAX_LABELS}u" in capi
+    assert f"#define KILN_ENGINE_NO_RUNTIME 0x{_native.ENGINE_NO_RUNTIME:x}u" in capi
+    assert [name for name, _ in _native.BlobLabel._fields_] == ["name", "value"]
     assert int(re.search(r"#define KILN_API_VERSION (\d+)", capi).group(1)) >= _native.BLOB_API_VERSION

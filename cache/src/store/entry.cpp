@@ -140,8 +140,7 @@ KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std:
   const auto vendor = static_cast<std::uint8_t>(f[field::vendor]);
   if (vendor > static_cast<std::uint8_t>(Vendor::hip)) return ContentError{fmt::format("unknown vendor {}", vendor)};
   const auto kind = static_cast<std::uint8_t>(f[field::payload_kind]);
-  if (kind < static_cast<std::uint8_t>(PayloadKind::cubin) ||
-      kind > static_cast<std::uint8_t>(PayloadKind::blob)) {
+  if (kind < static_cast<std::uint8_t>(PayloadKind::cubin) || kind > static_cast<std::uint8_t>(PayloadKind::blob)) {
     return ContentError{fmt::format("unknown payload kind {}", kind)};
   }
   if (load_le(f + field::reserved16, 2) != 0 || load_u32(f + field::reserved32) != 0 ||
@@ -473,7 +472,7 @@ FileParseResult parse_large(int fd, std::uint64_t size, const Limits& limits, co
 }  // namespace
 
 std::optional<std::string> payload_problem(Vendor vendor, PayloadKind kind, std::span<const std::byte> payload,
-                                          std::uint64_t aux_bytes) {
+                                           std::uint64_t aux_bytes) {
   if (kind == PayloadKind::blob) {
     // A caller's bytes under its own key: no lane made them and none runs them, so nothing beside them.
     if (vendor != Vendor::none) return fmt::format("a blob entry under vendor {} (a blob has none)", to_string(vendor));
@@ -598,9 +597,12 @@ HeaderParseResult parse_header(std::span<const std::byte> prefix, std::uint64_t 
     auto fixed = check_fixed(prefix.data(), file_size, limits);
     if (auto* error = std::get_if<ContentError>(&fixed)) return std::move(*error);
     const Layout& layout = std::get<Layout>(fixed);
+    // A blob's header is read whole at every depth: its labels (names list, blob.hpp) say what it is for the
+    // listings that read lanes only (`stats`, `prune --target`), and its canonical key is small (a namespace
+    // and a caller's key: at most about 64 KiB), unlike a compile's, which holds the source.
+    const bool whole = parts == HeaderParts::all || layout.payload_kind == PayloadKind::blob;
     const std::uint64_t needed =
-        kEntryFixedBytes +
-        (parts == HeaderParts::all ? layout.variable_bytes() : std::uint64_t{layout.target_len} + layout.compiler_len);
+        kEntryFixedBytes + (whole ? layout.variable_bytes() : std::uint64_t{layout.target_len} + layout.compiler_len);
     if (prefix.size() < needed) return NeedBytes{needed};
     EntryHeaderView view;
     view.vendor = layout.vendor;
@@ -614,7 +616,7 @@ HeaderParseResult parse_header(std::span<const std::byte> prefix, std::uint64_t 
     view.target = std::string_view(variable, layout.target_len);
     view.compiler = std::string_view(variable + layout.target_len, layout.compiler_len);
     if (auto error = check_kind(layout, view.target)) return std::move(*error);
-    if (parts == HeaderParts::all) {
+    if (whole) {
       const Texts texts = split_variable(layout, prefix.data() + kEntryFixedBytes);
       if (auto error = check_names(texts.names, layout.names_count, limits)) return std::move(*error);
       if (auto error = check_key(layout, texts.canonical_key, nullptr)) return std::move(*error);

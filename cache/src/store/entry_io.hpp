@@ -39,7 +39,7 @@ inline constexpr std::uint64_t kWholeReadBytes = 128 * 1024;
 
 /// How much of a header parse_header() checks and returns.
 enum class HeaderParts : std::uint8_t {
-  texts,  ///< the fixed part, target and compiler
+  texts,  ///< the fixed part, target and compiler (a blob: all, always)
   all,    ///< everything before the payload: + canonical key and names (names list and key hash checked)
 };
 

@@ -46,8 +46,11 @@ extern "C" {
  *     served as before, and meets the new kind only when it asks for an lto_XY target).
  *  6: entries under a caller's key ("blobs"): kiln_blob_put, kiln_blob_get, kiln_blob_data,
  *     kiln_blob_destroy, kiln_blob_remove, kiln_blob_count, kiln_blob_clear and the kiln_blob handle
- *     (e.g. a cuda.core ProgramCacheResource over kiln's cache); no function or struct changed. */
-#define KILN_API_VERSION 6
+ *     (e.g. a cuda.core ProgramCacheResource over kiln's cache); no function or struct changed.
+ *  7: labels on blobs (kiln_blob_put_labeled, kiln_blob_get_label and struct kiln_blob_label: what `kiln cache
+ *     ls/show/stats` show, e.g. a Triton kernel's name and target) and the engine flag KILN_ENGINE_NO_RUNTIME
+ *     (an engine for the cache and compiles only: no GPU runtime loaded); no function or struct changed. */
+#define KILN_API_VERSION 7
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -117,6 +120,11 @@ typedef enum kiln_origin {
 /** Engine flags (kiln_engine_config.flags). */
 #define KILN_ENGINE_CACHE_DISABLE 0x1u  /**< memory only: no disk cache (as KILN_CACHE_DISABLE=1) */
 #define KILN_ENGINE_CACHE_READONLY 0x2u /**< serve disk hits, write nothing (as KILN_CACHE_READONLY=1) */
+/** (API 7) No GPU runtime: the engine loads no driver (no cuInit, no device query) and has no device, so
+ *  it serves what needs none: kiln_compile and kiln_prewarm for named targets, and blobs. For a process that
+ *  only keeps a cache (e.g. a compile worker that must not initialise CUDA); kernel and program calls fail
+ *  with KILN_ERROR_DEVICE_UNAVAILABLE. A library older than API 7 refuses the flag (INVALID_ARGUMENT). */
+#define KILN_ENGINE_NO_RUNTIME 0x4u
 
 /** Engine configuration. Set `size` to sizeof(kiln_engine_config) (kiln_engine_config_init does):
  *  the library reads only the fields that fit in `size`, so a program built against an older header
@@ -506,6 +514,39 @@ KILN_API kiln_status kiln_blob_count(kiln_engine engine, const char* name_space,
  *  binaries and the remote cache's copies stay. `removed` (may be NULL) gets how many were removed.
  *  Errors: INVALID_HANDLE, INVALID_ARGUMENT (name_space as kiln_blob_put). */
 KILN_API kiln_status kiln_blob_clear(kiln_engine engine, const char* name_space, uint64_t* removed);
+
+/* Labels (API 7): what a caller says a blob is, for people and the CLI, stored in the entry beside its bytes
+ * (not part of its key: a put with other labels replaces the entry). A name is 1 to
+ * KILN_BLOB_MAX_LABEL_NAME bytes of A-Z a-z 0-9 _ . - (unique within the blob), a value 0 to
+ * KILN_BLOB_MAX_LABEL_VALUE bytes. `kiln cache ls`, `show` and `stats` read three names: `target` (a target
+ * id such as "sm_90": the TARGET column, and what `--target` of ls, prune and export matches), `kernel` (the
+ * KERNELS column) and `file` (after the namespace in the SOURCE column); `show` prints every label. A
+ * library older than API 7 reads a labeled blob as any other (it shows no labels). */
+
+#define KILN_BLOB_MAX_LABELS 16u        /**< labels of one blob, at most */
+#define KILN_BLOB_MAX_LABEL_NAME 64u    /**< bytes of a label's name, at most */
+#define KILN_BLOB_MAX_LABEL_VALUE 1024u /**< bytes of a label's value, at most */
+
+/** One label: two NUL-terminated strings, copied by the call that takes them. */
+typedef struct kiln_blob_label {
+  const char* name;
+  const char* value;
+} kiln_blob_label;
+
+/** kiln_blob_put with `label_count` labels (`labels` may be NULL when label_count is 0).
+ *  Errors: as kiln_blob_put, and INVALID_ARGUMENT for labels NULL with label_count > 0, a NULL name or
+ *  value, more than KILN_BLOB_MAX_LABELS labels, a name that is empty, too long, repeated or holds another
+ *  character, a value over KILN_BLOB_MAX_LABEL_VALUE bytes. */
+KILN_API kiln_status kiln_blob_put_labeled(kiln_engine engine, const char* name_space, const void* key,
+                                           size_t key_size, const void* data, size_t size,
+                                           const kiln_blob_label* labels, size_t label_count, int* stored);
+
+/** Label `index` of a blob from kiln_blob_get, in the order it was put; `count` (may be NULL) gets how many
+ *  the blob has. `name` and `value` (either may be NULL) are owned by the blob handle and valid until
+ *  kiln_blob_destroy. Errors: INVALID_HANDLE, INVALID_ARGUMENT (index >= the count when name or value is
+ *  not NULL). */
+KILN_API kiln_status kiln_blob_get_label(kiln_blob blob, size_t index, size_t* count, const char** name,
+                                     const char** value);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Device memory and streams (for callers without their own)                                        */

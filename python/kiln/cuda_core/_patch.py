@@ -4,11 +4,9 @@ cuda.core.Program; disable() puts cuda.core's own class back; enabled() says whi
 
 import importlib
 import inspect
-import os
-import re
 import sys
 
-from .. import _native
+from .. import _native, _routing
 from ..errors import Error
 from . import _program, _state
 
@@ -20,11 +18,6 @@ _COMPILE_PARAMETERS = (("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                        ("name_expressions", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                        ("logs", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                        ("cache", inspect.Parameter.KEYWORD_ONLY))
-
-
-def _version(text):
-    match = re.match(r"(\d+)\.(\d+)", text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _nvrtc_error_class(core, version):
@@ -48,12 +41,9 @@ def _check_cuda_core():
         import cuda.core as core
     except ImportError as error:
         raise Error(f"kiln.cuda_core: cuda.core cannot be imported ({error})") from None
-    version = getattr(core, "__version__", None)
-    if _version(version) not in SUPPORTED_VERSIONS:
-        supported = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_VERSIONS)
-        raise Error(f"kiln.cuda_core supports cuda.core {supported}; this is cuda.core {version} "
-                    f"({os.path.dirname(getattr(core, '__file__', None) or '?')}): nothing was changed, cuda.core "
-                    "compiles as it always does")
+    _routing.check_version("kiln.cuda_core", "cuda.core", core, SUPPORTED_VERSIONS,
+                           "cuda.core compiles as it always does")
+    version = core.__version__
     program = getattr(core, "Program", None)
     if _state.routed_class is not None and program is _state.routed_class:
         program = _state.original

@@ -3,11 +3,9 @@ the ones kiln.cupy was written for, then puts the replacement compile function i
 disable() gives CuPy its own back; enabled() says which one is in place."""
 
 import inspect
-import os
-import re
 import sys
 
-from .. import _native
+from .. import _native, _routing
 from ..errors import Error
 from . import _state
 from ._compile import _compile_with_cache_cuda
@@ -21,22 +19,14 @@ _SIGNATURE = (("source", inspect.Parameter.empty), ("options", inspect.Parameter
               ("cache_in_memory", False), ("jitify", False), ("to_ltoir", False))
 
 
-def _cupy_version(text):
-    match = re.match(r"(\d+)\.(\d+)", text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def _check_cupy():
     """CuPy's compiler module, once CuPy's version and the internals enable() touches are as expected."""
     try:
         import cupy
     except ImportError as error:
         raise Error(f"kiln.cupy: CuPy cannot be imported ({error})") from None
-    version = getattr(cupy, "__version__", None)
-    if _cupy_version(version) not in SUPPORTED_VERSIONS:
-        supported = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_VERSIONS)
-        raise Error(f"kiln.cupy supports CuPy {supported}; this is CuPy {version} ({os.path.dirname(cupy.__file__)}): "
-                    "nothing was changed, CuPy compiles as it always does")
+    _routing.check_version("kiln.cupy", "CuPy", cupy, SUPPORTED_VERSIONS, "CuPy compiles as it always does")
+    version = cupy.__version__
     from cupy.cuda import compiler, function
 
     current = compiler._compile_with_cache_cuda

@@ -1,12 +1,12 @@
 #pragma once
 // Entries under a caller's key ("blobs"): bytes a caller stores and finds again by a (namespace, key) of
 // its own, e.g. cuda.core's ProgramCacheResource keyed by make_program_cache_key (kiln.cuda_core's
-// ProgramCache). They are ordinary entries of the store (entry.hpp, payload kind 5 `blob`, vendor none, no
-// target, compiler, names or aux) under a kiln key made from the caller's, so they get what every entry
-// gets: the checksum and the stored key verified on every read (a damaged one is removed, counted and
-// answered as a miss), the size cap and its LRU trims, the CLI (`kiln cache ls` shows KIND `blob`, `show`
-// the namespace), packs and the remote tier (Storage::find and Storage::store: the paths compiled
-// entries take, without the compile lease).
+// ProgramCache), or Triton's files (kiln.triton's CacheManager). They are ordinary entries of the store
+// (entry.hpp, payload kind 5 `blob`, vendor none, no target, compiler or aux; the names list holds the
+// blob's labels, below) under a kiln key made from the caller's, so they get what every entry gets: the checksum and
+// the stored key verified on every read (a damaged one is removed, counted and answered as a miss), the size cap and
+// its LRU trims, the CLI (`kiln cache ls` shows KIND `blob`, `show` the namespace), packs and the remote tier
+// (Storage::find and Storage::store: the paths compiled entries take, without the compile lease).
 //
 // The kiln key: the canonical key (key.hpp) of three parts, in this order,
 //   blob       kBlobDomain ("kiln-blob/1"): the domain tag
@@ -16,6 +16,16 @@
 // `format` (engine/src/request.cpp), so no blob's canonical key equals a compile's whatever bytes either
 // holds; and since every entry stores its canonical key and every read compares it, even a hash
 // collision is a miss, never the other's bytes.
+//
+// Labels: what a caller says its bytes are, for people and the CLI (`kiln cache ls/show/stats`, and
+// `--target` of ls, prune and export): up to kMaxBlobLabels (name, value) pairs, stored in the entry's
+// names list as (expression = name, lowered = value), in the caller's order. A name is 1 to
+// kMaxBlobLabelName bytes of [A-Za-z0-9_.-], unique within the blob; a value 0 to kMaxBlobLabelValue bytes
+// without a NUL. Names the CLI reads: `target` (a target id, e.g. sm_90 or gfx942: shown in the TARGET
+// column and matched by --target, since a blob's own target field stays empty), `kernel` (the KERNELS
+// column), `file` (shown after the namespace in the SOURCE column). Labels are not part of the key: a put
+// with other labels replaces the entry. A kiln that predates labels reads such an entry as a blob whose
+// names it does not show (the grammar always allowed a blob's names list).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -61,6 +71,35 @@ struct BlobKey {
 /// store's readers take (Limits::max_payload_bytes), so no write is made that every read would refuse.
 [[nodiscard]] Entry blob_entry(const BlobKey& key, std::span<const std::byte> data, const Limits& limits = {});
 
+inline constexpr std::size_t kMaxBlobLabels = 16;
+inline constexpr std::size_t kMaxBlobLabelName = 64;
+inline constexpr std::size_t kMaxBlobLabelValue = 1024;
+
+/// One label of a blob (see "Labels" above).
+struct BlobLabel {
+  std::string name;
+  std::string value;
+  friend bool operator==(const BlobLabel&, const BlobLabel&) = default;
+};
+
+/// Why `labels` cannot label a blob (too many, a bad or repeated name, a value too long or holding a NUL),
+/// or nullopt. Never throws except std::bad_alloc.
+[[nodiscard]] std::optional<std::string> blob_labels_problem(std::span<const BlobLabel> labels);
+
+/// blob_entry with `labels` in its names list. Throws std::invalid_argument as blob_entry, and with
+/// blob_labels_problem's reason.
+[[nodiscard]] Entry blob_entry(const BlobKey& key, std::span<const std::byte> data, std::span<const BlobLabel> labels,
+                               const Limits& limits = {});
+
+/// The labels of a blob entry (its names list; empty for an entry that is not a blob).
+[[nodiscard]] std::vector<BlobLabel> blob_labels(const Entry& entry);
+/// The value of the label `name` of a blob's header (read at ScanDepth::lane or deeper: a blob's header is
+/// always read whole), or nullopt: not a blob, no such label, or the names were not read.
+[[nodiscard]] std::optional<std::string_view> blob_label(const EntryHeaderView& header, std::string_view name);
+/// The target an entry is for: its own target, or for a blob its `target` label ("" when it has none).
+/// What `--target` of the CLI's listings matches.
+[[nodiscard]] std::string_view labeled_target(const EntryHeaderView& header);
+
 /// A blob found by blob_get: the verified entry (its payload is the caller's bytes) and where it was.
 struct BlobFound {
   std::shared_ptr<const Entry> entry;
@@ -79,6 +118,9 @@ struct BlobFound {
 /// key, or data over the store's payload limit; otherwise only std::bad_alloc.
 bool blob_put(Storage& storage, std::string_view name_space, std::span<const std::byte> key,
               std::span<const std::byte> data);
+/// blob_put with labels (see "Labels" above). Throws std::invalid_argument as blob_put and for bad labels.
+bool blob_put(Storage& storage, std::string_view name_space, std::span<const std::byte> key,
+              std::span<const std::byte> data, std::span<const BlobLabel> labels);
 
 /// Removes the blob under (`name_space`, `key`) from the local store and the remote (Storage::remove).
 /// Returns whether a local entry was removed. Throws as blob_get.

@@ -25,6 +25,7 @@
 //   names     := names_count * ( expression_len:u32 expression lowered_len:u32 lowered )
 //                (each string <= Limits::max_name_bytes; the list fills names_len exactly)
 //   payload   := payload_len bytes     (CUBIN, PTX, AMDGPU code object, LTO-IR, or a caller's blob)
+//                (a blob's names list holds its labels, (name, value) pairs: kiln/cache/blob.hpp)
 //   aux       := aux_len bytes         (the PTX kept beside a CUBIN; empty otherwise)
 //   epilogue  := checksum:16 (XXH3-128, seed kChecksumSeed, over fixed..aux; high u64, then low u64)
 //                end_magic "KILNEND\x01"(8)
@@ -39,8 +40,8 @@
 // Last, the kind and vendor against the target, which says both: sm_ CUBIN, compute_ PTX, lto_ LTO-IR
 // (vendor cuda), gfx an AMDGPU code object (vendor hip), no target a blob; any other pair is damage.
 // Reading only a header (EntryHeaderView: listings) makes the same checks up to the payload: the size and
-// fixed-part checks, the kind against the target, then (when the whole header is read) the names list
-// and key_hash; it reads neither
+// fixed-part checks, the kind against the target, then (when the whole header is read: always for a blob,
+// whose names list holds its labels) the names list and key_hash; it reads neither
 // payload, aux nor epilogue, so it does not verify the checksum. Only a whole-entry read (parse(),
 // Store::get, Store::read_file, ScanDepth::entry) verifies everything.
 #include <cstddef>

@@ -58,7 +58,8 @@ struct EntryFile {
 
 /// How much of each entry Store::scan_shard reads (with the one entry parser).
 enum class ScanDepth : std::uint8_t {
-  lane,    ///< the fixed header, target and compiler (`kiln cache stats`, `prune --target`)
+  lane,    ///< the fixed header, target and compiler (`kiln cache stats`, `prune --target`); a blob's whole
+           ///< header (its labels: blob.hpp)
   header,  ///< everything before the payload: + canonical key and names, names list and key hash checked
            ///< (`kiln cache ls`); neither depth reads the payload or verifies the checksum
   entry,   ///< the whole entry, checksum and stored key verified as get() does (`kiln cache verify`)

@@ -1,0 +1,1 @@
+from . import cpp_extension  # noqa: F401
