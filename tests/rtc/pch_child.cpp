@@ -5,6 +5,8 @@
 //   -> "made=<n> used=<n> compiled=<n>" then "pch=<the lane's precompiled_headers() line>"
 // <set> picks the header (another set: other bytes, so another PCH; from 40 on it names __BASE_FILE__); each
 // <kernel> a body (another kernel, in a source named k<kernel>.cu, or $PCH_CHILD_NAME, over the same headers). Exit 0, or 1 with "error=<what>".
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +38,12 @@ std::string heavy_header(int count, int set) {
 
 int main(int argc, char** argv) {
   if (argc < 5) return 2;
+  // PCH_CHILD_TAKE_HEAP_ADDRESS=1: something of the process holds the address kiln puts NVRTC's PCH heap at
+  // (engine/src/lanes/nvrtc_heap.hpp) before the engine starts.
+  if (const char* take = std::getenv("PCH_CHILD_TAKE_HEAP_ADDRESS"); take != nullptr && take[0] == '1') {
+    void* wanted = reinterpret_cast<void*>(0x2b6900000000ULL);
+    if (::mmap(wanted, 1 << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != wanted) return 3;
+  }
   try {
     kiln::EngineConfig config = kiln::EngineConfig::from_environment();
     config.runtime = false;

@@ -300,3 +300,18 @@ TEST_CASE("a header set that names __BASE_FILE__ shares its PCH only among sourc
   CHECK(run_child(cache, out, 40, {4}, same).used == 1);
   same_bytes(scratch.path(), out, 40, {1, 2, 3, 4});
 }
+
+TEST_CASE("a process whose PCH heap address is taken keeps its PCHs private: the same bytes, no stored PCH used or made",
+          "[rtc][pch][stored]") {
+  kiln::test::TempDir scratch;
+  if (!stored_pch_available(scratch.path())) return;
+  const fs::path cache = scratch.path() / "cache", out = scratch.path() / "out";
+  reference(scratch.path(), 9, {1, 2, 3, 4});
+  REQUIRE(run_child(cache, out, 9, {1, 2}).made == 1);  // a stored PCH it could have used
+  const Child taken = run_child(cache, out, 9, {3, 4}, "KILN_PCH=auto PCH_CHILD_TAKE_HEAP_ADDRESS=1");
+  INFO(taken.output);
+  CHECK(taken.compiled == 2);
+  CHECK(taken.pch.find("stored PCHs not shared") != std::string::npos);
+  CHECK(pch_files(cache, ".pch").size() == 1);  // nothing it made was stored
+  same_bytes(scratch.path(), out, 9, {1, 2, 3, 4});
+}

@@ -157,7 +157,7 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan) {
       // NVRTC did not take the PCH it was given: #629 (other flags), #630 (other leading directives), #20282
       // (another heap address). The compile went on without it.
       dropped_warning = true;
-      if (notes.refusal.empty()) notes.refusal = std::string(line.substr(0, 300));
+      if (notes.refusal.empty()) notes.refusal = std::string(line.substr(0, std::min<std::size_t>(line.find(". "), 300)));
     }
   }
   for (const std::string_view line : lines) {
