@@ -239,6 +239,63 @@ PY
   fi
   exit 0
 fi
+# KILN_H200_ONLY=pch48: issue 48's figures (stored precompiled headers) in one call, every ratio against bare NVRTC
+# without PCH in the same call: the PCH tests (rtc_pch, rtc_pch_store) and the GPU tests; cold_bench --fresh 1 over
+# the built-in CCCL set (every request in a fresh process; kiln-stored: its header set's PCH stored by an earlier
+# process: "a new CUB kernel", "a small kernel"); over the program's recorded CuPy requests
+# (.carry/cupy_program_requests.jsonl, or KILN_COLD_LOG), the same plus kiln, so that every kiln-stored binary is
+# compared with KILN_PCH=0's; the first request of a fresh process with a stored PCH (.carry/first_request.jsonl,
+# KILN_FIRST_ROUNDS rounds, 10: the median of the ratios); KILN_PCH48_CUPYTESTS=1 adds CuPy's kernel tests as shipped
+# and through kiln (run_cupy_tests: 16 workers, empty caches).
+if [[ "${KILN_H200_ONLY:-}" == pch48 ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch rtc_pch_child rtc_pch_store cold_bench $gpu_tests \
+    >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  echo "== ctest: GPU tests, rtc_pch, rtc_pch_store"
+  (cd "$build" && timeout 300 ctest -R '^(gpu_|rtc_pch$|rtc_pch_store$)' --output-on-failure 2>&1 | tee "$out/ctest.log" \
+    | grep -E 'Test +#|tests passed|FAILED')
+  cold="$build/bench/cold_bench/cold_bench"
+  echo "== cold_bench --fresh 1, built-in CCCL set (6 small, 6 CUB), bare vs kiln-stored"
+  timeout 240 "$cold" --small 6 --cub 6 --fresh 1 --modes bare,kiln-stored --json "$out/pch48_cccl.json" 2>&1 \
+    | tee "$out/pch48_cccl.txt" | tail -25
+  log="${KILN_COLD_LOG:-$root/.carry/cupy_program_requests.jsonl}"
+  if [[ -f "$log" ]]; then
+    echo "== cold_bench --fresh 1, CuPy's requests ($log), bare vs kiln vs kiln-stored"
+    timeout "${KILN_PCH48_COLD_TIMEOUT:-420}" "$cold" --log "$log" --fresh 1 --modes bare,kiln,kiln-stored \
+      --json "$out/pch48_cupy.json" 2>&1 | tee "$out/pch48_cupy.txt" | tail -25
+  fi
+  if [[ -f "$root/.carry/first_request.jsonl" && "${KILN_FIRST_ROUNDS:-10}" != 0 ]]; then
+    echo "== first request of a fresh process with a stored PCH, ${KILN_FIRST_ROUNDS:-10} rounds"
+    for i in $(seq "${KILN_FIRST_ROUNDS:-10}"); do
+      "$cold" --log "$root/.carry/first_request.jsonl" --modes bare,kiln-stored --json "$out/pch48_first_$i.json" \
+        >/dev/null 2>&1
+    done
+    python3 - "$out" "${KILN_FIRST_ROUNDS:-10}" <<'PY' | tee "$out/pch48_first.txt"
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+walls = {}
+for i in range(1, rounds + 1):
+    try:
+        data = json.load(open(f"{out}/pch48_first_{i}.json"))
+    except OSError:
+        continue
+    for mode, children in data["runs"].items():
+        walls.setdefault(mode, []).append(children[0]["requests"][0]["wall_ns"] / 1e6)
+for mode, values in walls.items():
+    print(mode, "wall median %.1f ms (min %.1f, max %.1f)" % (statistics.median(values), min(values), max(values)))
+ratios = [a / b for a, b in zip(walls.get("kiln-stored", []), walls.get("bare", []))]
+if ratios:
+    print(f"kiln-stored / bare: median of {len(ratios)} ratios {statistics.median(ratios):.3f}; sorted: "
+          f"{' '.join(f'{r:.2f}' for r in sorted(ratios))}")
+PY
+  fi
+  if [[ "${KILN_PCH48_CUPYTESTS:-0}" == 1 ]]; then
+    export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+    rm -rf "$KILN_CACHE_DIR"  # empty caches: the 16 workers share one, and make and use its PCHs
+    run_cupy_tests python3
+  fi
+  exit 0
+fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
 include_benches() {
   echo "== include_bench (CUB + libcu++ with --toolkit-includes)"

@@ -24,6 +24,8 @@ void add_cache_commands(CLI::App& app, Commands& commands) {
                    "size (largest first), age (oldest created first), use (least recently used first)")
       ->check(CLI::IsMember({"size", "age", "use"}));
   ls_app->add_option("--target", ls->target, "Only entries for this target (gfx90a also matches gfx90a:xnack-)");
+  ls_app->add_flag("--pch", ls->pch,
+                   "List the precompiled headers instead (key, size, last use, whether it pays here, what it was made for)");
   ls_app->footer(
       "ls reads each entry's header (everything before the payload) and reports a damaged header; a damaged "
       "payload or checksum shows in `kiln cache verify`, which reads whole entries.");
@@ -57,11 +59,14 @@ void add_cache_commands(CLI::App& app, Commands& commands) {
   prune_app->add_option("--max-size", prune->max_size, "Trim to this size, e.g. 500M, 2G (LRU)");
   prune_app->add_option("--older-than", prune->older_than, "Remove entries not used for AGE, e.g. 30d, 12h");
   prune_app->add_option("--target", prune->target, "Only entries for this target");
+  prune_app->add_flag("--pch", prune->pch, "Remove every precompiled header and its record (what was measured), nothing else");
   prune_app->add_flag("--dry-run", prune->dry_run, "Print what would be removed");
+  prune_app->footer("--max-size and --older-than take precompiled headers with entries, least recently used first, as "
+                    "the engine's own trim does.");
   prune_app->add_flag("--json", prune->json, "Print JSON");
   commands.push_back({prune_app, [prune] { return run_prune(*prune); }});
 
-  CLI::App* clear = cache->add_subcommand("clear", "Remove every entry");
+  CLI::App* clear = cache->add_subcommand("clear", "Remove every entry, dependency manifest and precompiled header");
   commands.push_back({clear, [] { return run_clear(); }});
 
   add_why_miss_command(*cache, commands);

@@ -19,6 +19,7 @@ int run_path();
 
 struct LsArgs {
   bool json = false;
+  bool pch = false;  ///< the precompiled headers instead of the entries
   std::string sort;
   std::string target;
 };
@@ -49,6 +50,7 @@ struct PruneArgs {
   std::string target;
   bool dry_run = false;
   bool json = false;
+  bool pch = false;  ///< every precompiled header and its record, nothing else
 };
 int run_prune(const PruneArgs& args);
 int run_clear();

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cache_commands.hpp"
+#include "cache_pch.hpp"
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
@@ -317,6 +318,7 @@ int run_path() {
 
 int run_ls(const LsArgs& args) {
   const auto store = open_store();
+  if (args.pch) return run_ls_pch(*store, args.json);
   const Listing listing = gather_listing(*store, args);
   render_listing(*store, listing, listing_order(listing, args.sort), args.json);
   // Exit 1 when something is wrong (docs/cli.md: a bad entry is "found"), 0 for a clean listing.

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cache_commands.hpp"
+#include "cache_pch.hpp"
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
@@ -52,8 +53,11 @@ std::uint64_t total_size(const std::vector<cache::EntryFile>& files) {
 // ---- gathering and removing ---------------------------------------------------------------------------
 
 PruneRule parse_prune_rule(const PruneArgs& args) {
-  if (args.max_size.empty() && args.older_than.empty() && args.target.empty()) {
-    throw UsageError("prune needs --max-size SIZE, --older-than AGE or --target T");
+  if (args.max_size.empty() && args.older_than.empty() && args.target.empty() && !args.pch) {
+    throw UsageError("prune needs --max-size SIZE, --older-than AGE, --target T or --pch");
+  }
+  if (args.pch && !(args.max_size.empty() && args.older_than.empty() && args.target.empty())) {
+    throw UsageError("prune --pch removes every precompiled header: it takes no --max-size, --older-than or --target");
   }
   PruneRule rule;
   rule.by_size = !args.max_size.empty();
@@ -90,9 +94,15 @@ std::vector<EntrySummary> entries_for_target(const cache::Store& store, const st
 /// Eligible entries, least recently used first (the order Store::trim evicts in), and how many of them go.
 PruneReport choose_entries(const cache::Store& store, const PruneArgs& args, const PruneRule& rule) {
   PruneReport report;
-  const std::vector<cache::EntryFile> files = store.list();
+  std::vector<cache::EntryFile> files = store.list();
+  // Precompiled headers count in the cache's size and go least recently used first with entries, as the
+  // engine's own trim takes them (a target names entries only; --pch names them alone).
+  std::vector<cache::EntryFile> pch = pch_files(store);
+  files.insert(files.end(), pch.begin(), pch.end());
   report.before = total_size(files);
-  if (!args.target.empty()) {
+  if (args.pch) {
+    for (cache::EntryFile& file : pch) report.eligible.push_back({std::move(file), "pch"});
+  } else if (!args.target.empty()) {
     report.eligible = entries_for_target(store, args.target);
   } else {
     report.eligible.resize(files.size());
@@ -129,14 +139,25 @@ struct ClearReport {
   std::size_t removed = 0;
   std::uint64_t freed = 0;
   std::size_t manifests_removed = 0;
+  std::size_t pch_files = 0, pch_removed = 0;  ///< precompiled headers and their records
+  std::uint64_t pch_freed = 0;
 };
 
 ClearReport clear_cache(cache::Store& store) {
   ClearReport report;
   const std::vector<cache::EntryFile> files = store.list();
+  const std::vector<cache::EntryFile> pch = pch_files(store);
   std::vector<const cache::EntryFile*> targets;
   for (const cache::EntryFile& file : files) targets.push_back(&file);
-  const std::vector<bool> gone = remove_files(targets, false);
+  for (const cache::EntryFile& file : pch) targets.push_back(&file);
+  std::vector<bool> gone = remove_files(targets, false);
+  for (std::size_t i = files.size(); i < gone.size(); ++i) {
+    if (!gone[i]) continue;
+    ++report.pch_removed;
+    report.pch_freed += pch[i - files.size()].size;
+  }
+  report.pch_files = pch.size();
+  gone.resize(files.size());
   (void)store.remeasure_size();  // the running size total, after removing files behind the store
   report.files = files.size();
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -200,12 +221,17 @@ int run_clear() {
   require_writable(*store, "cache clear");
   const ClearReport report = clear_cache(*store);
   std::cout << fmt::format(
-      "clear: removed {} ({}){} from {}\n", counted(report.removed, "entry", "entries"), format_bytes(report.freed),
+      "clear: removed {} ({}){}{} from {}\n", counted(report.removed, "entry", "entries"), format_bytes(report.freed),
       report.manifests_removed == 0
           ? std::string()
           : " and " + counted(report.manifests_removed, "dependency manifest", "dependency manifests"),
+      report.pch_removed == 0 ? std::string()
+                              : fmt::format(" and {} ({})",
+                                            counted(report.pch_removed, "precompiled header file",
+                                                    "precompiled header files"),
+                                            format_bytes(report.pch_freed)),
       store->config().root.string());
-  return report.removed == report.files ? kExitOk : kExitFound;
+  return report.removed == report.files && report.pch_removed == report.pch_files ? kExitOk : kExitFound;
 }
 
 }  // namespace kiln::cli

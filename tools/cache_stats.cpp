@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cache_commands.hpp"
+#include "cache_pch.hpp"
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
@@ -330,18 +331,22 @@ int run_stats(const StatsArgs& args) {
     return kExitOk;
   }
   const StatsReport report = gather_stats(*store, persistent);
+  const PchSummary pch = summarize_pch(*store);
   const std::vector<TierReport> tiers = describe_tiers(EngineConfig::from_environment());
   const std::vector<cache::TierLifetime> recorded = cache::load_tier_stats(store->config().root);
   if (args.json) {
     json document = stats_json(*store, report);
+    document["pch"] = pch_json(*store, pch);
     document["tiers"] = tiers_json(tiers, recorded);
     print_json(document);
   } else {
-    std::cout << contents_text(*store, report) + lifetime_text(report.lifetime) + tiers_text(tiers, recorded);
+    std::cout << contents_text(*store, report) + pch_text(*store, pch) + lifetime_text(report.lifetime) +
+                     tiers_text(tiers, recorded);
   }
   // Exit 1 when something is wrong (docs/cli.md: a bad entry is "found"), 0 for a clean cache.
   const Tally& t = report.tally;
-  return t.damaged + t.unreadable + t.refused + t.not_entries != 0 || store->refused() ? kExitFound : kExitOk;
+  return t.damaged + t.unreadable + t.refused + t.not_entries + pch.damaged != 0 || store->refused() ? kExitFound
+                                                                                                      : kExitOk;
 }
 
 }  // namespace kiln::cli

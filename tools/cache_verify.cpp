@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cache_commands.hpp"
+#include "cache_pch.hpp"
 #include "cli.hpp"
 #include "formatting.hpp"
 #include "json_output.hpp"
@@ -280,14 +281,29 @@ int run_verify(const VerifyArgs& args) {
   if (fix) fix_entries(*store, report);
   gather_manifest_findings(*store, report);
   if (fix) fix_manifests(report);
+  // The precompiled headers, checked as a process checks one before its first use (trailer, key, checksum).
+  const std::size_t pch_count = store->refused() ? 0 : pch_files(*store).size();
+  const std::vector<PchFinding> pch = store->refused() ? std::vector<PchFinding>{} : verify_pch(*store, fix);
+  const auto pch_left = static_cast<std::size_t>(
+      std::count_if(pch.begin(), pch.end(), [](const PchFinding& f) { return !f.removed; }));
 
   const VerifyCounts counts = count_findings(report);
   if (args.json) {
-    print_json(verify_json(*store, report, counts));
+    json document = verify_json(*store, report, counts);
+    json list = json::array();
+    for (const PchFinding& f : pch) list.push_back({{"path", f.path}, {"problem", f.problem}, {"removed", f.removed}});
+    document["pch"] = {{"files", pch_count}, {"bad", std::move(list)}};
+    print_json(document);
   } else {
-    std::cout << findings_text(report, fix) + summary_text(*store, report, counts, fix) << '\n';
+    std::string pch_lines;
+    for (const PchFinding& f : pch) {
+      pch_lines += fmt::format("precompiled header {}: {}{}\n", f.path, f.problem, f.removed ? " (removed)" : "");
+    }
+    pch_lines += fmt::format("precompiled headers: {} files (PCHs and their records) checked, {} bad\n", pch_count,
+                             pch.size());
+    std::cout << findings_text(report, fix) + pch_lines + summary_text(*store, report, counts, fix) << '\n';
   }
-  return counts.left != 0 || store->refused() ? kExitFound : kExitOk;
+  return counts.left + pch_left != 0 || store->refused() ? kExitFound : kExitOk;
 }
 
 }  // namespace kiln::cli

@@ -8,7 +8,17 @@
 //             --no-source-include;
 //   bare-pch  the same plus -pch --pch-dir=<private folder> --instantiate-templates-in-pch=false;
 //   kiln      Engine::compile() with a fresh empty cache, KILN_PCH=0 (no GPU needed: a named target);
-//   kiln-pch  the same with KILN_PCH=1 (NVRTC's automatic precompiled headers, engine/src/lanes/nvrtc_pch.hpp).
+//   kiln-pch  the same with KILN_PCH=1 (NVRTC's precompiled headers, engine/src/lanes/nvrtc_pch.hpp: made and used
+//             wherever a header set is large enough, kept in the cache: nvrtc_pch_store.hpp);
+//   kiln-auto the same with KILN_PCH=auto (the default: only where they pay on this machine);
+//   kiln-stored  KILN_PCH=auto over a cache an earlier process left its precompiled headers in, and no entries:
+//             before the children, one process compiles the list twice with KILN_PCH=auto (the entries removed
+//             between and after), so that every header set that can have a stored PCH has one (and its verdict);
+//             each kiln-stored child then finds the PCHs and no entry.
+// --fresh 1 runs every request in a fresh process of its own (each mode, each request: a child), so that every
+// request is a process's first: with kiln-stored, "a new kernel in a fresh process, its header set's PCH stored by
+// an earlier process"; the children of one mode share that mode's cache (kiln-auto's fresh processes learn and
+// store as a program's separate runs or a test suite's workers would).
 // Per request: the wall time; for the kiln modes also kiln's own time, the wall time less the compiler
 // time the engine counted (Engine::stats().compile_nanoseconds), and the binary, written to a file so
 // kiln-pch's binaries can be compared with kiln's. NVRTC 13 gives internal-linkage symbols a random tag
@@ -23,9 +33,11 @@
 // source or options mention CUB or Thrust is "cub", any other "small". Every request is distinct.
 //
 //   build/bench/cold_bench/cold_bench [--small 24] [--cub 6] [--rounds 1] [--target sm_90] [--log FILE]
-//                                     [--json FILE] [--out DIR] [--modes bare,bare-pch,kiln,kiln-pch]
-// --modes runs some of the modes only (bare, the reference, always among them; the binaries are compared when
-// both kiln modes run): a long log through two modes fits where four do not.
+//                                     [--json FILE] [--out DIR] [--fresh 0|1]
+//                                     [--modes bare,bare-pch,kiln,kiln-pch,kiln-auto,kiln-stored]
+// --modes runs some of the modes only (default: the first four; bare, the reference, always among them; every
+// kiln-* mode's binaries are compared with kiln's when kiln runs): a long log through two modes fits where four
+// do not.
 // --rounds R runs the children R times, the mode order reversed every other round; a request's
 // time is its median over the rounds. --target overrides a log's recorded targets. --out keeps the
 // binaries there (else they go to a temporary folder, removed at the end). --json writes every number.
@@ -54,6 +66,7 @@
 
 #include "../support/fresh_process.hpp"
 #include "kiln/cache/key.hpp"
+#include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/request_log.hpp"
@@ -65,7 +78,14 @@ using kiln::bench::Clock;
 using kiln::bench::ns_since;
 using nlohmann::ordered_json;
 
-constexpr std::array<std::string_view, 4> kModes = {"bare", "bare-pch", "kiln", "kiln-pch"};
+constexpr std::array<std::string_view, 6> kModes = {"bare", "bare-pch", "kiln", "kiln-pch", "kiln-auto", "kiln-stored"};
+/// The modes run without --modes.
+constexpr std::size_t kDefaultModes = 4;
+
+/// KILN_PCH for a kiln mode's children.
+std::string pch_setting(std::string_view mode) {
+  return mode == "kiln" ? "0" : mode == "kiln-pch" ? "1" : "auto";
+}
 
 /// The command line. A child gets its parent's, plus --child MODE --round R --work DIR --out DIR.
 struct Args {
@@ -77,7 +97,9 @@ struct Args {
   std::string log, json, out;
   std::string child, work;  ///< a child's mode and the parent's temporary folder
   int round = 0;
-  std::vector<std::string> modes{kModes.begin(), kModes.end()};  ///< the modes to run, in kModes' order
+  bool fresh = false;  ///< --fresh 1: a process per request
+  int only = -1;       ///< a child of --fresh: the one request it compiles
+  std::vector<std::string> modes{kModes.begin(), kModes.begin() + kDefaultModes};  ///< the modes to run, in order
 };
 
 /// The modes named in `list` ("bare,kiln-pch"), in kModes' order; nullopt for an unknown one, a list without
@@ -353,7 +375,59 @@ class BareNvrtc {
   decltype(&nvrtcDestroyProgram) m_destroy = nullptr;
 };
 
-/// Runs one mode over the requests and prints its numbers (JSON) on stdout. Every request is tried.
+/// Removes a cache's entries and dependency manifests, keeping its precompiled headers and their records.
+void keep_only_pch(const fs::path& cache) {
+  std::error_code ignored;
+  fs::remove_all(cache / "v1", ignored);
+  fs::remove_all(cache / "manifests", ignored);
+  fs::remove(cache / "lock" / "size", ignored);
+}
+
+/// kiln-stored's earlier process: the list compiled twice with KILN_PCH=auto (a new engine each time, the
+/// entries removed between and after), so that every header set that can have a stored PCH has one: a set's
+/// first compile on the machine goes without, its next (the second pass, for a set the list has once) makes it.
+/// Prints what the cache then holds.
+int warm_stored_cache(const std::vector<Request>& requests, const std::vector<kiln::Source>& sources,
+                      const std::vector<kiln::Options>& options, const fs::path& cache) {
+  ordered_json result = {{"mode", "kiln-warm"}, {"passes", ordered_json::array()}};
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto t0 = Clock::now();
+    kiln::Engine engine(compile_only(cache));
+    std::size_t failed = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      try {
+        (void)engine.compile(sources[i], options[i], requests[i].names, requests[i].target);
+      } catch (const std::exception&) {
+        ++failed;
+      }
+    }
+    result["passes"].push_back({{"wall_ns", ns_since(t0)},
+                                {"failed", failed},
+                                {"pch_made", engine.stats().pch_made},
+                                {"pch_used", engine.stats().pch_used}});
+    keep_only_pch(cache);
+  }
+  kiln::cache::StoreConfig config;
+  config.root = cache;
+  const kiln::cache::Store store(config);
+  std::size_t pch = 0, pays = 0, not_paying = 0;
+  std::uint64_t bytes = 0;
+  for (const kiln::cache::PchListing& item : store.list_pch()) {
+    if (!item.record) {
+      ++pch;
+      bytes += item.size;
+    } else if (item.parsed_record) {
+      pays += item.parsed_record->verdict == kiln::cache::PchRecord::Verdict::pays ? 1 : 0;
+      not_paying += item.parsed_record->verdict == kiln::cache::PchRecord::Verdict::does_not_pay ? 1 : 0;
+    }
+  }
+  result["stored"] = {{"pch", pch}, {"bytes", bytes}, {"pays", pays}, {"does_not_pay", not_paying}};
+  fmt::print("{}\n", result.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+  return 0;
+}
+
+/// Runs one mode over the requests (or --fresh's one) and prints its numbers (JSON) on stdout. Every request is
+/// tried.
 int run_child(const Args& args) {
   const std::string& mode = args.child;
   const int round = args.round;
@@ -374,9 +448,18 @@ int run_child(const Args& args) {
   ordered_json result = {
       {"mode", mode}, {"round", round}, {"pid", std::to_string(getpid())}, {"requests", ordered_json::array()}};
   const auto record = [&](const std::string& error, double wall_ns, double compile_ns) {
-    result["requests"].push_back(
-        {{"ok", error.empty()}, {"wall_ns", wall_ns}, {"compile_ns", compile_ns}, {"error", error}});
+    result["requests"].push_back({{"ok", error.empty()},
+                                  {"wall_ns", wall_ns},
+                                  {"compile_ns", compile_ns},
+                                  {"error", error},
+                                  {"pid", std::to_string(getpid())}});
   };
+  // The requests this child compiles: every one, or (--fresh) the one it was started for.
+  std::vector<std::size_t> chosen;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (args.only < 0 || static_cast<std::size_t>(args.only) == i) chosen.push_back(i);
+  }
+  if (mode == "kiln-warm") return warm_stored_cache(requests, sources, options, work / "stored-cache");
   if (mode.starts_with("bare")) {
     std::vector<std::string> extra;
     if (mode == "bare-pch") {
@@ -387,7 +470,7 @@ int run_child(const Args& args) {
     }
     BareNvrtc bare(nvrtc);
     std::array<int, 2> pch_notes{};
-    for (std::size_t i = 0; i < requests.size(); ++i) {
+    for (const std::size_t i : chosen) {
       const auto t0 = Clock::now();
       const std::string error = bare.compile(requests[i], sources[i], extra, pch_notes);
       record(error, ns_since(t0), 0);
@@ -396,10 +479,10 @@ int run_child(const Args& args) {
     result["pch_used"] = pch_notes[1];
   } else {
     const auto t0 = Clock::now();
-    kiln::Engine engine(compile_only(work / ("cache-" + tag)));
+    kiln::Engine engine(compile_only(mode == "kiln-stored" ? work / "stored-cache" : work / ("cache-" + tag)));
     result["setup_ns"] = ns_since(t0);
     fs::create_directories(out / tag);
-    for (std::size_t i = 0; i < requests.size(); ++i) {
+    for (const std::size_t i : chosen) {
       const std::uint64_t before = engine.stats().compile_nanoseconds;
       const auto start = Clock::now();
       try {
@@ -461,27 +544,69 @@ double ms(double ns) { return ns / 1e6; }
 /// Each mode's children's numbers, by round (null for a child that failed).
 using Runs = std::map<std::string, std::vector<ordered_json>>;
 
-/// Runs the four children `args.rounds` times, the mode order reversed every other round. False when
-/// a child failed or gave no numbers.
+/// Runs one child (`--only`: one request of --fresh) and returns its numbers, null when it failed.
+ordered_json run_one(const std::vector<std::string>& argv, const std::string& mode, int round, const fs::path& work,
+                     const fs::path& out, int only) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (mode.starts_with("kiln")) env.emplace_back("KILN_PCH", pch_setting(mode));
+  std::vector<std::string> child = argv;
+  child.insert(child.end(),
+               {"--child", mode, "--round", std::to_string(round), "--work", work.string(), "--out", out.string()});
+  if (only >= 0) child.insert(child.end(), {"--only", std::to_string(only)});
+  const auto output = kiln::bench::run_self(child, env);
+  try {
+    if (output) return ordered_json::parse(*output);
+  } catch (const std::exception& e) {
+    fmt::print("{} round {}: unreadable output ({})\n", mode, round, e.what());
+  }
+  return nullptr;
+}
+
+/// kiln-stored's cache: made by one earlier process (warm_stored_cache); says what it holds.
+bool prepare_stored(const std::vector<std::string>& argv, const fs::path& work, const fs::path& out) {
+  const ordered_json warm = run_one(argv, "kiln-warm", 0, work, out, -1);
+  if (!warm.contains("stored")) {
+    fmt::print("kiln-stored: the earlier process failed\n");
+    return false;
+  }
+  fmt::print("kiln-stored: the earlier process (KILN_PCH=auto, two passes, {:.1f} + {:.1f} s) left {} precompiled headers "
+             "({:.1f} MB; verdicts: {} pay, {} do not)\n",
+             warm["passes"][0]["wall_ns"].get<double>() / 1e9, warm["passes"][1]["wall_ns"].get<double>() / 1e9,
+             warm["stored"]["pch"].get<std::size_t>(), warm["stored"]["bytes"].get<double>() / 1e6,
+             warm["stored"]["pays"].get<std::size_t>(), warm["stored"]["does_not_pay"].get<std::size_t>());
+  return true;
+}
+
+/// Runs the children `args.rounds` times, the mode order reversed every other round: one per mode, or (--fresh)
+/// one per mode and request, whose numbers are joined into one run. False when a child failed or gave no numbers.
 bool run_children(const Args& args, const std::vector<std::string>& argv, const fs::path& work, const fs::path& out,
                   std::size_t requests, Runs& runs) {
   bool ok = true;
+  if (runs_mode(args, "kiln-stored") && !prepare_stored(argv, work, out)) return false;
   for (int round = 0; round < args.rounds; ++round) {
     for (std::size_t k = 0; k < args.modes.size(); ++k) {
       const std::string& mode = args.modes[round % 2 == 0 ? k : args.modes.size() - 1 - k];
-      std::vector<std::pair<std::string, std::string>> env;
-      if (mode.starts_with("kiln")) env.emplace_back("KILN_PCH", mode == "kiln-pch" ? "1" : "0");
-      std::vector<std::string> child = argv;
-      child.insert(child.end(),
-                   {"--child", mode, "--round", std::to_string(round), "--work", work.string(), "--out", out.string()});
-      const auto output = kiln::bench::run_self(child, env);
       ordered_json numbers;
-      try {
-        if (output) numbers = ordered_json::parse(*output);
-      } catch (const std::exception& e) {
-        fmt::print("{} round {}: unreadable output ({})\n", mode, round, e.what());
+      if (!args.fresh) {
+        if (mode == "kiln-stored") keep_only_pch(work / "stored-cache");
+        numbers = run_one(argv, mode, round, work, out, -1);
+      } else {
+        numbers = {{"mode", mode}, {"round", round}, {"pid", ""}, {"requests", ordered_json::array()},
+                   {"pch_made", 0}, {"pch_used", 0}};
+        for (std::size_t i = 0; i < requests && !numbers.is_null(); ++i) {
+          if (mode == "kiln-stored") keep_only_pch(work / "stored-cache");  // the PCHs, never an entry
+          const ordered_json one = run_one(argv, mode, round, work, out, static_cast<int>(i));
+          if (!one.contains("requests") || one["requests"].size() != 1) {
+            numbers = nullptr;
+            break;
+          }
+          numbers["requests"].push_back(one["requests"][0]);
+          for (const char* count : {"pch_made", "pch_used"}) {
+            if (one.contains(count)) numbers[count] = numbers[count].get<std::uint64_t>() + one[count].get<std::uint64_t>();
+          }
+        }
       }
-      if (!numbers.contains("requests") || numbers["requests"].size() != requests) {
+      if (numbers.is_null() || !numbers.contains("requests") || numbers["requests"].size() != requests) {
         fmt::print("{} round {}: the child gave no numbers\n", mode, round);
         numbers = nullptr;
         ok = false;
@@ -550,8 +675,8 @@ void print_times(const std::vector<Request>& requests, const std::vector<std::st
   if (requests.empty()) return;
   fmt::print("\nfirst request of the process (wall, ms; {}):", requests[0].source_name);
   for (const std::string_view mode : modes) fmt::print(" {} {:.1f}", mode, ms(wall[mode][0]));
-  fmt::print("\nprecompiled headers made / used (NVRTC's log for bare-pch, Engine::stats() for kiln-pch):");
-  for (const std::string mode : {"bare-pch", "kiln-pch"}) {
+  fmt::print("\nprecompiled headers made / used (NVRTC's log for bare-pch, Engine::stats() for the kiln modes):");
+  for (const std::string mode : {"bare-pch", "kiln-pch", "kiln-auto", "kiln-stored"}) {
     if (std::find(modes.begin(), modes.end(), mode) == modes.end()) continue;
     std::uint64_t made = 0, used = 0;
     for (const ordered_json& run : runs[mode]) {
@@ -562,29 +687,32 @@ void print_times(const std::vector<Request>& requests, const std::vector<std::st
   fmt::print("\n");
 }
 
-/// kiln-pch's binaries against kiln's, request by request in every round.
+/// A kiln-* mode's binaries against kiln's (KILN_PCH=0), request by request in every round.
 struct Identity {
   std::size_t pairs = 0, identical = 0, blanked = 0;
   std::vector<std::string> differing;
 };
-Identity compare_binaries(const std::vector<Request>& requests, Runs& runs, const fs::path& out) {
+Identity compare_binaries(const std::vector<Request>& requests, Runs& runs, const fs::path& out, const std::string& mode) {
   Identity result;
-  for (std::size_t round = 0; round < runs["kiln"].size(); ++round) {
-    const auto pid = [&](const char* mode) {
-      const ordered_json& run = runs[mode][round];
-      return run.is_null() ? std::string() : run["pid"].get<std::string>();
-    };
+  for (std::size_t round = 0; round < runs["kiln"].size() && round < runs[mode].size(); ++round) {
     for (std::size_t i = 0; i < requests.size(); ++i, ++result.pairs) {
-      const auto file = [&](std::string_view mode) { return out / fmt::format("{}-r{}/{}.bin", mode, round, i); };
-      const bool present = fs::exists(file("kiln")) && fs::exists(file("kiln-pch"));
-      const std::string a = present ? read_file(file("kiln")) : "", b = present ? read_file(file("kiln-pch")) : "";
+      // The process that compiled request i (its own with --fresh), whose id NVRTC writes after the tag.
+      const auto pid = [&](const std::string& m) {
+        const ordered_json& run = runs[m][round];
+        if (run.is_null()) return std::string();
+        const ordered_json& q = run["requests"][i];
+        return q.contains("pid") ? q["pid"].get<std::string>() : run["pid"].get<std::string>();
+      };
+      const auto file = [&](std::string_view m) { return out / fmt::format("{}-r{}/{}.bin", m, round, i); };
+      const bool present = fs::exists(file("kiln")) && fs::exists(file(mode));
+      const std::string a = present ? read_file(file("kiln")) : "", b = present ? read_file(file(mode)) : "";
       if (present && a == b) {
         ++result.identical;
-      } else if (present && blank_internal_tags(a, pid("kiln")) == blank_internal_tags(b, pid("kiln-pch"))) {
+      } else if (present && blank_internal_tags(a, pid("kiln")) == blank_internal_tags(b, pid(mode))) {
         ++result.blanked;
       } else {
         result.differing.push_back(
-            fmt::format("{} (round {}){}", requests[i].source_name, round, present ? "" : ": missing"));
+            fmt::format("{} {} (round {}){}", mode, requests[i].source_name, round, present ? "" : ": missing"));
       }
     }
   }
@@ -626,22 +754,28 @@ int run_parent(const Args& args, const std::vector<std::string>& argv) {
   const bool children_ok = run_children(args, argv, work, out, requests.size(), runs);
   const auto n_small =
       std::count_if(requests.begin(), requests.end(), [](const Request& r) { return r.cls == "small"; });
-  fmt::print("cold_bench: {} requests ({} small, {} cub){}, {} round(s); NVRTC {} ({})\n", requests.size(), n_small,
+  fmt::print("cold_bench: {} requests ({} small, {} cub){}, {} round(s){}; NVRTC {} ({})\n", requests.size(), n_small,
              static_cast<std::ptrdiff_t>(requests.size()) - n_small,
              args.log.empty() ? fmt::format(", target {}", args.target) : ", from " + args.log, args.rounds,
-             nvrtc_version, nvrtc);
+             args.fresh ? ", every request in a fresh process" : ", one process per mode", nvrtc_version, nvrtc);
   std::vector<std::string> failures;
   print_times(requests, args.modes, runs, failures);
-  const bool compared = runs_mode(args, "kiln") && runs_mode(args, "kiln-pch");
-  const Identity identity = compared ? compare_binaries(requests, runs, out) : Identity{};
-  if (compared) {
+  bool compared = false;
+  Identity identity;
+  for (const std::string& mode : args.modes) {
+    if (!mode.starts_with("kiln-") || !runs_mode(args, "kiln")) continue;
+    compared = true;
+    const Identity one = compare_binaries(requests, runs, out, mode);
     fmt::print(
-        "binaries kiln-pch vs kiln: {} of {} identical; {} more identical after blanking NVRTC's "
+        "binaries {} vs kiln: {} of {} identical; {} more identical after blanking NVRTC's "
         "_INTERNAL_<8 hex> tag (and the process id after it)\n",
-        identity.identical, identity.pairs, identity.blanked);
-  } else {
-    fmt::print("binaries kiln-pch vs kiln: not compared (--modes runs not both)\n");
+        mode, one.identical, one.pairs, one.blanked);
+    identity.pairs += one.pairs;
+    identity.identical += one.identical;
+    identity.blanked += one.blanked;
+    identity.differing.insert(identity.differing.end(), one.differing.begin(), one.differing.end());
   }
+  if (!compared) fmt::print("binaries: not compared (--modes runs kiln and no other kiln mode, or not kiln)\n");
   for (const std::string& d : identity.differing) fmt::print("  differs: {}\n", d);
   for (const std::string& f : failures)
     fmt::print("  failed: {}\n", f.substr(0, std::min<std::size_t>(f.find('\n'), 300)));
@@ -684,20 +818,22 @@ int main(int argc, char** argv) {
       {"--round", [&](const std::string& v) { options.round = count(v, 0); }},
       {"--work", [&](const std::string& v) { options.work = v; }},
       {"--modes", [&](const std::string& v) { options.modes = parse_modes(v).value_or(std::vector<std::string>{}); }},
+      {"--fresh", [&](const std::string& v) { options.fresh = v == "1"; }},
+      {"--only", [&](const std::string& v) { options.only = count(v, 0); }},
   };
   for (std::size_t i = 0; i < args.size(); i += 2) {
     const auto setter = setters.find(args[i]);
     if (setter == setters.end() || i + 1 == args.size()) {
       fmt::print(stderr,
                  "usage: cold_bench [--small 24] [--cub 6] [--rounds 1] [--target sm_90] [--log FILE] "
-                 "[--json FILE] [--out DIR] [--modes bare,bare-pch,kiln,kiln-pch]\n");
+                 "[--json FILE] [--out DIR] [--fresh 0|1] [--modes bare,bare-pch,kiln,kiln-pch,kiln-auto,kiln-stored]\n");
       return 2;
     }
     setter->second(args[i + 1]);
   }
   if (options.modes.empty()) {
-    fmt::print(stderr, "cold_bench: --modes takes some of bare, bare-pch, kiln, kiln-pch, comma-separated, each once, "
-                       "bare among them\n");
+    fmt::print(stderr, "cold_bench: --modes takes some of bare, bare-pch, kiln, kiln-pch, kiln-auto, kiln-stored, "
+                       "comma-separated, each once, bare among them\n");
     return 2;
   }
   if (options.child.empty()) return run_parent(options, args);

@@ -176,6 +176,7 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   vendor::CompileInput input{r.source.name(), view.source, headers, r.names, r.flags, r.target.full};
   input.lto_ir = r.target.output == PayloadKind::ltoir;
   input.prelude_end = view.prelude_end;
+  input.store = &store();  // NVRTC's precompiled headers are kept beside the entries (nvrtc_pch_store.hpp)
   vendor::CompileOutput output;
   try {
     output = compiler.compile(input);

@@ -95,15 +95,16 @@ std::string read_all(const fs::path& path) {
   return s.str();
 }
 
-/// Runs this program again (--child) to compile `k` over `cache`, and reads what it wrote.
-Outcome in_second_process(const Kernel& k, const std::vector<std::string>& options, const std::string& target,
-                          const fs::path& cache, const fs::path& scratch) {
+/// Runs this program again (--child) to compile `kernels` (index into the request's kernels, kernel) in order over
+/// `cache`, and reads what it wrote: one Outcome each, its origin saying what the compile did with a PCH.
+std::vector<Outcome> in_another_process(const std::vector<std::pair<std::size_t, const Kernel*>>& kernels,
+                                        const std::vector<std::string>& options, const std::string& target,
+                                        const fs::path& cache, const fs::path& scratch) {
   const fs::path request = scratch / "child-request.json", result = scratch / "child-result";
-  write_file(
-      request,
-      nlohmann::json{
-          {"name", k.name}, {"text", k.text}, {"options", options}, {"target", target}, {"cache", cache.string()}}
-          .dump());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [index, k] : kernels) list.push_back({{"name", k->name}, {"text", k->text}});
+  write_file(request,
+             nlohmann::json{{"kernels", list}, {"options", options}, {"target", target}, {"cache", cache.string()}}.dump());
   fs::remove(result.string() + ".json");
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::fflush(stdout);
@@ -113,22 +114,31 @@ Outcome in_second_process(const Kernel& k, const std::vector<std::string>& optio
     ::_exit(127);
   }
   int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) throw std::runtime_error("cannot run the second process");
-  Outcome out;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) throw std::runtime_error("cannot run the other process");
+  std::vector<Outcome> outs;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !fs::exists(result.string() + ".json")) {
-    out.message = fmt::format("the second process died (status {:#x})", status);
-    return out;
+    Outcome out;
+    out.kernel = kernels.front().first;
+    out.message = fmt::format("the other process died (status {:#x})", status);
+    outs.push_back(std::move(out));
+    return outs;
   }
-  const nlohmann::json j = nlohmann::json::parse(read_all(result.string() + ".json"));
-  out.kind = static_cast<Outcome::Kind>(j.at("kind").get<int>());
-  out.origin = j.at("origin").get<std::string>();
-  out.key = j.at("key").get<std::string>();
-  out.message = j.at("message").get<std::string>();
-  const std::string bytes = read_all(result.string() + ".bin");
-  out.bytes.resize(bytes.size());
-  std::memcpy(out.bytes.data(), bytes.data(), bytes.size());
-  out.origin += " (second process)";
-  return out;
+  const nlohmann::json all = nlohmann::json::parse(read_all(result.string() + ".json"));
+  for (std::size_t i = 0; i < kernels.size() && i < all.size(); ++i) {
+    const nlohmann::json& j = all[i];
+    Outcome out;
+    out.kernel = kernels[i].first;
+    out.kind = static_cast<Outcome::Kind>(j.at("kind").get<int>());
+    out.origin = j.at("origin").get<std::string>();
+    out.key = j.at("key").get<std::string>();
+    out.message = j.at("message").get<std::string>();
+    const std::string bytes = read_all(fmt::format("{}-{}.bin", result.string(), i));
+    out.bytes.resize(bytes.size());
+    std::memcpy(out.bytes.data(), bytes.data(), bytes.size());
+    out.origin += " (another process" + j.at("pch").get<std::string>() + ")";
+    outs.push_back(std::move(out));
+  }
+  return outs;
 }
 
 }  // namespace
@@ -143,6 +153,7 @@ std::vector<ModeSpec> modes_for(const Case& c, const Remote& remote) {
     out.push_back({"warm-nopch-lean", ModeSpec::warm, false, true, "cache-warm-nopch-lean"});
     out.push_back({"warm-nopch-full", ModeSpec::warm, false, false, "cache-warm-nopch-full"});
     out.push_back({"second-process", ModeSpec::second_process, true, true, "cache-warm-pch-lean"});
+    if (!c.siblings.empty()) out.push_back({"stored-pch", ModeSpec::stored_pch, true, true, {}});
   } else {
     out.push_back({"warm-lean", ModeSpec::warm, true, true, "cache-warm-lean"});
     out.push_back({"warm-full", ModeSpec::warm, true, false, "cache-warm-full"});
@@ -168,6 +179,10 @@ std::string mode_description(const std::string& mode) {
   }
   if (mode == "fresh") return "a new empty cache at every step";
   if (mode == "second-process") return "another process reads the warm cache of warm-pch-lean (warm-lean for HIP)";
+  if (mode == "stored-pch") {
+    return "the sibling kernels in one process over a new cache (the second makes the set's PCH and stores it), then "
+           "the case in another process, which uses that stored PCH";
+  }
   if (mode == "siblings-first") {
     return "the sibling kernels, then the case, in one engine over a new cache with PCH: the PCH (and the hoisted "
            "prelude) is made by a sibling and used by the case";
@@ -195,8 +210,17 @@ std::vector<Outcome> run_mode(const ModeSpec& mode, const Request& r, const Remo
       break;
     }
     case ModeSpec::second_process:
-      out.push_back(in_second_process(main, r.options, target, r.home / mode.cache, r.home));
+      out.push_back(in_another_process({{0, &main}}, r.options, target, r.home / mode.cache, r.home).front());
       break;
+    case ModeSpec::stored_pch: {
+      const fs::path cache = r.home / fmt::format("stored-{}", r.step);
+      std::vector<std::pair<std::size_t, const Kernel*>> siblings;
+      for (std::size_t i = 1; i < r.kernels.size(); ++i) siblings.emplace_back(i, &r.kernels[i]);
+      out = in_another_process(siblings, r.options, target, cache, r.home);
+      out.push_back(in_another_process({{0, &main}}, r.options, target, cache, r.home).front());
+      fs::remove_all(cache);
+      break;
+    }
     case ModeSpec::siblings_first: {
       const fs::path cache = r.home / fmt::format("siblings-{}", r.step);
       {
@@ -258,16 +282,23 @@ int child_main(int argc, char** argv) {
   if (argc != 4) return 2;
   try {
     const nlohmann::json j = nlohmann::json::parse(read_all(argv[2]));
-    const Kernel k{j.at("name").get<std::string>(), j.at("text").get<std::string>()};
-    const Outcome out = compile(*engine_on(j.at("cache").get<std::string>()), k, 0,
-                                j.at("options").get<std::vector<std::string>>(), j.at("target").get<std::string>());
+    const std::unique_ptr<Engine> engine = engine_on(j.at("cache").get<std::string>());
     const std::string prefix = argv[3];
-    write_file(prefix + ".bin", std::string(reinterpret_cast<const char*>(out.bytes.data()), out.bytes.size()));
-    write_file(
-        prefix + ".json",
-        nlohmann::json{
-            {"kind", static_cast<int>(out.kind)}, {"origin", out.origin}, {"key", out.key}, {"message", out.message}}
-            .dump());
+    nlohmann::json results = nlohmann::json::array();
+    for (const nlohmann::json& item : j.at("kernels")) {
+      const Kernel k{item.at("name").get<std::string>(), item.at("text").get<std::string>()};
+      const std::uint64_t made = engine->stats().pch_made, used = engine->stats().pch_used;
+      const Outcome out = compile(*engine, k, 0, j.at("options").get<std::vector<std::string>>(),
+                                  j.at("target").get<std::string>());
+      write_file(fmt::format("{}-{}.bin", prefix, results.size()),
+                 std::string(reinterpret_cast<const char*>(out.bytes.data()), out.bytes.size()));
+      results.push_back({{"kind", static_cast<int>(out.kind)},
+                         {"origin", out.origin},
+                         {"key", out.key},
+                         {"message", out.message},
+                         {"pch", pch_note(*engine, made, used)}});
+    }
+    write_file(prefix + ".json", results.dump());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "differential_runner --child: %s\n", e.what());
     return 1;

@@ -11,6 +11,9 @@
 //   siblings-first   NVIDIA cases with sibling kernels (a header set past the PCH threshold): the siblings
 //                    and then the case in one engine over a new cache, PCH on, so that the lane makes the PCH
 //                    (and hoists a prefix that ends in includes) with the siblings and uses it for the case.
+//   stored-pch       NVIDIA cases with sibling kernels: the siblings in one process over a new cache (the second
+//                    makes the set's PCH and the cache keeps it), then the case in another process, which uses that
+//                    stored PCH (engine/src/lanes/nvrtc_pch_store.hpp): a PCH made by one process, another's bytes.
 //   fetched          a Redis remote: an engine over an empty cache compiles and publishes (the manifest and
 //                    the entry), then another over another empty cache fetches both; both compared. The remote
 //                    is kept across steps and cases, so after an edit the remote is warm too.
@@ -57,7 +60,7 @@ struct Bare {
 };
 
 struct ModeSpec {
-  enum Kind { warm, fresh, second_process, siblings_first, fetched };
+  enum Kind { warm, fresh, second_process, siblings_first, stored_pch, fetched };
   std::string name;
   Kind kind = warm;
   bool pch = true;

@@ -30,6 +30,7 @@
 #include "kiln/includes/include_home.hpp"
 #include "lanes/lane.hpp"
 #include "lanes/nvrtc_pch.hpp"
+#include "lanes/nvrtc_pch_store.hpp"
 #include "test_support.hpp"
 
 using namespace kiln;
@@ -503,7 +504,7 @@ TEST_CASE("small header sets and requests with PCH flags of their own compile wi
   input.headers = texts;
   input.flags = own.flags;
   input.target = "sm_90";
-  vendor::pch::Folders folders("");
+  vendor::pch::Folders folders("", nullptr);
   CHECK_FALSE(folders.plan(input, 256ULL << 20));
 }
 
@@ -520,6 +521,7 @@ TEST_CASE("the PCH flags are recognised and their messages leave the log", "[rtc
   }
   vendor::pch::Plan plan;
   plan.folder = "/tmp/kiln-pch-1-2-abc/0123";
+  plan.marker = "\"/tmp/kiln-pch-1-2-abc/0123/";
   std::string log =
       "\"k.cu\": creating precompiled header file \"/tmp/kiln-pch-1-2-abc/0123/k_0.pch\"\n"
       "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n"
@@ -531,6 +533,25 @@ TEST_CASE("the PCH flags are recognised and their messages leave the log", "[rtc
   CHECK(log ==
         "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n"
         "\"k.cu\": using precompiled header file \"/elsewhere/k_0.pch\"");
+
+  // A stored PCH NVRTC did not take: its warning leaves the log, and the remark after it when no other warning is
+  // left; the reason is kept for the record.
+  vendor::pch::Plan stored;
+  stored.marker = "\"/proc/self/fd/7\"";
+  const std::string refused =
+      "Warning #630-D: the initial sequence of preprocessing directives is not compatible with those of precompiled "
+      "header file \"/proc/self/fd/7\"\n\nRemark: The warnings can be suppressed with \"-diag-suppress "
+      "<warning-number>\"\n\n";
+  std::string alone = refused;
+  const vendor::pch::LogNotes refusal = vendor::pch::strip_pch_messages(alone, stored);
+  CHECK_FALSE(refusal.used);
+  CHECK(refusal.refusal.find("#630-D") != std::string::npos);
+  CHECK(alone.empty());
+  std::string with_own = "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n" + refused;
+  (void)vendor::pch::strip_pch_messages(with_own, stored);
+  CHECK(with_own ==
+        "k.cu(3): warning #177-D: variable \"x\" was declared but never referenced\n\nRemark: The warnings can be "
+        "suppressed with \"-diag-suppress <warning-number>\"");
 }
 
 TEST_CASE("a PCH root left by a process that died is removed by the next process that makes one", "[rtc][pch]") {

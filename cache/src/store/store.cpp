@@ -199,6 +199,9 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
   while (s.root.size() > 1 && s.root.back() == '/') s.root.pop_back();
   s.v1_dir = s.root + "/v1";
   s.entries = ShardedNames(s.v1_dir, kEntrySuffix);
+  s.pch_dir = s.root + "/pch";
+  s.pch_files = ShardedNames(s.pch_dir, kPchSuffix);
+  s.pch_records = ShardedNames(s.pch_dir, kPchRecordSuffix);
   s.lock_dir = s.root + "/lock";
   s.size_file = s.lock_dir + "/size";
   s.trim_lock = s.lock_dir + "/trim";
@@ -229,7 +232,7 @@ Store::Store(StoreConfig config) : m_config(std::move(config)), m_state(std::mak
     s.degrade(StoreMode::memory_only, fmt::format("refused: {}", why), true);
     return;
   }
-  for (const std::string& dir : {s.v1_dir, s.lock_dir}) {
+  for (const std::string& dir : {s.v1_dir, s.lock_dir, s.pch_dir}) {
     struct stat sub {};
     if (::lstat(dir.c_str(), &sub) != 0) continue;
     if (std::string why = distrust_reason("cache directory", dir, sub); !why.empty()) {

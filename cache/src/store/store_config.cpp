@@ -117,6 +117,20 @@ StoreConfig StoreConfig::from_environment() {
     }
     config.max_size = *bytes;
   }
+  // The share of the cache precompiled headers may take (StoreConfig::pch_limit). 0 keeps none.
+  if (const char* size = std::getenv("KILN_PCH_MAXSIZE"); size != nullptr && *size != '\0') {
+    const auto bytes = parse_size(size);
+    if (!bytes) {
+      throw std::invalid_argument(fmt::format(
+          "KILN_PCH_MAXSIZE=\"{}\" is not a size: give bytes or a K/M/G/T suffix (binary), e.g. 256M", size));
+    }
+    if (*bytes > config.max_size) {
+      KILN_LOG(warn, "KILN_PCH_MAXSIZE={} is above the cache's size cap ({} bytes, KILN_CACHE_MAXSIZE): precompiled "
+               "headers may take all of it, never more", size, config.max_size);
+    }
+    // 0 is a share of nothing: no precompiled header is kept (pch_limit() reads 0 as "half", so 1 byte).
+    config.pch_max_size = *bytes == 0 ? 1 : *bytes;
+  }
   return config;
 }
 

@@ -32,8 +32,9 @@ constexpr auto kRecentUse = std::chrono::hours(1);
 
 /// Calls `on_entry(EntryFile)` for every entry file and `on_temp(path, name, stat)` for every temp
 /// file under <root>/v1. Unreadable directories, and links or files in place of one, are skipped.
+/// `also`: a second name pattern in the same folder (pch/'s records beside its .pch files).
 template <class OnEntry, class OnTemp>
-void walk_store(const ShardedNames& names, OnEntry&& on_entry, OnTemp&& on_temp) {
+void walk_store(const ShardedNames& names, OnEntry&& on_entry, OnTemp&& on_temp, const ShardedNames* also = nullptr) {
   names.for_each_shard(
       [&](std::string_view shard_name, const std::string& shard_path, int shard_fd) {
         DIR* files = ::fdopendir(::dup(shard_fd));
@@ -49,7 +50,8 @@ void walk_store(const ShardedNames& names, OnEntry&& on_entry, OnTemp&& on_temp)
             }
             continue;
           }
-          const auto hash = names.key_of(shard_name, name);
+          auto hash = names.key_of(shard_name, name);
+          if (!hash && also != nullptr) hash = also->key_of(shard_name, name);
           if (!hash) continue;
           std::string path;
           path.reserve(shard_path.size() + 1 + name.size());
@@ -79,11 +81,19 @@ void Store::State::collect_entries(std::vector<EntryFile>& files) const {
       [](const std::string&, std::string_view, const struct stat&) {});
 }
 
+void Store::State::collect_pch(std::vector<EntryFile>& files, bool with_records) const {
+  if (pch_dir.empty()) return;
+  walk_store(
+      pch_files, [&files](EntryFile file) { files.push_back(std::move(file)); },
+      [](const std::string&, std::string_view, const struct stat&) {}, with_records ? &pch_records : nullptr);
+}
+
 std::uint64_t Store::State::measure_entries() const {
   std::uint64_t total = 0;
-  walk_store(
-      entries, [&total](const EntryFile& file) { total += file.size; },
-      [](const std::string&, std::string_view, const struct stat&) {});
+  const auto add = [&total](const EntryFile& file) { total += file.size; };
+  const auto no_temps = [](const std::string&, std::string_view, const struct stat&) {};
+  walk_store(entries, add, no_temps);
+  if (!pch_dir.empty()) walk_store(pch_files, add, no_temps, &pch_records);
   return total;
 }
 
@@ -126,15 +136,16 @@ std::size_t Store::State::sweep_temps(std::chrono::seconds age) const noexcept {
   std::size_t removed = 0;
   try {
     const auto now = Clock::now();
-    walk_store(
-        entries, [](const EntryFile&) {},
-        [&](const std::string& path, std::string_view name, const struct stat& st) {
-          if (now - to_time_point(st.st_mtim) < age) return;
-          const long owner = detail::temp_file_owner(name);
-          if (owner > 0 && owner != ::getpid() && process_alive(owner)) return;
-          if (owner == ::getpid() && age < kTrimTempAge) return;  // possibly one of our own writers
-          if (::unlink(path.c_str()) == 0) ++removed;
-        });
+    const auto sweep = [&](const std::string& path, std::string_view name, const struct stat& st) {
+      if (now - to_time_point(st.st_mtim) < age) return;
+      const long owner = detail::temp_file_owner(name);
+      if (owner > 0 && owner != ::getpid() && process_alive(owner)) return;
+      if (owner == ::getpid() && age < kTrimTempAge) return;  // possibly one of our own writers
+      if (::unlink(path.c_str()) == 0) ++removed;
+    };
+    walk_store(entries, [](const EntryFile&) {}, sweep);
+    // A precompiled header being made is a temp file of 25-180 MB: one its maker left (it died) goes too.
+    if (!pch_dir.empty()) walk_store(pch_files, [](const EntryFile&) {}, sweep, &pch_records);
   } catch (...) {
     // Out of memory: stop sweeping.
   }
@@ -150,6 +161,7 @@ std::optional<TrimResult> Store::State::trim(const StoreConfig& config, std::uin
     (void)sweep_temps(std::chrono::duration_cast<std::chrono::seconds>(kTrimTempAge));
     std::vector<EntryFile> files;
     collect_entries(files);
+    collect_pch(files, /*with_records=*/true);  // one LRU over entries and precompiled headers
     TrimResult result;
     for (const EntryFile& file : files) result.bytes_before += file.size;
     std::uint64_t total = result.bytes_before;

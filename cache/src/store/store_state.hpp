@@ -43,6 +43,9 @@ struct Store::State {
   std::string root;
   std::string v1_dir;
   detail::ShardedNames entries;  ///< v1/<2 hex>/<30 hex>.kiln
+  std::string pch_dir;               ///< pch/: precompiled headers (pch_store.hpp; store_pch.cpp)
+  detail::ShardedNames pch_files;    ///< pch/<2 hex>/<30 hex>.pch
+  detail::ShardedNames pch_records;  ///< pch/<2 hex>/<30 hex>.pchv
   std::string lock_dir;
   std::string size_file;
   std::string trim_lock;
@@ -123,7 +126,10 @@ struct Store::State {
 
   /// Appends every entry file (not temps) to `files`. Unreadable directories are skipped.
   void collect_entries(std::vector<EntryFile>& files) const;
-  /// The bytes of every entry file on disk now (a stat-only walk of the store).
+  /// Appends every file of pch/ (.pch files, and their records with `with_records`; not temps) to `files`.
+  void collect_pch(std::vector<EntryFile>& files, bool with_records) const;
+  /// The bytes of every entry file and every file of pch/ on disk now (a stat-only walk of the store): the
+  /// size total counts both, and the trim removes the oldest of both.
   [[nodiscard]] std::uint64_t measure_entries() const;
   /// True when lock/measured is missing or older than kRemeasureInterval.
   [[nodiscard]] bool measurement_due() const noexcept;

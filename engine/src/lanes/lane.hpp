@@ -21,6 +21,10 @@
 #include "kiln/launch.hpp"
 #include "kiln/source.hpp"
 
+namespace kiln::cache {
+class Store;  // kiln/cache/store.hpp
+}  // namespace kiln::cache
+
 namespace kiln::vendor {
 
 /// A header handed to the compiler: its name and text, NUL-terminated, alive until the compile returns.
@@ -51,6 +55,9 @@ struct CompileInput {
   /// none (the include home's word, kiln/includes/include_home.hpp's CompilerView: a lane never scans).
   /// NVRTC's PCH moves that prefix into a header of its own (nvrtc_pch.hpp).
   std::size_t prelude_end = 0;
+  /// The engine's local disk cache, where NVRTC's precompiled headers are kept for every process
+  /// (nvrtc_pch_store.hpp); null: none (they stay private to the process).
+  cache::Store* store = nullptr;
 };
 
 struct CompileOutput {
@@ -60,7 +67,7 @@ struct CompileOutput {
   std::vector<cache::LoweredName> lowered;
   std::string log;
   bool pch_made = false;  ///< the compile made a precompiled header (NVRTC, nvrtc_pch.hpp)
-  bool pch_used = false;  ///< the compile used one an earlier compile of this process made
+  bool pch_used = false;  ///< the compile used one an earlier compile (of this process, or stored by any) made
 };
 
 /// A run-time compiler (NVRTC or HIPRTC), loaded with dlopen.

@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -18,7 +19,9 @@
 #include "lanes/cuda_symbols.hpp"
 #include "lanes/dynlib.hpp"
 #include "lanes/lane.hpp"
+#include "lanes/nvrtc_heap.hpp"
 #include "lanes/nvrtc_pch.hpp"
+#include "lanes/nvrtc_pch_store.hpp"
 #include "lanes/rtc_compile.hpp"
 #include "lanes/symbols.hpp"
 
@@ -58,7 +61,7 @@ class Nvrtc final : public Compiler {
         for (int arch : archs) m_targets.push_back(fmt::format("sm_{}", arch));
       }
     }
-    m_pch = std::make_unique<pch::Folders>(pch_off_reason());
+    std::string off_reason = pch_off_reason();
     // NVRTC loads its builtins library (libnvrtc-builtins.so.<major>.<minor>, beside it in a toolkit) by that
     // name at its first compile. Loaded here, the first compile does not pay for it; the load does, which
     // a process's first request makes on a helper thread while it resolves its includes
@@ -67,6 +70,7 @@ class Nvrtc final : public Compiler {
       std::vector<std::string> searched;
       m_builtins = DynamicLibrary::open_first({(dir / ("libnvrtc-builtins.so." + m_version)).string()}, searched);
     }
+    m_pch = std::make_unique<pch::Folders>(off_reason, off_reason.empty() ? stored_pchs(major, minor) : nullptr);
   }
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
@@ -87,6 +91,13 @@ class Nvrtc final : public Compiler {
     const CompileInput& with_pch = hoisted ? hoisted->input() : input;
     std::optional<pch::Plan> plan = m_pch->on() ? m_pch->plan(with_pch, heap_size()) : std::nullopt;
     if (!plan) return compile_once(input, nullptr);
+    if (plan->flags.empty()) {
+      // A header set whose stored PCH waits for a compile without one: this compile, measured (its record).
+      const auto start = std::chrono::steady_clock::now();
+      CompileOutput out = compile_once(input, nullptr);
+      m_pch->note(*plan, {}, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      return out;
+    }
     try {
       // Compiles share the PCH heap; growing it frees the old one, so it waits for them (and they for it).
       std::shared_lock heap(heap_mutex());
@@ -99,7 +110,8 @@ class Nvrtc final : public Compiler {
         grow_heap(*needed);
         heap.lock();
         needed.reset();
-        if (!m_pch->has_room(*plan, heap_size())) return compile_once(input, nullptr);
+        // A stored PCH's key holds the heap's size: the set's next compile makes it under the new one.
+        if (plan->stored || !m_pch->has_room(*plan, heap_size())) return compile_once(input, nullptr);
         out = compile_once(with_pch, &*plan, &needed);
         if (needed) out = compile_once(input, nullptr);  // another compile's PCH took the room: without PCH
       }
@@ -136,6 +148,7 @@ class Nvrtc final : public Compiler {
   /// when the PCH did not fit the heap (to the size NVRTC asks for).
   CompileOutput compile_once(const CompileInput& input, const pch::Plan* plan,
                              std::optional<std::size_t>* heap_needed = nullptr) const {
+    const auto start = std::chrono::steady_clock::now();
     rtc::Program program(m_calls, input);
     std::vector<const char*> flags = rtc::c_strings(input.flags);
     pch::LogNotes notes;
@@ -153,7 +166,8 @@ class Nvrtc final : public Compiler {
         *heap_needed = required;
         return out;
       }
-      m_pch->note(*plan, notes);
+      m_pch->note(*plan, notes,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       out.pch_made = notes.created;
       out.pch_used = notes.used;
     }
@@ -192,7 +206,36 @@ class Nvrtc final : public Compiler {
     const std::size_t grown = (needed + kHeapStep - 1) / kHeapStep * kHeapStep;
     KILN_LOG(debug, "NVRTC PCH heap: {} MiB -> {} MiB (a precompiled header needs {} bytes)", current >> 20,
              grown >> 20, needed);
+    pch::expect_heap(grown);  // the new heap goes where the old one was (nvrtc_heap.hpp)
     m_api.nvrtcSetPCHHeapSize(grown);
+  }
+
+  /// KILN_PCH: 0 (off), 1 (on), auto (the default: on where it pays, nvrtc_pch_store.hpp).
+  static pch::Mode pch_mode() {
+    const char* setting = std::getenv("KILN_PCH");
+    const std::string_view value = setting != nullptr ? setting : "";
+    if (value == "0" || value == "off") return pch::Mode::off;
+    if (value == "1" || value == "on") return pch::Mode::on;
+    if (!value.empty() && value != "auto") {
+      KILN_LOG(warn, "KILN_PCH='{}' is not 0, 1 or auto: precompiled headers off", value);
+      return pch::Mode::off;
+    }
+    return pch::Mode::automatic;
+  }
+
+  /// The stored PCHs (nvrtc_pch_store.hpp), with NVRTC's PCH heap placed at kiln's address; null (PCHs
+  /// private to the process, said at debug level) when its mmap import cannot be pointed there.
+  std::unique_ptr<pch::Shelf> stored_pchs(int major, int minor) {
+    std::string why;
+    if (!pch::hook_heap(reinterpret_cast<const void*>(m_api.nvrtcVersion), why)) {
+      KILN_LOG(debug, "precompiled headers stay private to each process: {}", why);
+      return nullptr;
+    }
+    pch::expect_heap(heap_size());
+    const void* builtins = m_builtins.symbol(fmt::format("__nvrtc_builtins__{}_{}_getArchBuiltins", major, minor).c_str());
+    return std::make_unique<pch::Shelf>(pch_mode(),
+                                        "nvrtc " + m_version + "; " + pch::library_identity(
+                                            reinterpret_cast<const void*>(m_api.nvrtcVersion), builtins));
   }
 
   /// Why compiles do not use PCH, or empty: they do. KILN_PCH=0 turns it off; KILN_PCH_HEAP sets the
@@ -200,10 +243,9 @@ class Nvrtc final : public Compiler {
   std::string pch_off_reason() {
     const char* setting = std::getenv("KILN_PCH");
     const std::string_view value = setting != nullptr ? setting : "";
-    if (value == "0" || value == "off") return "KILN_PCH=" + std::string(value);
-    if (!value.empty() && value != "1" && value != "on") {
-      KILN_LOG(warn, "KILN_PCH='{}' is not 0 or 1: precompiled headers off", value);
-      return fmt::format("KILN_PCH='{}' is not 0 or 1", value);
+    if (pch_mode() == pch::Mode::off) {
+      return value == "0" || value == "off" ? "KILN_PCH=" + std::string(value)
+                                            : fmt::format("KILN_PCH='{}' is not 0, 1 or auto", value);
     }
     if (m_api.nvrtcGetPCHHeapSize == nullptr || m_api.nvrtcSetPCHHeapSize == nullptr ||
         m_api.nvrtcGetPCHCreateStatus == nullptr || m_api.nvrtcGetPCHHeapSizeRequired == nullptr) {

@@ -16,6 +16,7 @@
 
 #include "kiln/base/log.hpp"
 #include "kiln/base/xxh3.hpp"
+#include "lanes/nvrtc_pch_store.hpp"
 
 namespace kiln::vendor::pch {
 namespace {
@@ -55,15 +56,25 @@ void sweep_dead_roots(const fs::path& tmp) {
   }
 }
 
-/// The digest naming a header set's folder: every in-memory header's name and bytes, in order.
-std::pair<cache::Hash128, std::uint64_t> header_set(std::span<const HeaderText> headers) {
+/// The digest naming a header set's folder (and part of its stored PCH's key): every in-memory header's name
+/// and bytes, in order; and the source's name where a header names __BASE_FILE__. That macro is the compile's
+/// main file, which a header expands into the PCH as the maker's (measured on 13.0: a PCH made for aaa.cu gave a
+/// compile of zzz.cu the string "aaa.cu"), so such a set shares its PCH only among sources of one name.
+std::pair<cache::Hash128, std::uint64_t> header_set(std::span<const HeaderText> headers, std::string_view source_name) {
   cache::detail::Xxh3Stream stream(kScopeSeed);
   std::uint64_t bytes = 0;
+  bool names_base_file = false;
+  constexpr std::string_view kBaseFile = "__BASE_FILE__";
   for (const HeaderText& h : headers) {
     const std::size_t name = std::strlen(h.name), text = std::strlen(h.text);
     stream.update(h.name, name + 1);  // with the NUL: names and texts cannot run into each other
     stream.update(h.text, text + 1);
     bytes += text;
+    names_base_file = names_base_file || ::memmem(h.text, text, kBaseFile.data(), kBaseFile.size()) != nullptr;
+  }
+  if (names_base_file) {
+    stream.update(kBaseFile.data(), kBaseFile.size());
+    stream.update(source_name.data(), source_name.size());
   }
   return {stream.digest(), bytes};
 }
@@ -122,29 +133,51 @@ bool is_pch_flag(std::string_view flag) noexcept {
 
 LogNotes strip_pch_messages(std::string& log, const Plan& plan) {
   LogNotes notes;
-  const std::string folder = "\"" + plan.folder.string() + "/";
+  if (plan.marker.empty()) return notes;
   std::string kept;
   kept.reserve(log.size());
+  bool dropped_warning = false, other_warning = false;
+  std::vector<std::string_view> lines;
   for (std::size_t start = 0; start < log.size();) {
     const std::size_t end = std::min(log.find('\n', start), log.size());
-    const std::string_view line(log.data() + start, end - start);
-    const bool ours = line.find(folder) != std::string_view::npos;
-    if (ours && line.find(": creating precompiled header file ") != std::string_view::npos) {
-      notes.created = true;
-    } else if (ours && line.find(": using precompiled header file ") != std::string_view::npos) {
-      notes.used = true;
-    } else {
-      kept.append(line);
-      if (end < log.size()) kept.push_back('\n');
-    }
+    lines.emplace_back(log.data() + start, end - start);
     start = end + 1;
   }
+  for (const std::string_view line : lines) {
+    if (line.find(plan.marker) == std::string_view::npos) {
+      other_warning = other_warning || line.find("warning #") != std::string_view::npos ||
+                      line.find("Warning #") != std::string_view::npos;
+      continue;
+    }
+    if (line.find(": creating precompiled header file ") != std::string_view::npos) {
+      notes.created = true;
+    } else if (line.find(": using precompiled header file ") != std::string_view::npos) {
+      notes.used = true;
+    } else {
+      // NVRTC did not take the PCH it was given: #629 (other flags), #630 (other leading directives), #20282
+      // (another heap address). The compile went on without it.
+      dropped_warning = true;
+      if (notes.refusal.empty()) notes.refusal = std::string(line.substr(0, std::min<std::size_t>(line.find(". "), 300)));
+    }
+  }
+  for (const std::string_view line : lines) {
+    if (line.find(plan.marker) != std::string_view::npos) continue;
+    // The remark NVRTC adds after warnings goes with the last of them.
+    if (dropped_warning && !other_warning && line.starts_with("Remark: The warnings can be suppressed")) continue;
+    kept.append(line);
+    kept.push_back('\n');
+  }
   while (!kept.empty() && kept.back() == '\n') kept.pop_back();
+  if (dropped_warning && !other_warning) {
+    const std::size_t first = kept.find_first_not_of('\n');
+    kept.erase(0, first == std::string::npos ? kept.size() : first);
+  }
   log = std::move(kept);
   return notes;
 }
 
-Folders::Folders(std::string off_reason) : m_off_reason(std::move(off_reason)), m_on(m_off_reason.empty()) {}
+Folders::Folders(std::string off_reason, std::unique_ptr<Shelf> shelf)
+    : m_off_reason(std::move(off_reason)), m_on(m_off_reason.empty()), m_shelf(std::move(shelf)) {}
 
 void Folders::turn_off(const std::string& reason) {
   const std::lock_guard lock(m_mutex);
@@ -209,8 +242,15 @@ std::optional<Plan> Folders::plan(const CompileInput& input, std::uint64_t heap_
   if (std::any_of(input.flags.begin(), input.flags.end(), [](const std::string& f) { return is_pch_flag(f); })) {
     return std::nullopt;
   }
-  const auto [digest, bytes] = header_set(input.headers);
+  const auto [digest, bytes] = header_set(input.headers, input.source_name);
   if (bytes < kMinHeaderBytes) return std::nullopt;
+  if (m_shelf && input.store != nullptr) {
+    // With a cache, its stored PCH decides; the folders below serve only where it leaves it to them.
+    Shelf::Decision decided =
+        m_shelf->decide(*input.store, m_shelf->key(input, digest, heap_bytes), bytes, heap_bytes, input.source_name);
+    if (decided.kind == Shelf::Decision::Kind::skip) return std::nullopt;
+    if (decided.kind == Shelf::Decision::Kind::plan) return stored_plan(std::move(decided.plan));
+  }
   {
     // A header set's first compile goes without: making a PCH costs more than it saves in that compile
     // (measured on the H200: a process's first request 1.04x bare NVRTC with it, 0.94x without), and
@@ -239,11 +279,37 @@ std::optional<Plan> Folders::plan(const CompileInput& input, std::uint64_t heap_
   if (!has_room(plan, heap_bytes)) return std::nullopt;
   plan.flags = {"-pch", "--pch-dir=" + plan.folder.string(), "--instantiate-templates-in-pch=false",
                 "--pch-verbose=false", "--pch-messages=true"};
+  plan.marker = "\"" + plan.folder.string() + "/";
   return plan;
 }
 
-void Folders::note(const Plan& plan, const LogNotes& notes) {
+Plan Folders::stored_plan(std::shared_ptr<StoredPlan> stored) {
+  Plan plan;
+  std::string file;
+  if (stored->kind == StoredPlan::Kind::use) {
+    file = stored->file->compiler_path();
+    plan.flags.push_back("--use-pch=" + file);
+  } else if (stored->kind == StoredPlan::Kind::make) {
+    file = stored->draft->temp_path();
+    plan.flags.push_back("--create-pch=" + file);
+  }
+  if (!file.empty()) {
+    // The same PCH flags as the folders' (a key part: nvrtc_pch_store.cpp), messages on to tell what happened.
+    plan.flags.insert(plan.flags.end(),
+                      {"--instantiate-templates-in-pch=false", "--pch-verbose=false", "--pch-messages=true"});
+    plan.marker = "\"" + file + "\"";
+  }
+  plan.stored = std::move(stored);
+  return plan;
+}
+
+void Folders::note(const Plan& plan, const LogNotes& notes, double ms) {
   if (notes.used) m_used.fetch_add(1, std::memory_order_relaxed);
+  if (plan.stored) {
+    if (notes.created) m_made.fetch_add(1, std::memory_order_relaxed);
+    m_shelf->after(*plan.stored, notes.created, notes.used, notes.refusal, ms);
+    return;
+  }
   if (!notes.created) return;
   m_made.fetch_add(1, std::memory_order_relaxed);
   ::utimensat(AT_FDCWD, plan.folder.c_str(), nullptr, 0);  // the folder's mtime: when it last made a PCH
@@ -335,9 +401,11 @@ std::string Folders::describe(std::uint64_t heap_bytes) const {
   if (!on()) return "off: " + m_off_reason;
   const std::string where = !m_root.empty() ? m_root.string()
                                             : (temp_folder() / (root_prefix() + "<pid>-*")).string();
-  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB; files in {}, at most {} MiB a process, "
-                     "removed when it ends)",
-                     m_made.load(), m_used.load(), heap_bytes >> 20, where, kMaxBytes >> 20);
+  return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB; {}; where not: files in {}, at most {} "
+                     "MiB a process, removed when it ends)",
+                     m_made.load(), m_used.load(), heap_bytes >> 20,
+                     m_shelf ? "stored PCHs " + m_shelf->describe() : std::string("stored PCHs off"), where,
+                     kMaxBytes >> 20);
 }
 
 }  // namespace kiln::vendor::pch

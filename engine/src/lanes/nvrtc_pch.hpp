@@ -11,6 +11,9 @@
 //     shared by processes races (each rewrites the other's files). So the folders live under one root
 //     per process, private (0700, made with mkdtemp), removed when the compiler is unloaded; roots left
 //     by processes that died are removed by the next process that makes one.
+//   - A header that expands __BASE_FILE__ (the compile's main file) bakes the maker's source name into the PCH:
+//     a PCH made for aaa.cu gave a compile of zzz.cu the string "aaa.cu". Such a set's digest holds the source's
+//     name, so it shares its PCH only among sources of that name.
 //   - Templates instantiated into the PCH change the code of the compiles that use it; with
 //     `--instantiate-templates-in-pch=false` the binaries are the ones the compile without PCH gives.
 //     (A source whose headers define internal-linkage objects, as CCCL's libcu++ does, gets a random
@@ -39,6 +42,9 @@
 // thing inside a header (#include_next, #line or __INCLUDE_LEVEL__ before the cut), where the source's
 // name could not be written in a #line, or where the request asks for debug or line information (whose
 // tables would list the header's name).
+//
+// With a cache, a header set's PCH is kept in it for every process (nvrtc_pch_store.hpp); the folders above
+// serve where it cannot be (no disk cache, or a process whose PCH heap is not at kiln's address).
 //
 // The PCH is never part of a key: it changes how long a compile takes, not what it gives.
 #include <atomic>
@@ -70,20 +76,28 @@ inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
 /// The room left free on the PCH folders' file system beyond the largest PCH a compile may write.
 inline constexpr std::uint64_t kSpareBytes = 64ULL << 20;
 
+struct StoredPlan;  // nvrtc_pch_store.hpp
+class Shelf;        // nvrtc_pch_store.hpp
+
 /// How one compile uses PCH.
 struct Plan {
-  std::vector<std::string> flags;  ///< added after the request's own flags (never part of the key)
-  std::filesystem::path folder;    ///< this header set's PCH folder
+  std::vector<std::string> flags;  ///< added after the request's own flags (never part of the key); empty: none
+  std::filesystem::path folder;    ///< this header set's private PCH folder (empty for a stored PCH)
+  /// A stored PCH's plan (nvrtc_pch_store.hpp): use or make one, or compile without and be measured.
+  std::shared_ptr<StoredPlan> stored;
+  /// What NVRTC's lines about this plan's PCH files quote: "\"<folder>/" or "\"<file>\"".
+  std::string marker;
 };
 
 /// What a compile's log said about PCH; the log keeps every other line.
 struct LogNotes {
   bool created = false;
   bool used = false;
+  std::string refusal;  ///< NVRTC's warning when it did not take the PCH it was given (#629, #630, #20282)
 };
 
 /// Removes the lines the PCH flags of `plan` make NVRTC write ("<source>": creating/using precompiled
-/// header file "<folder>/...") from `log`, and says which it found.
+/// header file "<file>", and its warnings when it does not take one) from `log`, and says which it found.
 LogNotes strip_pch_messages(std::string& log, const Plan& plan);
 
 /// Whether `flag` is one of NVRTC's PCH flags (-pch, --create-pch=, --pch-dir=, ...).
@@ -112,17 +126,19 @@ class Hoisted {
 /// The process-private PCH folders of one loaded NVRTC. Thread-safe.
 class Folders {
  public:
-  /// `off_reason` empty: on; else the reason it is off ("KILN_PCH=0", "NVRTC 12.4 has none (12.8+)").
-  explicit Folders(std::string off_reason);
+  /// `off_reason` empty: on; else the reason it is off ("KILN_PCH=0", "NVRTC 12.4 has none (12.8+)"). `shelf`:
+  /// the stored PCHs (null: PCHs stay private to the process).
+  Folders(std::string off_reason, std::unique_ptr<Shelf> shelf);
   ~Folders();
   Folders(const Folders&) = delete;
   Folders& operator=(const Folders&) = delete;
 
   [[nodiscard]] bool on() const noexcept { return m_on.load(std::memory_order_relaxed); }
-  /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own,
-  /// its headers are small, this is the first compile of its header set in this process (unless the set
-  /// is heavy: kMakeAtFirstBytes), the private root cannot be made (said once in the log), or its file
-  /// system has no room for a PCH of up to `heap_bytes` (has_room).
+  /// The plan for a compile, or nullopt: PCH is off, the request's flags have PCH flags of their own, or
+  /// its headers are small. With a cache (input.store) the stored PCH decides (Shelf::decide); where it
+  /// leaves it to the process's own folders: nullopt when this is the first compile of its header set in
+  /// this process (unless the set is heavy: kMakeAtFirstBytes), the private root cannot be made (said once
+  /// in the log), or its file system has no room for a PCH of up to `heap_bytes` (has_room).
   [[nodiscard]] std::optional<Plan> plan(const CompileInput& input, std::uint64_t heap_bytes);
   /// Whether the plan's file system has room for a PCH as large as NVRTC's PCH heap (`heap_bytes`) and
   /// kSpareBytes more; said once in the log when not.
@@ -136,13 +152,15 @@ class Folders {
     std::uint64_t inode = 0, size = 0;
     std::int64_t mtime_ns = 0;
   };
-  /// Counts what a compile did and keeps the folders under kMaxBytes after one was made.
-  void note(const Plan& plan, const LogNotes& notes);
+  /// Counts what a compile did (its NVRTC time `ms`), keeps the folders under kMaxBytes after one was made, and
+  /// hands a stored plan's outcome to the shelf (Shelf::after: publish, samples, verdicts).
+  void note(const Plan& plan, const LogNotes& notes, double ms);
   /// One line for `kiln devices`: "on (N made, M used, heap X MiB; <root>)" or "off: <reason>".
   [[nodiscard]] std::string describe(std::uint64_t heap_bytes) const;
 
  private:
   [[nodiscard]] std::optional<std::filesystem::path> root();
+  [[nodiscard]] static Plan stored_plan(std::shared_ptr<StoredPlan> stored);
   void trim();
   /// Notes the stamps of the files in `folder` (after a compile made a PCH there).
   void remember_files(const std::filesystem::path& folder);
@@ -162,6 +180,7 @@ class Folders {
   bool m_root_failed = false;
   std::atomic<std::uint64_t> m_made{0};
   std::atomic<std::uint64_t> m_used{0};
+  std::unique_ptr<Shelf> m_shelf;
 };
 
 }  // namespace kiln::vendor::pch

@@ -32,12 +32,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "kiln/cache/entry.hpp"
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/lease.hpp"
 #include "kiln/cache/lookup.hpp"
+#include "kiln/cache/pch_store.hpp"
 
 namespace kiln::cache {
 
@@ -103,7 +105,16 @@ struct StoreConfig {
   bool disabled = false;                ///< KILN_CACHE_DISABLE=1
   bool read_only = false;               ///< KILN_CACHE_READONLY=1
   std::uint64_t max_size = 1ULL << 30;  ///< KILN_CACHE_MAXSIZE (bytes; accepts K/M/G suffixes)
+  /// KILN_PCH_MAXSIZE: the share of max_size precompiled headers may take (0: half of it); pch_limit().
+  std::uint64_t pch_max_size = 0;
   Limits limits{};
+
+  /// The bytes precompiled headers may take: pch_max_size (half of max_size when 0), never above max_size.
+  /// Inside max_size rather than beside it, and smaller than it, so that entries always keep the rest: a
+  /// precompiled header is 25-180 MB and saves part of a compile, an entry is 10-200 KB and saves all of one.
+  [[nodiscard]] std::uint64_t pch_limit() const noexcept {
+    return pch_max_size == 0 ? max_size / 2 : (pch_max_size < max_size ? pch_max_size : max_size);
+  }
 
   /// Root from KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; plus the variables above.
   /// Throws std::invalid_argument with a clear message for a malformed or zero KILN_CACHE_MAXSIZE, an
@@ -204,6 +215,43 @@ class Store {
 
   /// The path an entry for `key` lives at.
   [[nodiscard]] std::filesystem::path entry_path(const Hash128& key) const;
+
+  // ---- Precompiled headers (pch_store.hpp; store_pch.cpp): <root>/pch, counted in the size total (lock/size)
+  //      and trimmed with the entries, oldest first; their own share of it is StoreConfig::pch_limit(). ----
+
+  /// Opens the PCH stored for `key` and checks it whole (the trust rule entries have, the trailer, the key,
+  /// the checksum). A damaged, cut short or foreign file is removed (read-write stores) and is a miss; an I/O
+  /// error is a miss that removes nothing. Touches its mtime (its LRU age) as a hit touches an entry's.
+  /// Never throws but std::bad_alloc.
+  [[nodiscard]] std::variant<PchFile, PchMiss> open_pch(const Hash128& key);
+  /// A temp file beside the final name of `key`'s PCH for the compiler to write into; nullopt (with `why`)
+  /// when the store is not read-write or the folder cannot be made.
+  [[nodiscard]] std::optional<PchDraft> begin_pch(const Hash128& key, std::string& why);
+  /// Appends the trailer (with `label`, a line for `kiln cache ls`) to what the compiler wrote and renames it
+  /// into place; then keeps the PCH files under pch_limit() and everything under max_size, oldest first.
+  /// False, with the draft removed and `why` set, when the file is empty, larger than pch_limit()
+  /// (`too_large` set), or on an I/O error. Never throws but std::bad_alloc.
+  bool publish_pch(PchDraft&& draft, std::string_view label, std::string& why, bool* too_large = nullptr);
+  /// Removes `key`'s .pch (not its record). True when a file was removed. Never throws.
+  bool remove_pch(const Hash128& key) noexcept;
+  /// The record of `key` (its .pchv), nullopt when there is none or it does not parse. Never throws.
+  [[nodiscard]] std::optional<PchRecord> read_pch_record(const Hash128& key) const noexcept;
+  /// Writes `key`'s record atomically (the last writer wins). False when the store is not read-write or
+  /// the write failed. Never throws.
+  bool write_pch_record(const Hash128& key, const PchRecord& record) noexcept;
+  /// The compile lease of `key`'s PCH (lock/<key>.lease, as acquire_lease; one maker per key across
+  /// processes): not owned when the .pch appears, on timeout, or when the store is not read-write.
+  [[nodiscard]] CompileLease acquire_pch_lease(const Hash128& key, std::chrono::milliseconds max_wait);
+  /// The bytes free on the file system of <root>/pch (made when missing); nullopt when unknown.
+  [[nodiscard]] std::optional<std::uint64_t> pch_free_bytes() const noexcept;
+  /// Every file of <root>/pch (not temps), with its trailer or record parsed (nothing hashed). Never throws
+  /// but std::bad_alloc; unreadable folders are skipped.
+  [[nodiscard]] std::vector<PchListing> list_pch() const;
+  /// Checks one .pch file whole (trailer, key against its name, checksum) without removing it: empty when
+  /// intact, else what is wrong (an I/O error starts with "cannot open" or "I/O error").
+  [[nodiscard]] std::string check_pch_file(const std::filesystem::path& path) const;
+  /// <root>/pch.
+  [[nodiscard]] std::filesystem::path pch_folder() const;
 
  private:
   struct State;

@@ -1,0 +1,127 @@
+// The precompiled headers kept in the cache (kiln/cache/pch_store.hpp) as the `kiln` CLI shows and manages them:
+// `stats` (their count, bytes and verdicts), `ls --pch`, `verify` (a damaged one found, `--fix` removes it),
+// `prune --pch`, `prune --max-size` (with entries, least recently used first) and `clear`. The files are made
+// through the store as the NVRTC lane makes them; no GPU, no compiler.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include "harness.hpp"
+#include "kiln/cache/store.hpp"
+#include "synthetic_entry.hpp"
+
+namespace {
+
+using namespace kiln::system_test;
+using kiln::cache::Hash128;
+
+Hash128 key_of(int i) { return kiln::cache::hash128(fmt::format("cli pch {}", i)); }
+
+/// Stores `count` PCHs of `bytes` bytes (keys 0..count-1) and a record for each, then `entries` entries.
+void fill(const fs::path& root, int count, std::size_t bytes, int entries) {
+  kiln::cache::StoreConfig config;
+  config.root = root;
+  kiln::cache::Store store(config);
+  for (int i = 0; i < count; ++i) {
+    std::string why;
+    std::optional<kiln::cache::PchDraft> draft = store.begin_pch(key_of(i), why);
+    REQUIRE(draft);
+    std::ofstream(draft->temp_path(), std::ios::binary) << std::string(bytes, static_cast<char>('a' + i));
+    REQUIRE(store.publish_pch(std::move(*draft), fmt::format("made for k{}.cu", i), why));
+    kiln::cache::PchRecord record;
+    record.verdict = i == 0 ? kiln::cache::PchRecord::Verdict::pays : kiln::cache::PchRecord::Verdict::learning;
+    record.without_ms = {100};
+    REQUIRE(store.write_pch_record(key_of(i), record));
+  }
+  for (int i = 0; i < entries; ++i) REQUIRE(store.put(kiln::test::make_entry("cli-pch-entry" + std::to_string(i), 2000)));
+}
+
+fs::path pch_path(const fs::path& root, const Hash128& key) {
+  const std::string hex = key.hex();
+  return root / "pch" / hex.substr(0, 2) / (hex.substr(2) + ".pch");
+}
+
+}  // namespace
+
+TEST_CASE("stats, ls --pch and verify show the stored precompiled headers; verify --fix removes a damaged one") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  fill(cache, 2, 50000, 1);
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""}};
+
+  const Result stats = run_kiln({"cache", "stats", "--json"}, env, dir.path());
+  INFO(stats.describe());
+  REQUIRE(stats.rc == 0);
+  const json pch = stats.parsed().at("pch");
+  CHECK(pch.at("count") == 2);
+  CHECK(pch.at("bytes") == fs::file_size(pch_path(cache, key_of(0))) + fs::file_size(pch_path(cache, key_of(1))));
+  CHECK(pch.at("pays") == 1);
+  CHECK(pch.at("learning") == 1);
+  const Result text = run_kiln({"cache", "stats"}, env, dir.path());
+  CHECK(text.out.find("precompiled hdrs  2") != std::string::npos);
+
+  const Result ls = run_kiln({"cache", "ls", "--pch"}, env, dir.path());
+  INFO(ls.describe());
+  REQUIRE(ls.rc == 0);
+  CHECK(ls.out.find(key_of(0).hex()) != std::string::npos);
+  CHECK(ls.out.find("made for k1.cu") != std::string::npos);
+  const Result listed = run_kiln({"cache", "ls", "--pch", "--json"}, env, dir.path());
+  REQUIRE(listed.rc == 0);
+  CHECK(listed.parsed().at("pch").size() == 2);
+
+  CHECK(run_kiln({"cache", "verify"}, env, dir.path()).rc == 0);
+  {
+    std::fstream f(pch_path(cache, key_of(1)), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.write("zz", 2);
+  }
+  const Result bad = run_kiln({"cache", "verify"}, env, dir.path());
+  INFO(bad.describe());
+  CHECK(bad.rc == 1);
+  CHECK(bad.out.find("checksum mismatch") != std::string::npos);
+  const Result fixed = run_kiln({"cache", "verify", "--fix"}, env, dir.path());
+  CHECK(fixed.out.find("(removed)") != std::string::npos);
+  CHECK_FALSE(fs::exists(pch_path(cache, key_of(1))));
+  CHECK(fs::exists(pch_path(cache, key_of(0))));
+  CHECK(run_kiln({"cache", "verify"}, env, dir.path()).rc == 0);
+}
+
+TEST_CASE("prune takes precompiled headers with entries, least recently used first; --pch and clear remove them") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  fill(cache, 2, 50000, 5);
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""}};
+  // The PCH of key 0 is the least recently used thing in the cache: a prune to just under the total takes it.
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  fs::last_write_time(pch_path(cache, key_of(0)), old);
+  std::uintmax_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(cache)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && (name.ends_with(".kiln") || name.ends_with(".pch") || name.ends_with(".pchv"))) {
+      total += e.file_size();
+    }
+  }
+  const Result pruned = run_kiln({"cache", "prune", "--max-size", std::to_string(total - 1000)}, env, dir.path());
+  INFO(pruned.describe());
+  REQUIRE(pruned.rc == 0);
+  CHECK_FALSE(fs::exists(pch_path(cache, key_of(0))));
+  CHECK(fs::exists(pch_path(cache, key_of(1))));
+
+  const Result only = run_kiln({"cache", "prune", "--pch"}, env, dir.path());
+  INFO(only.describe());
+  REQUIRE(only.rc == 0);
+  CHECK_FALSE(fs::exists(pch_path(cache, key_of(1))));
+  const json after = run_kiln({"cache", "stats", "--json"}, env, dir.path()).parsed();
+  CHECK(after.at("pch").at("count") == 0);
+  CHECK(after.at("pch").at("records") == 0);
+  CHECK(after.at("entries") == 5);  // --pch leaves the entries
+
+  fill(cache, 1, 1000, 0);
+  const Result cleared = run_kiln({"cache", "clear"}, env, dir.path());
+  INFO(cleared.describe());
+  REQUIRE(cleared.rc == 0);
+  CHECK(cleared.out.find("precompiled header files") != std::string::npos);
+  const json empty = run_kiln({"cache", "stats", "--json"}, env, dir.path()).parsed();
+  CHECK(empty.at("pch").at("count") == 0);
+  CHECK(empty.at("entries") == 0);
+}
