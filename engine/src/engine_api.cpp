@@ -17,6 +17,7 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln {
 
@@ -140,9 +141,18 @@ EngineConfig EngineConfig::from_environment() {
   EngineConfig config;
   if (const char* v = std::getenv("KILN_VENDOR"); v != nullptr && v[0] != '\0') {
     const std::string_view value(v);
-    if (value == "cuda") config.vendor = Vendor::cuda;
-    else if (value == "hip") config.vendor = Vendor::hip;
-    else if (value != "auto") throw ConfigError(fmt::format("KILN_VENDOR='{}': expected auto, cuda or hip", value));
+    if (value != "auto") {
+      // A vendor by its name, from the vendor table; "auto, cuda or hip" when none is named so.
+      std::string names;
+      const std::span<const detail::VendorRow, detail::kVendorCount> rows = detail::vendor_rows();
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (value == to_string(rows[i].vendor)) config.vendor = rows[i].vendor;
+        names += fmt::format("{}{}", i == 0 ? "" : i + 1 == rows.size() ? " or " : ", ", to_string(rows[i].vendor));
+      }
+      if (config.vendor == Vendor::none) {
+        throw ConfigError(fmt::format("KILN_VENDOR='{}': expected auto, {}", value, names));
+      }
+    }
   }
   if (const char* v = std::getenv("KILN_DEVICE"); v != nullptr && v[0] != '\0') {
     const std::string_view value(v);

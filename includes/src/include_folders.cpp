@@ -63,7 +63,7 @@ ManifestScope scope_of(const SettleInput& input, const ScanResult& source_scan) 
   ManifestScope scope;
   for (const std::filesystem::path& folder : input.folders) scope.folders.push_back(folder.string());
   Defines defines;
-  add_flag_defines(MacroContext::from_flags(input.flags, input.vendor, input.compiler), defines);
+  add_flag_defines(MacroContext::from_flags(input.flags, input.traits, input.compiler), defines);
   std::vector<std::string> computed;
   const auto take = [&](const ScanResult& scanned) {
     for (const IncludeRef& ref : scanned.refs) {
@@ -158,12 +158,12 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
     // name), or the header is missing from every branch's set too. Once, with every branch; and the
     // requests with this walk's signature are resolved in full from now on.
     {
-      const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
+      const MacroContext macros = MacroContext::from_flags(input.flags, input.traits, input.compiler);
       IncludeInput in{.source_name = input.source_name,
                       .source_text = input.source_text,
                       .memory_headers = input.memory_headers,
                       .folders = {input.folders.begin(), input.folders.end()},
-                      .vendor = input.vendor,
+                      .traits = input.traits,
                       .retry_names = {input.retry_names.begin(), input.retry_names.end()}};
       in.lean = true;
       in.macros = &macros;
@@ -221,11 +221,11 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
                   .source_text = input.source_text,
                   .memory_headers = input.memory_headers,
                   .folders = {input.folders.begin(), input.folders.end()},
-                  .vendor = input.vendor,
+                  .traits = input.traits,
                   .retry_names = std::move(retry_names)};
   // The lean walk, unless it is off, this is a retry, or a lean walk of this signature missed a header. The
   // macros are the request's either way: computed includes are expanded with its -D definitions.
-  const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
+  const MacroContext macros = MacroContext::from_flags(input.flags, input.traits, input.compiler);
   in.lean = m_lean && !full && in.retry_names.empty();
   in.macros = &macros;
   in.file_cache = &m_files;

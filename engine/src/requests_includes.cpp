@@ -1,17 +1,19 @@
-// Which files a request with include folders reads, and so its entry key: the engine's side of the
-// include home (its facade, kiln/includes/include_home.hpp), which settles the dependency part from the
-// manifest or by resolving the includes, retries with a header the compiler asked for, and records.
-// Here the request is handed over, keyed, and the home's IncludeError becomes the request's ConfigError.
+// Which files a request with include folders reads, and so its entry key: Requests' side of the include
+// home (its facade, kiln/includes/include_home.hpp), which settles the dependency part from the manifest
+// or by resolving the includes, retries with a header the compiler asked for, and records. Here the
+// request is handed over (with its vendor's traits from the vendor table), keyed, and the home's
+// IncludeError becomes the request's ConfigError.
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "engine_internal.hpp"
+#include "compilers.hpp"
 #include "kiln/error.hpp"
 #include "kiln/includes/include_home.hpp"
-#include "request.hpp"
+#include "requests.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -29,14 +31,14 @@ auto config_errors(Call&& call) -> decltype(call()) {
 
 }  // namespace
 
-std::vector<std::filesystem::path> EngineCore::include_folders(const Options& options, Vendor vendor) {
+std::vector<std::filesystem::path> Requests::include_folders(const Options& options, Vendor vendor) {
   const std::vector<std::filesystem::path> dirs(options.include_dirs().begin(), options.include_dirs().end());
   std::optional<std::filesystem::path> library;
-  if (options.toolkit_includes()) library = compiler_library(vendor);
+  if (options.toolkit_includes()) library = m_compilers.library(vendor);
   return config_errors([&] { return m_includes->folders(dirs, library ? &*library : nullptr); });
 }
 
-includes::SettleInput EngineCore::include_request(const Request& r, std::vector<includes::MemoryHeader>& headers) {
+includes::SettleInput Requests::include_request(const Request& r, std::vector<includes::MemoryHeader>& headers) {
   headers.clear();
   for (const Header& h : r.source.headers()) headers.push_back({h.name, h.text});
   includes::SettleInput input;
@@ -46,7 +48,7 @@ includes::SettleInput EngineCore::include_request(const Request& r, std::vector<
   input.source_text = r.source.text();
   input.memory_headers = headers;
   input.folders = r.include_folders;
-  input.vendor = r.target.vendor;
+  input.traits = vendor_row(r.target.vendor).includes;
   input.retry_names = r.retry_names;
   input.flags = r.flags;
   input.compiler = r.compiler;
@@ -54,7 +56,7 @@ includes::SettleInput EngineCore::include_request(const Request& r, std::vector<
   return input;
 }
 
-void EngineCore::settle_includes(Request& r, bool use_manifest) {
+void Requests::settle_includes(Request& r, bool use_manifest) {
   if (!r.reads_files) return;
   std::vector<includes::MemoryHeader> headers;
   includes::SettleInput input = include_request(r, headers);
@@ -68,7 +70,7 @@ void EngineCore::settle_includes(Request& r, bool use_manifest) {
   key_with_dependencies(r);
 }
 
-std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const Request& r, const CompileError& error) {
+std::optional<Request> Requests::retry_with_missing_header(const Request& r, const CompileError& error) {
   if (!r.includes) return std::nullopt;
   std::vector<includes::MemoryHeader> headers;
   const includes::SettleInput input = include_request(r, headers);
@@ -84,14 +86,23 @@ std::optional<EngineCore::Request> EngineCore::retry_with_missing_header(const R
   return retried;
 }
 
-void EngineCore::note_dependencies(const Request& r) noexcept {
+void Requests::note_dependencies(const Request& r) noexcept {
   m_includes->record(r.request_hash, r.request_key.bytes(), r.includes.get(), r.hash);
 }
 
-cache::StoredPublish EngineCore::publish_stored(std::span<const cache::Hash128> keys) {
-  return m_storage.publish_stored(keys, [this](const cache::Hash128& request_key) {
-    return m_includes->manifest_bytes(request_key);
-  });
+cache::DependencySet Requests::dependencies(Request& r) {
+  if (r.includes) return includes::IncludeHome::dependencies(*r.includes);
+  if (!r.reads_files) return {};
+  std::optional<cache::DependencySet> recorded = m_includes->recorded(r.request_hash, r.request_key.bytes(), r.hash);
+  if (!recorded) {  // the manifest changed since it matched: resolve
+    settle_includes(r, /*use_manifest=*/false);
+    return includes::IncludeHome::dependencies(*r.includes);
+  }
+  return std::move(*recorded);
+}
+
+std::optional<std::vector<std::byte>> Requests::manifest_bytes(const cache::Hash128& request_key) const {
+  return m_includes->manifest_bytes(request_key);
 }
 
 }  // namespace kiln::detail
