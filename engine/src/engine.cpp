@@ -404,7 +404,7 @@ KILN_HOT Program EngineCore::program(const Source& source, const Options& option
     }
   }
   if (!prefetched) prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
-  const Request r = m_requests->plan(source, options, names, {}, device, /*record=*/true);
+  const Request r = m_requests->plan(source, options, names, {}, device, Settle{}, /*record=*/true);
   std::shared_ptr<ProgramState> state = load(r, obtain(r, false), device);
   {
     ProgramSlot slot(source.content_hash(), options, joined, device, {}, state);
@@ -445,8 +445,9 @@ KILN_HOT Kernel EngineCore::kernel(const Source& source, std::string_view name, 
 }
 
 PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                  std::string_view target, const std::vector<std::string>& kernels) {
-  const Request r = m_requests->plan(source, options, names, target, -1, /*record=*/true);
+                                  std::string_view target, const std::vector<std::string>& kernels,
+                                  const Settle& settle) {
+  const Request r = m_requests->plan(source, options, names, target, -1, settle, /*record=*/true);
   Obtained obtained = obtain(r, false);
   // A kernel the binary lacks is the request's mistake, not the binary's: the entry stays cached.
   check_kernels_defined(*obtained.entry, source.name(), r.names, kernels);
@@ -485,7 +486,7 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
     return CompiledBinary(std::move(hit));
   }
 
-  const Request r = m_requests->plan(source, options, names, target, -1, /*record=*/true);
+  const Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/true);
   const double planned = seconds();
   Obtained obtained = obtain(r, false);
   KILN_LOG(debug, "{}: binary {} ({}) in {:.3f} ms: request and includes {:.3f}, cache or compile {:.3f} ms",
@@ -519,9 +520,20 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
                                                                 cache::DependencySet* dependencies) {
   // The key of the headers as they are now: from the manifest when it still matches them by stat (as a
   // request would find it), else by resolving. Not recorded: nothing is asked of the cache.
-  Request r = m_requests->plan(source, options, names, target, -1, /*record=*/false);
+  Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/false);
   if (dependencies != nullptr) *dependencies = m_requests->dependencies(r);
   return {r.hash, r.key.bytes()};
+}
+
+PrewarmPlan EngineCore::plan_prewarm(const Source& source, const Options& options,
+                                     const std::vector<std::string>& names, std::string_view target) {
+  // Whether the request can be made and, when that needs no header read, its key: the manifest by stat at
+  // most (Settle::manifest_only). Not recorded: the prewarm() that serves it records it.
+  const Request r = m_requests->plan(source, options, names, target, -1, Settle{Settle::Mode::manifest_only, {}},
+                                     /*record=*/false);
+  PrewarmPlan plan;
+  if (!r.reads_files || r.settled) plan.key = r.hash;
+  return plan;
 }
 
 cache::Counters EngineCore::stats() const noexcept {

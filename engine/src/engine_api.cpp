@@ -17,6 +17,7 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
+#include "requests.hpp"
 #include "vendor_table.hpp"
 
 namespace kiln {
@@ -44,7 +45,7 @@ KILN_HOT Kernel Engine::kernel(const Source& source, std::string_view name) {
 }
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target) {
-  return m_core->prewarm(source, options, names, target);
+  return m_core->prewarm(source, options, names, target, {}, detail::Settle{});
 }
 CompiledBinary Engine::compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                                std::string_view target) {
@@ -52,7 +53,17 @@ CompiledBinary Engine::compile(const Source& source, const Options& options, con
 }
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target, const std::vector<std::string>& kernels) {
-  return m_core->prewarm(source, options, names, target, kernels);
+  return m_core->prewarm(source, options, names, target, kernels, detail::Settle{});
+}
+PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                              std::string_view target, const std::vector<std::string>& kernels,
+                              const PrewarmPlan& plan) {
+  return m_core->prewarm(source, options, names, target, kernels,
+                         detail::Settle{detail::Settle::Mode::planned, plan.key});
+}
+PrewarmPlan Engine::plan_prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                 std::string_view target) {
+  return m_core->plan_prewarm(source, options, names, target);
 }
 std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
                                                             const std::vector<std::string>& names,

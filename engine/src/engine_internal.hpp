@@ -144,6 +144,7 @@ struct Devices {
 class Compilers;
 class Requests;
 struct Request;
+struct Settle;
 
 /// What kiln is below the public Engine: the runtime and its devices, the memory tiers, single flight, and
 /// obtain / compile / load. A request's front half is Requests' (plan(), requests.hpp), its compilers
@@ -157,9 +158,13 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device,
                   bool prefetched = false);
   Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
-  /// `kernels`: plain names the binary must define besides `names` (see Engine::prewarm).
+  /// `kernels`: plain names the binary must define besides `names` (see Engine::prewarm). `settle`: how the
+  /// request's includes are settled (Settle::planned for a request Engine::plan_prewarm planned).
   PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                        std::string_view target, const std::vector<std::string>& kernels = {});
+                        std::string_view target, const std::vector<std::string>& kernels, const Settle& settle);
+  /// Engine::plan_prewarm: the request made and keyed, its includes settled by the manifest only.
+  PrewarmPlan plan_prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                           std::string_view target);
   CompiledBinary compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                          std::string_view target);
   std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,

@@ -43,7 +43,7 @@ Requests::Requests(cache::Storage& storage, cache::AtomicCounters& counters, Com
 Requests::~Requests() = default;
 
 KILN_HOT Request Requests::plan(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                std::string_view target, int device, bool record_it) {
+                                std::string_view target, int device, const Settle& how, bool record_it) {
   // The target: a device's own (its target and warp size), "native" the default device's, any other as given.
   std::optional<int> warp_size;
   if (device >= 0 || target == "native") {
@@ -53,15 +53,16 @@ KILN_HOT Request Requests::plan(const Source& source, const Options& options, co
     target = info.target;
     warp_size = info.warp_size;  // the device's own warp size, not the target's default
   }
-  Request r = make_request(source, options, names, target, warp_size);
-  settle_includes(r, /*use_manifest=*/true);
+  Request r = make_request(source, options, names, target, warp_size,
+                           /*ahead=*/how.mode != Settle::Mode::manifest_only);
+  settle(r, how);
   if (record_it) record(source, options, r.names, std::string(target));
   return r;
 }
 
 KILN_HOT Request Requests::make_request(const Source& source, const Options& options,
                                         const std::vector<std::string>& names, std::string_view target_text,
-                                        std::optional<int> warp_size) {
+                                        std::optional<int> warp_size, bool ahead) {
   Request r(source, parse_target(target_text), names);
   r.flags = options.vendor_flags(r.target.vendor);  // option errors first: they need no compiler
   if (warp_size) r.target.warp_size = *warp_size;
@@ -99,7 +100,7 @@ KILN_HOT Request Requests::make_request(const Source& source, const Options& opt
   r.flags.push_back("-DKILN_WARP_SIZE=" + std::to_string(r.target.warp_size));
   if (!options.include_dirs().empty() || options.toolkit_includes()) {
     // kiln resolves the includes itself (the include home, includes/); which files that reads is settled later
-    // (settle_includes), from the dependency manifest when it still matches.
+    // (settle), from the dependency manifest when it still matches.
     r.include_folders = include_folders(options, r.target.vendor);
     r.reads_files = true;
   } else {
@@ -114,7 +115,7 @@ KILN_HOT Request Requests::make_request(const Source& source, const Options& opt
   }
   // The compiler's identity and targets, once the request's flags and folders are known (facts_for may
   // resolve the includes while the compiler loads).
-  std::shared_ptr<const CompilerFacts> facts = facts_for(r);
+  std::shared_ptr<const CompilerFacts> facts = facts_for(r, ahead);
   if (std::find(facts->targets.begin(), facts->targets.end(), r.target.base) == facts->targets.end()) {
     // Refusing a request is only done on the loaded compiler's word, never on a probe's alone.
     if (m_compilers.load(r.target.vendor)) facts = m_compilers.facts(r.target.vendor);
@@ -124,10 +125,10 @@ KILN_HOT Request Requests::make_request(const Source& source, const Options& opt
   return r;
 }
 
-std::shared_ptr<const CompilerFacts> Requests::facts_for(Request& r) {
+std::shared_ptr<const CompilerFacts> Requests::facts_for(Request& r, bool ahead) {
   const Vendor v = r.target.vendor;
   if (std::shared_ptr<const CompilerFacts> known = m_compilers.known_facts(v)) return known;  // probed, or loaded
-  auto resolved = r.reads_files ? resolve_ahead(r) : std::nullopt;
+  auto resolved = ahead && r.reads_files ? resolve_ahead(r) : std::nullopt;
   std::shared_ptr<const CompilerFacts> facts = m_compilers.facts(v);
   if (resolved && resolved->first == facts->identity) r.ahead = std::move(resolved->second);
   return facts;
@@ -221,6 +222,7 @@ void Requests::key_with_dependencies(Request& r) {
   // What make_key gives for the settled part, without building the request key's parts again.
   r.key = r.request_key;
   r.key.add("dependencies", r.dependency_part);
+  r.settled = true;
   seal_key(r);
 }
 

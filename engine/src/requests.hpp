@@ -1,7 +1,7 @@
 #pragma once
 // Requests (requests.cpp, requests_includes.cpp): what the engine builds from a call before it looks in any
-// cache. One plan() is the front half of every request (program, prewarm, compile, describe_key): the
-// target resolved, the request made (its vendor's flags from the vendor table, its
+// cache. One plan() is the front half of every request (program, prewarm, compile, describe_key, and kiln
+// prewarm's planner): the target resolved, the request made (its vendor's flags from the vendor table, its
 // include folders), the compiler's identity and targets (Compilers, resolving the includes ahead while a
 // compiler loads), the key, the dependency part settled through the include home, and the request recorded
 // (KILN_RECORD). EngineCore takes the planned request through its memory tiers, single flight, the storage,
@@ -50,6 +50,9 @@ struct Request {
   /// The key part naming what the compile reads from the folders (cache::canonical_dependencies): from
   /// the manifest (a hit by stat) or the resolver. Empty while not settled; `key` then is the request key.
   std::string dependency_part;
+  /// The dependency part is settled (a request that reads no file has none to settle). False only after a
+  /// plan that settles by the manifest alone found none that matches (Settle::manifest_only).
+  bool settled = false;
   /// The resolver's output (what the compiler gets in memory). Null after a manifest hit: a compile
   /// resolves again first (EngineCore::obtain_uncached).
   std::shared_ptr<const kiln::includes::ResolvedIncludes> includes;
@@ -62,6 +65,24 @@ struct Request {
   std::optional<kiln::includes::Settled> ahead;
   cache::CanonicalKey key;  ///< the entry's key: with include folders, request_key + the dependencies
   cache::Hash128 hash;
+};
+
+/// How plan() settles which files a request reads (nothing to settle for a request that reads none).
+struct Settle {
+  enum class Mode : std::uint8_t {
+    /// From the dependency manifest when it still matches by stat, else by resolving: every request path.
+    manifest,
+    /// From the manifest or not at all, never by resolving (no header is read; no resolve ahead either):
+    /// kiln prewarm's planner, which needs only whether the key is cached (Engine::plan_prewarm).
+    manifest_only,
+    /// As a manifest_only plan left it, a moment ago in this process or another (Engine::prewarm with a
+    /// PrewarmPlan): with `planned_key`, the dependency part its manifest records for that entry, not checked
+    /// by stat again (else as `manifest`, when the manifest no longer holds it); without, by resolving at once
+    /// (the plan asked the manifest, which did not settle it).
+    planned,
+  };
+  Mode mode = Mode::manifest;
+  std::optional<cache::Hash128> planned_key;  ///< with Mode::planned only
 };
 
 /// The front half of the engine's requests, and what the back half asks of a request.
@@ -78,10 +99,10 @@ class Requests {
 
   /// The front half of a request: the target resolved (with `device` >= 0 that device's target and warp size;
   /// else `target`, where "native" is the default device's), the request made and keyed, its includes settled
-  /// (from the dependency manifest when it still matches, else by resolving), and, when `record`, the request
-  /// recorded (KILN_RECORD). Throws ConfigError, DeviceUnavailable (no compiler; "native" without a device).
+  /// as `how` says (Settle), and, when `record`, the request recorded (KILN_RECORD). Throws ConfigError,
+  /// DeviceUnavailable (no compiler; "native" without a device).
   [[nodiscard]] Request plan(const Source& source, const Options& options, const std::vector<std::string>& names,
-                             std::string_view target, int device, bool record);
+                             std::string_view target, int device, const Settle& how, bool record);
 
   /// Keys the request (again) with this compiler identity: the canonical request key (and, once settled, the
   /// entry key with the dependency part).
@@ -107,11 +128,11 @@ class Requests {
 
  private:
   Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
-                       std::string_view target_text, std::optional<int> warp_size);
+                       std::string_view target_text, std::optional<int> warp_size, bool ahead);
   /// The compiler's identity and targets for a request whose flags and include folders are set. When that
-  /// means loading the compiler (no probe names it), a request that reads files resolves its includes
-  /// meanwhile (resolve_ahead).
-  std::shared_ptr<const CompilerFacts> facts_for(Request& request);
+  /// means loading the compiler (no probe names it) and `ahead` allows, a request that reads files resolves
+  /// its includes meanwhile (resolve_ahead).
+  std::shared_ptr<const CompilerFacts> facts_for(Request& request, bool ahead);
   /// Loads the compiler on a helper thread while this one resolves the request's includes for the identity
   /// the compiler's files announce (vendor::expected_identity). Returns that identity and the resolve, or
   /// nullopt when it did not (no guess, the load already tried, no thread, the resolve failed).
@@ -119,6 +140,14 @@ class Requests {
   /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
   /// absolute, normal, checked to be folders (ConfigError).
   std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
+  /// Settles as plan() was asked to.
+  void settle(Request& request, const Settle& how);
+  /// Settle::manifest_only: the manifest's answer when it still matches by stat; false (the request left
+  /// unsettled) otherwise.
+  bool settle_by_manifest(Request& request);
+  /// Settle::planned with a key: the dependency part the request's manifest records for that entry, when it
+  /// still does and gives that key; false (nothing changed) otherwise.
+  bool settle_as_recorded(Request& request, const cache::Hash128& entry_key);
   /// A request with include folders whose dependency part is settled: its entry key, the request key
   /// plus that part (as make_key would give it).
   static void key_with_dependencies(Request& request);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compilers.hpp"
+#include "kiln/cache/dependencies.hpp"
 #include "kiln/error.hpp"
 #include "kiln/includes/include_home.hpp"
 #include "requests.hpp"
@@ -56,6 +57,27 @@ includes::SettleInput Requests::include_request(const Request& r, std::vector<in
   return input;
 }
 
+void Requests::settle(Request& r, const Settle& how) {
+  if (!r.reads_files) return;
+  switch (how.mode) {
+    case Settle::Mode::manifest:
+      settle_includes(r, /*use_manifest=*/true);
+      return;
+    case Settle::Mode::manifest_only:
+      (void)settle_by_manifest(r);
+      return;
+    case Settle::Mode::planned:
+      // The plan asked the manifest already: what it found is taken as recorded, and what it could not
+      // settle is resolved without asking again.
+      if (!how.planned_key) {
+        settle_includes(r, /*use_manifest=*/false);
+      } else if (!settle_as_recorded(r, *how.planned_key)) {
+        settle_includes(r, /*use_manifest=*/true);  // the manifest changed since the plan: as any request
+      }
+      return;
+  }
+}
+
 void Requests::settle_includes(Request& r, bool use_manifest) {
   if (!r.reads_files) return;
   std::vector<includes::MemoryHeader> headers;
@@ -68,6 +90,32 @@ void Requests::settle_includes(Request& r, bool use_manifest) {
   r.dependency_part = std::move(settled.dependency_part);
   r.includes = std::move(settled.includes);
   key_with_dependencies(r);
+}
+
+bool Requests::settle_by_manifest(Request& r) {
+  std::vector<includes::MemoryHeader> headers;
+  const includes::SettleInput input = include_request(r, headers);
+  std::optional<includes::Settled> settled = config_errors([&] { return m_includes->settle_by_manifest(input); });
+  if (!settled) return false;
+  r.dependency_part = std::move(settled->dependency_part);
+  r.includes = std::move(settled->includes);
+  key_with_dependencies(r);
+  return true;
+}
+
+bool Requests::settle_as_recorded(Request& r, const cache::Hash128& entry_key) {
+  // What the manifest records for that entry, unchecked by stat (the plan checked it a moment ago), taken
+  // only when it keys this request as the plan found it: a plan made with another compiler's identity, or a
+  // manifest rewritten since, is no answer.
+  std::optional<cache::DependencySet> recorded = m_includes->recorded(r.request_hash, r.request_key.bytes(), entry_key);
+  if (!recorded) return false;
+  std::string part = cache::canonical_dependencies(*recorded);
+  if (includes::entry_key_hash(r.request_key.bytes(), part) != entry_key) return false;
+  r.dependency_part = std::move(part);
+  r.includes.reset();
+  r.ahead.reset();
+  key_with_dependencies(r);
+  return true;
 }
 
 std::optional<Request> Requests::retry_with_missing_header(const Request& r, const CompileError& error) {

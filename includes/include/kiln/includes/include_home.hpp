@@ -153,6 +153,11 @@ class IncludeHome {
   /// asked for one first. Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
 
+  /// settle() by the manifest alone: its answer when it still matches by stat (asking the remotes for one
+  /// when there is none here, as settle() does), else nullopt. Never resolves, so no header is read: what a
+  /// planner that needs only the key asks (kiln prewarm's). Counts a manifest hit as settle() does.
+  [[nodiscard]] std::optional<Settled> settle_by_manifest(const SettleInput& input);
+
   /// The resolve settle() would make without a manifest, made ahead (while the compiler loads, before the
   /// request key exists) and counted only when a settle() takes it (SettleInput::ahead). Throws IncludeError.
   [[nodiscard]] Settled resolve_ahead(const SettleInput& input);
