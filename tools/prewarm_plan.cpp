@@ -95,8 +95,9 @@ Header read_header_flag(const std::string& spec) {
 /// Refuses, with one line, a target the engine cannot compile for (unknown to its compiler, or the
 /// compiler is missing) and an --option the target's compiler has no spelling for; otherwise every
 /// request for it would fail the same way. A recorded request is checked whole (its options, names
-/// and target as recorded), and its error names its line in the request log. Builds keys only:
-/// nothing is compiled.
+/// and target as recorded), and its error names its line in the request log. Plans only
+/// (Engine::plan_prewarm): nothing is compiled and no include is resolved; a request's includes are
+/// settled once, by the prewarm() that serves it.
 void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::string>>& option_sets,
                    Engine& engine) {
   std::map<std::string, std::string> targets;  // target -> why it cannot be compiled for (empty: it can)
@@ -107,7 +108,7 @@ void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::st
     auto [known, inserted] = targets.try_emplace(job.request.target);
     if (inserted) {
       try {
-        (void)engine.describe_key(*job.source, Options(), {}, job.request.target);
+        (void)engine.plan_prewarm(*job.source, Options(), {}, job.request.target);
       } catch (const Error& error) {
         known->second = error.what();
       }
@@ -126,15 +127,13 @@ void validate_jobs(std::vector<Job>& jobs, const std::vector<std::vector<std::st
       }
     }
   }
-  // Each request's key, once: the plan asks the store for it, and a recorded request that cannot be
-  // made is refused here, naming its line (one from the command line reports its error when it runs).
+  // Each request planned, once: the plan asks the store for its key, and a recorded request that cannot
+  // be made is refused here, naming its line (one from the command line reports its error when it runs).
   for (Job& job : jobs) {
     if (!job.refused.empty()) continue;
     try {
-      job.key = engine
-                    .describe_key(*job.source, Options(job.request.options), job.request.name_expressions,
-                                  job.request.target)
-                    .first;
+      job.planned = engine.plan_prewarm(*job.source, Options(job.request.options), job.request.name_expressions,
+                                        job.request.target);
     } catch (const Error& error) {
       if (!job.origin.empty()) job.refused = fmt::format("{}: {}", job.origin, error.what());
     }
@@ -336,7 +335,9 @@ namespace {
 
 /// A request whose entry is already in the local store: serving it is a file read, cheaper than
 /// starting a worker (a damaged entry is removed and recompiled here, as the engine always does).
-bool locally_cached(Engine& engine, const Job& job) { return job.key && engine.cached_locally(*job.key); }
+bool locally_cached(Engine& engine, const Job& job) {
+  return job.planned && job.planned->key && engine.cached_locally(*job.planned->key);
+}
 
 /// A size estimate of a compile, for longest-first: the bytes the request hands the compiler beyond
 /// kiln's own headers (which every request has). A proxy: compile times grow roughly with the size of

@@ -46,9 +46,11 @@ struct Job {
   /// cannot take, a missing include folder, ...): why, naming its line. It is not run: it is reported
   /// as a failed request of bad input, and the request log's other requests run (source may be empty).
   std::string refused;
-  /// The request's key, made once when the jobs are planned (validate_jobs); empty when it could not be
-  /// made (the request then reports why when it runs).
-  std::optional<cache::Hash128> key;
+  /// The request as planned once when the jobs are validated (Engine::plan_prewarm: no compile, no header
+  /// read): its key when that needs no resolve, which the plan asks the store for. Handed to the prewarm()
+  /// that serves the request, here or in a worker, which then settles its includes once, itself. Empty when
+  /// the request could not be made (it then reports why when it runs).
+  std::optional<PrewarmPlan> planned;
   [[nodiscard]] std::string label() const;
 };
 
@@ -68,8 +70,9 @@ struct Plan {
   unsigned workers = 0;
 };
 
-/// With `use_processes` and `parallel` above 1, every job not already in the local store goes to
-/// worker processes, unless it is the only one (a lone compile gains nothing from a process of its
+/// With `use_processes` and `parallel` above 1, every job not known to be in the local store goes to
+/// worker processes (a job whose key its plan could not tell without a resolve is not known to be: the
+/// worker resolves it), unless it is the only one (a lone compile gains nothing from a process of its
 /// own); the rest run in this process.
 [[nodiscard]] Plan plan_jobs(Engine& engine, const std::vector<Job>& jobs, unsigned parallel, bool use_processes);
 

@@ -1,6 +1,8 @@
 // Running kiln prewarm's jobs: on this process's threads or in worker processes (worker_pool.hpp).
-// The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<request log line>\n"
-// per job (JSON escapes tabs, so neither field holds one); the worker answers one JSON object per line:
+// The pipe protocol: the parent writes "<index>\t<plain kernels, a JSON array>\t<plan>\t<request log line>\n"
+// per job, where <plan> is the job's plan (Engine::plan_prewarm) as JSON: null for none, else {"key": the
+// key's hex, or null when the plan could not tell it}; JSON escapes tabs, so no field holds one. The worker
+// answers one JSON object per line:
 // {"i", "status", "key", "seconds", "wait_seconds", "bytes", "error", "log", "bad_input"}.
 #include "worker_pool.hpp"
 
@@ -82,6 +84,23 @@ JobResult result_from_json(const json& object) {
   result.log = object.at("log").get<std::string>();
   result.bad_input = object.at("bad_input").get<bool>();
   return result;
+}
+
+/// A job's plan on the pipe: null for none, else {"key": hex or null}.
+json plan_json(const std::optional<PrewarmPlan>& plan) {
+  if (!plan) return nullptr;
+  return {{"key", plan->key ? json(plan->key->hex()) : json(nullptr)}};
+}
+
+std::optional<PrewarmPlan> plan_from_json(const json& object) {
+  if (object.is_null()) return std::nullopt;
+  PrewarmPlan plan;
+  const json& key = object.at("key");
+  if (!key.is_null()) {
+    plan.key = cache::Hash128::from_hex(key.get<std::string>());
+    if (!plan.key) throw std::runtime_error("a job's plan names no key");
+  }
+  return plan;
 }
 
 /// A `kiln prewarm --worker` child: requests go to its stdin, results come back on its stdout, and what
@@ -276,8 +295,12 @@ JobResult execute(Engine& engine, const Job& job) {
   try {
     const Source source = job.source ? *job.source : make_source(job.request);
     const Options options(job.request.options);
-    const PrewarmResult prewarmed =
-        engine.prewarm(source, options, job.request.name_expressions, job.request.target, job.plain_kernels);
+    // A planned request (every one that could be made) is not settled again: the plan's key is taken as its
+    // manifest records it, and one the plan could not key is resolved at once (Engine::prewarm with a plan).
+    const PrewarmResult prewarmed = job.planned ? engine.prewarm(source, options, job.request.name_expressions,
+                                                                 job.request.target, job.plain_kernels, *job.planned)
+                                                : engine.prewarm(source, options, job.request.name_expressions,
+                                                                 job.request.target, job.plain_kernels);
     result.key = prewarmed.key.hex();
     result.seconds = prewarmed.seconds;
     result.wait_seconds = prewarmed.wait_seconds;
@@ -422,8 +445,9 @@ Unstarted run_in_workers(const std::vector<Job>& jobs, const std::vector<std::si
       worker.job = index;
       // A failed write means the worker died; its EOF below reports the request as failed.
       const json plain = jobs[index].plain_kernels;
-      (void)write_all(worker.to_child, fmt::format("{}\t{}\t{}\n", index, plain.dump(),
-                                                   detail::request_log_line(jobs[index].request)));
+      (void)write_all(worker.to_child,
+                      fmt::format("{}\t{}\t{}\t{}\n", index, plain.dump(), plan_json(jobs[index].planned).dump(),
+                                  detail::request_log_line(jobs[index].request)));
     }
     // Each worker's answers, then each one's stderr (a closed one is -1: poll skips it).
     std::vector<pollfd> fds;
@@ -550,15 +574,19 @@ int run_worker() {
   KILN_LOG(debug, "prewarm worker {}: ready", ::getpid());
   std::string line;
   while (std::getline(std::cin, line)) {
-    const std::size_t tab = line.find('\t');
-    const std::size_t second_tab = tab == std::string::npos ? tab : line.find('\t', tab + 1);
-    if (second_tab == std::string::npos) return kExitError;
-    const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tab)));
+    std::size_t tabs[3];
+    for (std::size_t t = 0, from = 0; t < 3; ++t) {
+      tabs[t] = line.find('\t', from);
+      if (tabs[t] == std::string::npos) return kExitError;
+      from = tabs[t] + 1;
+    }
+    const auto index = static_cast<std::size_t>(std::stoull(line.substr(0, tabs[0])));
     JobResult result;
     try {
       Job job;
-      job.plain_kernels = json::parse(line.substr(tab + 1, second_tab - tab - 1)).get<std::vector<std::string>>();
-      job.request = detail::parse_request_log_line(std::string_view(line).substr(second_tab + 1));
+      job.plain_kernels = json::parse(line.substr(tabs[0] + 1, tabs[1] - tabs[0] - 1)).get<std::vector<std::string>>();
+      job.planned = plan_from_json(json::parse(line.substr(tabs[1] + 1, tabs[2] - tabs[1] - 1)));
+      job.request = detail::parse_request_log_line(std::string_view(line).substr(tabs[2] + 1));
       result = execute(engine, job);
     } catch (const std::exception& error) {
       result.status = Status::failed;

@@ -1,5 +1,7 @@
-// The engine's compilers: probing a compiler without loading it, loading it when a compile (or a report)
-// needs it, and what the engine reports of its lanes.
+// Compilers (compilers.hpp): probing a compiler without loading it, loading it when a compile (or a report)
+// needs it, and what the engine reports of its lanes. Every vendor difference is the vendor table's.
+#include "compilers.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,19 +11,38 @@
 #include <string>
 #include <vector>
 
-#include "compiler_probe.hpp"
-#include "compilers.hpp"
-#include "engine_internal.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::detail {
 
-EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
+/// One vendor's compiler.
+struct Compilers::Lane {
+  explicit Lane(const VendorRow& row_in) : row(row_in) {}
+  const VendorRow& row;
+  std::once_flag probe_once;
+  std::mutex facts_mutex;                      // facts are replaced if a loaded compiler disagrees
+  std::shared_ptr<const CompilerFacts> facts;  // null: no compiler (see error)
+  std::once_flag load_once;
+  std::atomic<bool> load_tried{false};  // set when load_once's call returned (compiler or error set)
+  std::unique_ptr<vendor::Compiler> compiler;
+  std::string error;
+};
+
+Compilers::Compilers(const cache::Store& store) : m_store(store) {
+  for (const VendorRow& row : vendor_rows()) m_lanes[vendor_index(row.vendor)] = std::make_unique<Lane>(row);
+}
+
+Compilers::~Compilers() = default;
+
+Compilers::Lane& Compilers::lane(Vendor v) { return *m_lanes[vendor_index(vendor_row(v).vendor)]; }
+const Compilers::Lane& Compilers::lane(Vendor v) const { return *m_lanes[vendor_index(vendor_row(v).vendor)]; }
+
+Compilers::Lane& Compilers::loaded(Vendor v) {
+  Lane& l = lane(v);
   std::call_once(l.load_once, [&] {
     try {
-      l.compiler = v == Vendor::cuda ? vendor::load_nvrtc() : vendor::load_hiprtc();
+      l.compiler = l.row.load_compiler();
     } catch (const Error& e) {
       l.error = e.what();
       l.load_tried.store(true, std::memory_order_release);
@@ -40,60 +61,56 @@ EngineCore::Lane& EngineCore::loaded_lane(Vendor v) {
                loaded->identity);
     }
     if (!probed || probed->identity != loaded->identity || probed->targets != loaded->targets) {
-      (void)remember_compiler_probe(store(), v, l.search_list(), *l.compiler, *loaded);
+      (void)remember_compiler_probe(m_store, v, l.row.search_list(), *l.compiler, *loaded);
     }
     l.load_tried.store(true, std::memory_order_release);
   });
   return l;
 }
 
-void EngineCore::probe_compiler(Lane& l) {
+void Compilers::probe(Vendor v) {
+  Lane& l = lane(v);
   std::call_once(l.probe_once, [&] {
-    if (std::optional<CompilerFacts> probed = find_compiler_probe(store(), l.vendor, l.search_list())) {
+    if (std::optional<CompilerFacts> probed = find_compiler_probe(m_store, v, l.row.search_list())) {
       const std::lock_guard lock(l.facts_mutex);
       if (!l.facts) l.facts = std::make_shared<const CompilerFacts>(std::move(*probed));
     }
   });
 }
 
-std::shared_ptr<const CompilerFacts> EngineCore::known_compiler_facts(Vendor v) {
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  probe_compiler(l);
+std::shared_ptr<const CompilerFacts> Compilers::known_facts(Vendor v) {
+  Lane& l = lane(v);
+  probe(v);
   const std::lock_guard lock(l.facts_mutex);
   return l.facts;
 }
 
-std::shared_ptr<const CompilerFacts> EngineCore::compiler_facts(Vendor v) {
-  if (std::shared_ptr<const CompilerFacts> known = known_compiler_facts(v)) return known;
-  Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  (void)loaded_lane(v);  // no usable probe: load the compiler, which sets the facts (or the error)
+std::shared_ptr<const CompilerFacts> Compilers::facts(Vendor v) {
+  if (std::shared_ptr<const CompilerFacts> known = known_facts(v)) return known;
+  Lane& l = loaded(v);  // no usable probe: load the compiler, which sets the facts (or the error)
   const std::lock_guard lock(l.facts_mutex);
   if (!l.facts) throw DeviceUnavailable(l.error);
   return l.facts;
 }
 
-vendor::Compiler& EngineCore::compiler(Vendor v) {
-  Lane& l = loaded_lane(v);
+bool Compilers::load(Vendor v) { return loaded(v).compiler != nullptr; }
+
+bool Compilers::load_tried(Vendor v) const { return lane(v).load_tried.load(std::memory_order_acquire); }
+
+vendor::Compiler& Compilers::compiler(Vendor v) {
+  Lane& l = loaded(v);
   if (!l.compiler) throw DeviceUnavailable(l.error);
   return *l.compiler;
 }
 
-std::vector<std::string> EngineCore::default_targets() const {
-  std::vector<std::string> targets;
-  for (const DeviceInfo& d : devices()) {
-    if (std::find(targets.begin(), targets.end(), d.target) == targets.end()) targets.push_back(d.target);
-  }
-  if (targets.empty()) targets = {"sm_90", "gfx90a"};
-  return targets;
-}
-
-std::vector<LaneInfo> EngineCore::lanes() {
+std::vector<LaneInfo> Compilers::report(const vendor::Runtime* runtime) {
   std::vector<LaneInfo> out;
-  for (Vendor v : {Vendor::cuda, Vendor::hip}) {
+  for (const VendorRow& row : vendor_rows()) {
+    const Vendor v = row.vendor;
     LaneInfo info;
     info.vendor = v;
-    info.compiled_in = v == Vendor::cuda ? KILN_HAVE_CUDA : KILN_HAVE_HIP;
-    Lane& l = loaded_lane(v);
+    info.compiled_in = row.compiled_in;
+    Lane& l = loaded(v);
     info.compiler_loaded = l.compiler != nullptr;
     if (l.compiler) {
       for (LibraryInfo& lib : l.compiler->libraries()) info.libraries.push_back(std::move(lib));
@@ -101,15 +118,14 @@ std::vector<LaneInfo> EngineCore::lanes() {
     }
     std::vector<std::string> problems;
     if (!l.compiler) problems.push_back(l.error);
-    if (m_runtime && m_runtime->vendor() == v) {
+    if (runtime != nullptr && runtime->vendor() == v) {
       info.runtime_loaded = true;
-      for (LibraryInfo& lib : m_runtime->libraries()) info.libraries.push_back(std::move(lib));
-      info.devices = m_runtime->devices();
+      for (LibraryInfo& lib : runtime->libraries()) info.libraries.push_back(std::move(lib));
+      info.devices = runtime->devices();
     } else if (info.compiled_in) {
       // Not the engine's runtime: probe it for the report only.
       try {
-        std::unique_ptr<vendor::Runtime> probe =
-            v == Vendor::cuda ? vendor::load_cuda_runtime() : vendor::load_hip_runtime();
+        std::unique_ptr<vendor::Runtime> probe = row.load_runtime();
         info.runtime_loaded = true;
         for (LibraryInfo& lib : probe->libraries()) info.libraries.push_back(std::move(lib));
         info.devices = probe->devices();
@@ -118,7 +134,7 @@ std::vector<LaneInfo> EngineCore::lanes() {
       }
     }
     if (!info.compiled_in) {
-      info.status = v == Vendor::cuda ? "CUDA lane " KILN_CUDA_STATUS : "HIP lane " KILN_HIP_STATUS;
+      info.status = row.lane_status;
     } else if (problems.empty()) {
       info.status = fmt::format("on: compiler and runtime loaded, {} device(s)", info.devices.size());
     } else if (info.compiler_loaded) {
@@ -131,9 +147,8 @@ std::vector<LaneInfo> EngineCore::lanes() {
   return out;
 }
 
-std::optional<std::filesystem::path> EngineCore::compiler_file(Vendor v) const {
-  const Lane& l = v == Vendor::cuda ? *m_cuda : *m_hip;
-  for (const std::string& candidate : l.search_list()) {
+std::optional<std::filesystem::path> Compilers::file(Vendor v) const {
+  for (const std::string& candidate : lane(v).row.search_list()) {
     std::error_code ec;
     if (candidate.find('/') != std::string::npos && std::filesystem::is_regular_file(candidate, ec)) {
       return std::filesystem::weakly_canonical(candidate, ec);
@@ -142,14 +157,14 @@ std::optional<std::filesystem::path> EngineCore::compiler_file(Vendor v) const {
   return std::nullopt;
 }
 
-std::filesystem::path EngineCore::compiler_library(Vendor v) {
+std::filesystem::path Compilers::library(Vendor v) {
   // The file the compiler is (or would be) loaded from: the first existing full path of its search
   // list (a stat, no load), else the loaded library itself.
-  if (std::optional<std::filesystem::path> file = compiler_file(v)) return *file;
-  Lane& loaded = loaded_lane(v);
-  if (loaded.compiler) {
-    for (const LibraryInfo& library : loaded.compiler->libraries()) {
-      if (library.role == "nvrtc" || library.role == "hiprtc") {
+  if (std::optional<std::filesystem::path> found = file(v)) return *found;
+  Lane& l = loaded(v);
+  if (l.compiler) {
+    for (const LibraryInfo& library : l.compiler->libraries()) {
+      if (library.role == l.row.compiler_role) {
         std::error_code ec;
         return std::filesystem::weakly_canonical(library.path, ec);
       }

@@ -1,7 +1,8 @@
 // The request path: request -> key -> memory tier -> disk tier (+ read-through tiers) -> compile
-// (single flight in the process, a lease across processes) -> publish -> load -> Kernel. Here: the
-// engine's construction, the memory tiers, single flight, compile and load. Building a request and its
-// key is request.cpp; the compilers, compilers.cpp; include folders, engine_includes.cpp.
+// (single flight in the process, a lease across processes) -> publish -> load -> Kernel. Here, EngineCore:
+// the engine's construction (the runtime, from the vendor table), the memory tiers, single flight, obtain,
+// compile and load. A request's front half (target, request, key, includes, record) is Requests::plan
+// (requests.cpp); the compilers are Compilers (compilers.cpp).
 #include "kiln/engine.hpp"
 
 #include <fmt/format.h>
@@ -17,9 +18,10 @@
 #include "kiln/base/log.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
-#include "kiln/tooling/request_log.hpp"
-#include "request.hpp"
+#include "kiln/includes/include_home.hpp"
+#include "requests.hpp"
 #include "symbols_check.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -73,61 +75,60 @@ void ProgramState::unload() noexcept {
 EngineCore::EngineCore(EngineConfig config)
     : m_config(std::move(config)),
       m_storage(m_config.storage_config()),
-      m_includes(std::make_unique<includes::IncludeHome>(m_storage, m_counters)),
-      m_cuda(std::make_unique<Lane>()),
-      m_hip(std::make_unique<Lane>()) {
-  m_cuda->vendor = Vendor::cuda;
-  m_hip->vendor = Vendor::hip;
-
-  // The runtime that runs kernels: the requested vendor, or (auto) the first with a device.
-  std::vector<Vendor> order;
-  if (m_config.vendor == Vendor::none) order = {Vendor::cuda, Vendor::hip};
-  else order = {m_config.vendor};
+      m_compilers(std::make_unique<Compilers>(m_storage.local())),
+      m_requests(std::make_unique<Requests>(m_storage, m_counters, *m_compilers, m_devices, m_config.record_path)) {
+  // The runtime that runs kernels: the requested vendor, or (auto) the first with a device, in the vendor
+  // table's order.
+  std::vector<const VendorRow*> order;
+  if (m_config.vendor == Vendor::none) {
+    for (const VendorRow& row : vendor_rows()) order.push_back(&row);
+  } else {
+    order.push_back(&vendor_row(m_config.vendor));
+  }
   std::vector<std::string> reasons;
   if (!m_config.runtime) {
     order.clear();
     reasons.emplace_back("compile-only engine (EngineConfig::runtime is false)");
   }
-  for (Vendor v : order) {
+  std::shared_ptr<vendor::Runtime>& chosen = m_devices.runtime;
+  for (const VendorRow* row : order) {
     try {
-      std::unique_ptr<vendor::Runtime> runtime =
-          v == Vendor::cuda ? vendor::load_cuda_runtime() : vendor::load_hip_runtime();
+      std::unique_ptr<vendor::Runtime> runtime = row->load_runtime();
       if (!runtime->devices().empty() || m_config.vendor != Vendor::none) {
-        m_runtime = std::move(runtime);
+        chosen = std::move(runtime);
         break;
       }
-      reasons.push_back(fmt::format("{}: runtime loaded but it reports no device", to_string(v)));
+      reasons.push_back(fmt::format("{}: runtime loaded but it reports no device", to_string(row->vendor)));
     } catch (const Error& e) {
       // Also for an explicit vendor: an engine without its runtime still compiles for named targets (a
       // build container has the toolkit but no driver); using a device says why there is none.
-      reasons.push_back(fmt::format("{}: {}", to_string(v), e.what()));
+      reasons.push_back(fmt::format("{}: {}", to_string(row->vendor), e.what()));
     }
   }
-  if (!m_runtime) {
-    m_runtime_error = fmt::format("no GPU: {}", join(reasons, '\n'));
-    KILN_LOG(info, "{}; compile-only engine (prewarm with named targets works)", m_runtime_error);
-  } else if (m_runtime->devices().empty()) {
-    m_runtime_error = fmt::format("the {} runtime reports no device", to_string(m_runtime->vendor()));
+  if (!chosen) {
+    m_devices.error = fmt::format("no GPU: {}", join(reasons, '\n'));
+    KILN_LOG(info, "{}; compile-only engine (prewarm with named targets works)", m_devices.error);
+  } else if (chosen->devices().empty()) {
+    m_devices.error = fmt::format("the {} runtime reports no device", to_string(chosen->vendor()));
   }
-  if (m_config.device > 0 && (!m_runtime || m_runtime->devices().empty())) {
+  if (m_config.device > 0 && (!chosen || chosen->devices().empty())) {
     // Device 0 is every engine's default, so it stays a compile-only engine's too; a later ordinal names
     // a device the caller expects to use.
     throw ConfigError(fmt::format("device {} requested (KILN_DEVICE or config) but there is no device ({})",
-                                  m_config.device, m_runtime_error));
+                                  m_config.device, m_devices.error));
   }
-  if (m_runtime && !m_runtime->devices().empty()) {
-    const int count = static_cast<int>(m_runtime->devices().size());
+  if (chosen && !chosen->devices().empty()) {
+    const int count = static_cast<int>(chosen->devices().size());
     if (m_config.device >= count) {
       throw ConfigError(fmt::format("device {} requested (KILN_DEVICE or config) but only {} {} device(s) exist",
-                                    m_config.device, count, to_string(m_runtime->vendor())));
+                                    m_config.device, count, to_string(chosen->vendor())));
     }
-    m_default_device = std::max(0, m_config.device);
-    m_device_count = count;
+    m_devices.default_device = std::max(0, m_config.device);
+    m_devices.count = count;
     // Every request for this engine's devices is keyed with this vendor's compiler identity: look it
     // up once now (a probe file read, no compiler load; nothing when there is no usable probe).
-    probe_compiler(m_runtime->vendor() == Vendor::cuda ? *m_cuda : *m_hip);
+    m_compilers->probe(chosen->vendor());
   }
-  if (!m_config.record_path.empty()) m_recorder = std::make_unique<RequestRecorder>(m_config.record_path);
 }
 
 EngineCore::~EngineCore() {
@@ -138,14 +139,14 @@ EngineCore::~EngineCore() {
   }
 }
 
-KILN_HOT vendor::Runtime& EngineCore::runtime() {
-  if (!m_runtime || m_runtime->devices().empty()) throw DeviceUnavailable(m_runtime_error);
-  return *m_runtime;
+KILN_HOT vendor::Runtime& Devices::usable() const {
+  if (!runtime || runtime->devices().empty()) throw DeviceUnavailable(error);
+  return *runtime;
 }
 
 int EngineCore::resolve_device_slow(int device) {
   vendor::Runtime& r = runtime();
-  if (device < 0) return m_default_device;
+  if (device < 0) return m_devices.default_device;
   if (static_cast<std::size_t>(device) >= r.devices().size()) {
     throw ConfigError(fmt::format("device {} does not exist ({} {} device(s))", device, r.devices().size(),
                                   to_string(r.vendor())));
@@ -154,7 +155,27 @@ int EngineCore::resolve_device_slow(int device) {
 }
 
 std::vector<DeviceInfo> EngineCore::devices() const {
-  return m_runtime ? m_runtime->devices() : std::vector<DeviceInfo>{};
+  return m_devices.runtime ? m_devices.runtime->devices() : std::vector<DeviceInfo>{};
+}
+
+std::vector<LaneInfo> EngineCore::lanes() { return m_compilers->report(m_devices.runtime.get()); }
+
+std::vector<std::string> EngineCore::default_targets() const {
+  std::vector<std::string> targets;
+  for (const DeviceInfo& d : devices()) {
+    if (std::find(targets.begin(), targets.end(), d.target) == targets.end()) targets.push_back(d.target);
+  }
+  if (targets.empty()) {
+    for (const VendorRow& row : vendor_rows()) targets.emplace_back(row.default_target);
+  }
+  return targets;
+}
+
+std::optional<std::filesystem::path> EngineCore::compiler_file(Vendor v) const { return m_compilers->file(v); }
+
+cache::StoredPublish EngineCore::publish_stored(std::span<const cache::Hash128> keys) {
+  return m_storage.publish_stored(
+      keys, [this](const cache::Hash128& request_key) { return m_requests->manifest_bytes(request_key); });
 }
 
 std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler,
@@ -237,7 +258,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
       m_storage.get_or_reserve(r.hash, r.key.bytes(), bypass_cache);
   const double looked = seconds();  // mostly a wait for another process's compile, when there was one
   if (auto* found = std::get_if<cache::Found>(&looked_up)) {
-    note_dependencies(r);
+    m_requests->note_dependencies(r);
     // Every tier's hit is `disk` here; `tier` keeps which one (Engine::compile reports it).
     return {std::move(found->entry), Origin::disk, looked, 0, found->stored, found->origin, {}};
   }
@@ -248,11 +269,11 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   // A miss: now the compiler is needed (loaded once per process). Its identity is normally the one the
   // key was made with (from the probe); if a stale or planted probe said otherwise, the request is
   // keyed again with the real identity, so an entry is only ever stored under its compiler's key.
-  vendor::Compiler& compiler_ref = compiler(r.target.vendor);
+  vendor::Compiler& compiler_ref = m_compilers->compiler(r.target.vendor);
   if (compiler_ref.identity() != r.compiler) {
     reservation.abandon();
     Request rekeyed = r;
-    make_key(rekeyed, compiler_ref.identity());
+    Requests::make_key(rekeyed, compiler_ref.identity());
     return obtain_uncached(rekeyed, bypass_cache);
   }
   const Request* work = &r;
@@ -262,7 +283,7 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
     // compiled is what is read now, so when the tree changed since the manifest was checked, the
     // request is keyed by what was read (never a binary under another tree's key).
     resolved.emplace(r);
-    settle_includes(*resolved, /*use_manifest=*/false);
+    m_requests->settle_includes(*resolved, /*use_manifest=*/false);
     if (resolved->hash != r.hash) {
       reservation.abandon();
       return obtain_uncached(*resolved, bypass_cache);
@@ -276,14 +297,14 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
   } catch (const CompileError& error) {
     // A header the scan could not see (an include through a function-like macro) that the compiler
     // asked for: resolve it by that name and compile once more, under the key that now names it.
-    std::optional<Request> retried = retry_with_missing_header(*work, error);
+    std::optional<Request> retried = m_requests->retry_with_missing_header(*work, error);
     if (!retried) throw;
     reservation.abandon();
     return obtain_uncached(*retried, bypass_cache);
   }
   const auto storing = std::chrono::steady_clock::now();
   const bool stored = reservation.put(*entry);
-  note_dependencies(*work);
+  m_requests->note_dependencies(*work);
   KILN_LOG(debug, "{}: stored the entry and its dependency manifest in {:.3f} ms", work->source.name(),
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - storing).count());
   return {entry, Origin::compiled, seconds(), looked, stored, cache::HitOrigin::local, std::move(log)};
@@ -296,7 +317,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
   if (!bypass_cache) {
     const auto start = std::chrono::steady_clock::now();
     if (auto entry = m_storage.get_local(r.hash, r.key.bytes())) {
-      note_dependencies(r);
+      m_requests->note_dependencies(r);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       KILN_LOG(debug, "{}: disk hit {} in {:.3f} ms", r.source.name(), r.hash.hex(), elapsed * 1e3);
       return {entry, Origin::disk, elapsed, 0, false, cache::HitOrigin::local, {}};
@@ -348,7 +369,7 @@ KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
 KILN_HOT std::shared_ptr<ProgramState> EngineCore::load(const Request& r, Obtained obtained, int device) {
   vendor::Runtime& rt = runtime();
   auto state = std::make_shared<ProgramState>();
-  state->runtime = m_runtime;
+  state->runtime = m_devices.runtime;
   state->device = device;
   state->origin = obtained.origin;
   try {
@@ -384,10 +405,7 @@ KILN_HOT Program EngineCore::program(const Source& source, const Options& option
     }
   }
   if (!prefetched) prefetch_hot_path();  // not in memory: the rest of the request path runs (hot_path.hpp)
-  const DeviceInfo& info = m_runtime->devices()[static_cast<std::size_t>(device)];
-  Request r = make_request(source, options, names, info.target, info.warp_size);
-  settle_includes(r, /*use_manifest=*/true);
-  record(source, options, r.names, info.target);
+  const Request r = m_requests->plan(source, options, names, {}, device, Settle{}, /*record=*/true);
   std::shared_ptr<ProgramState> state = load(r, obtain(r, false), device);
   {
     ProgramSlot slot(source.content_hash(), options, joined, device, {}, state);
@@ -428,11 +446,9 @@ KILN_HOT Kernel EngineCore::kernel(const Source& source, std::string_view name, 
 }
 
 PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                  std::string_view target, const std::vector<std::string>& kernels) {
-  const auto [resolved, warp_size] = resolve_target(target);
-  Request r = make_request(source, options, names, resolved, warp_size);
-  settle_includes(r, /*use_manifest=*/true);
-  record(source, options, r.names, resolved);
+                                  std::string_view target, const std::vector<std::string>& kernels,
+                                  const Settle& settle) {
+  const Request r = m_requests->plan(source, options, names, target, -1, settle, /*record=*/true);
   Obtained obtained = obtain(r, false);
   // A kernel the binary lacks is the request's mistake, not the binary's: the entry stays cached.
   check_kernels_defined(*obtained.entry, source.name(), r.names, kernels);
@@ -471,17 +487,12 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
     return CompiledBinary(std::move(hit));
   }
 
-  const auto [resolved, warp_size] = resolve_target(target);
-  Request r = make_request(source, options, names, resolved, warp_size);
-  const double requested = seconds();
-  settle_includes(r, /*use_manifest=*/true);
-  const double settled = seconds();
-  record(source, options, r.names, resolved);
+  const Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/true);
+  const double planned = seconds();
   Obtained obtained = obtain(r, false);
-  KILN_LOG(debug, "{}: binary {} ({}) in {:.3f} ms: request {:.3f}, includes {:.3f}, cache or compile {:.3f} ms",
+  KILN_LOG(debug, "{}: binary {} ({}) in {:.3f} ms: request and includes {:.3f}, cache or compile {:.3f} ms",
            source.name(), r.hash.hex(), obtained.origin == Origin::compiled ? "compiled" : "cached", seconds() * 1e3,
-           requested * 1e3,
-           (settled - requested) * 1e3, (seconds() - settled) * 1e3);
+           planned * 1e3, (seconds() - planned) * 1e3);
   auto state = std::make_shared<BinaryState>();
   state->entry = obtained.entry;
   for (const cache::LoweredName& n : obtained.entry->names) state->names.emplace_back(n.expression, n.lowered);
@@ -508,57 +519,22 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
                                                                 const std::vector<std::string>& names,
                                                                 std::string_view target,
                                                                 cache::DependencySet* dependencies) {
-  const auto [resolved, warp_size] = resolve_target(target);
-  Request r = make_request(source, options, names, resolved, warp_size);
   // The key of the headers as they are now: from the manifest when it still matches them by stat (as a
-  // request would find it), else by resolving. Callers ask this for every request they plan or check.
-  settle_includes(r, /*use_manifest=*/true);
-  if (dependencies != nullptr) {
-    *dependencies = cache::DependencySet();
-    if (r.includes) {
-      *dependencies = includes::IncludeHome::dependencies(*r.includes);
-    } else if (r.reads_files) {
-      std::optional<cache::DependencySet> recorded =
-          m_includes->recorded(r.request_hash, r.request_key.bytes(), r.hash);
-      if (!recorded) {  // the manifest changed since it matched: resolve
-        settle_includes(r, /*use_manifest=*/false);
-        recorded = includes::IncludeHome::dependencies(*r.includes);
-      }
-      *dependencies = std::move(*recorded);
-    }
-  }
+  // request would find it), else by resolving. Not recorded: nothing is asked of the cache.
+  Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/false);
+  if (dependencies != nullptr) *dependencies = m_requests->dependencies(r);
   return {r.hash, r.key.bytes()};
 }
 
-KILN_HOT void EngineCore::record(const Source& source, const Options& options, const std::vector<std::string>& names,
-                                 const std::string& target) {
-  if (!m_recorder) return;
-  RecordedRequest record;
-  record.source_name = source.name();
-  record.builtin = source.is_builtin();
-  record.source_hash = source.content_hash().hex();
-  if (!source.is_builtin()) {
-    record.source_text = std::string(source.text());
-    // Only the user's headers: kiln's own embedded headers are found again by name at replay.
-    record.headers.assign(source.user_headers().begin(), source.user_headers().end());
-  }
-  record.name_expressions = names;
-  record.options = options.portable();
-  for (std::string& option : record.options) {
-    // Include folders as absolute paths: a replay runs from another directory (and the key holds them so).
-    for (const std::string_view prefix : {std::string_view("-I"), std::string_view("--include-path=")}) {
-      if (!option.starts_with(prefix)) continue;
-      const std::filesystem::path folder(option.substr(prefix.size()));
-      if (folder.is_relative()) {
-        std::error_code ec;
-        const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
-        if (!ec) option = std::string(prefix) + absolute.lexically_normal().string();
-      }
-      break;
-    }
-  }
-  record.target = target;
-  m_recorder->record(record);
+PrewarmPlan EngineCore::plan_prewarm(const Source& source, const Options& options,
+                                     const std::vector<std::string>& names, std::string_view target) {
+  // Whether the request can be made and, when that needs no header read, its key: the manifest by stat at
+  // most (Settle::manifest_only). Not recorded: the prewarm() that serves it records it.
+  const Request r = m_requests->plan(source, options, names, target, -1, Settle{Settle::Mode::manifest_only, {}},
+                                     /*record=*/false);
+  PrewarmPlan plan;
+  if (!r.reads_files || r.settled) plan.key = r.hash;
+  return plan;
 }
 
 cache::Counters EngineCore::stats() const noexcept {

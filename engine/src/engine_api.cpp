@@ -17,6 +17,8 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/error.hpp"
+#include "requests.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln {
 
@@ -43,7 +45,7 @@ KILN_HOT Kernel Engine::kernel(const Source& source, std::string_view name) {
 }
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target) {
-  return m_core->prewarm(source, options, names, target);
+  return m_core->prewarm(source, options, names, target, {}, detail::Settle{});
 }
 CompiledBinary Engine::compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                                std::string_view target) {
@@ -51,7 +53,17 @@ CompiledBinary Engine::compile(const Source& source, const Options& options, con
 }
 PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
                               std::string_view target, const std::vector<std::string>& kernels) {
-  return m_core->prewarm(source, options, names, target, kernels);
+  return m_core->prewarm(source, options, names, target, kernels, detail::Settle{});
+}
+PrewarmResult Engine::prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                              std::string_view target, const std::vector<std::string>& kernels,
+                              const PrewarmPlan& plan) {
+  return m_core->prewarm(source, options, names, target, kernels,
+                         detail::Settle{detail::Settle::Mode::planned, plan.key});
+}
+PrewarmPlan Engine::plan_prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                 std::string_view target) {
+  return m_core->plan_prewarm(source, options, names, target);
 }
 std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source, const Options& options,
                                                             const std::vector<std::string>& names,
@@ -140,9 +152,18 @@ EngineConfig EngineConfig::from_environment() {
   EngineConfig config;
   if (const char* v = std::getenv("KILN_VENDOR"); v != nullptr && v[0] != '\0') {
     const std::string_view value(v);
-    if (value == "cuda") config.vendor = Vendor::cuda;
-    else if (value == "hip") config.vendor = Vendor::hip;
-    else if (value != "auto") throw ConfigError(fmt::format("KILN_VENDOR='{}': expected auto, cuda or hip", value));
+    if (value != "auto") {
+      // A vendor by its name, from the vendor table; "auto, cuda or hip" when none is named so.
+      std::string names;
+      const std::span<const detail::VendorRow, detail::kVendorCount> rows = detail::vendor_rows();
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (value == to_string(rows[i].vendor)) config.vendor = rows[i].vendor;
+        names += fmt::format("{}{}", i == 0 ? "" : i + 1 == rows.size() ? " or " : ", ", to_string(rows[i].vendor));
+      }
+      if (config.vendor == Vendor::none) {
+        throw ConfigError(fmt::format("KILN_VENDOR='{}': expected auto, {}", value, names));
+      }
+    }
   }
   if (const char* v = std::getenv("KILN_DEVICE"); v != nullptr && v[0] != '\0') {
     const std::string_view value(v);

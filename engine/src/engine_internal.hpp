@@ -1,6 +1,6 @@
 #pragma once
-// The engine's internal state, shared by the engine's parts (engine.cpp and the files it names) and the
-// handles (Program, Kernel).
+// The engine's internal state, shared by the engine's parts (EngineCore in engine.cpp; Requests and
+// Compilers, its parts for a request's front half and its compilers) and the handles (Program, Kernel).
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -22,15 +22,6 @@
 #include "kiln/cache/store.hpp"
 #include "kiln/engine.hpp"
 #include "lanes/lane.hpp"
-
-// The include home's facade (kiln/includes/include_home.hpp), included by the engine's sources that call
-// it, not by every user of this header.
-namespace kiln::includes {
-class IncludeHome;
-struct MemoryHeader;
-struct SettleInput;
-struct Settled;
-}  // namespace kiln::includes
 
 namespace kiln::detail {
 
@@ -138,6 +129,26 @@ struct Obtained {
   std::string log;  ///< the compiler's log when origin is compiled (warnings; often empty), else empty
 };
 
+/// The runtime that runs kernels and its devices, fixed when the engine is made (EngineCore's; Requests
+/// reads it for a request's "native" target).
+struct Devices {
+  std::shared_ptr<vendor::Runtime> runtime;
+  std::string error;  ///< why there is no runtime, or no device: DeviceUnavailable's message
+  int default_device = 0;
+  int count = 0;  ///< the runtime's devices (fixed at construction); 0 without a runtime
+
+  /// The runtime, or DeviceUnavailable explaining why there is none.
+  [[nodiscard]] vendor::Runtime& usable() const;
+};
+
+class Compilers;
+class Requests;
+struct Request;
+struct Settle;
+
+/// What kiln is below the public Engine: the runtime and its devices, the memory tiers, single flight, and
+/// obtain / compile / load. A request's front half is Requests' (plan(), requests.hpp), its compilers
+/// Compilers' (compilers.hpp); both are parts of the core.
 class EngineCore : public std::enable_shared_from_this<EngineCore> {
  public:
   explicit EngineCore(EngineConfig config);
@@ -147,113 +158,65 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   Program program(const Source& source, const Options& options, const std::vector<std::string>& names, int device,
                   bool prefetched = false);
   Kernel kernel(const Source& source, std::string_view name, const Options& options, int device);
-  /// `kernels`: plain names the binary must define besides `names` (see Engine::prewarm).
+  /// `kernels`: plain names the binary must define besides `names` (see Engine::prewarm). `settle`: how the
+  /// request's includes are settled (Settle::planned for a request Engine::plan_prewarm planned).
   PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
-                        std::string_view target, const std::vector<std::string>& kernels = {});
+                        std::string_view target, const std::vector<std::string>& kernels, const Settle& settle);
+  /// Engine::plan_prewarm: the request made and keyed, its includes settled by the manifest only.
+  PrewarmPlan plan_prewarm(const Source& source, const Options& options, const std::vector<std::string>& names,
+                           std::string_view target);
   CompiledBinary compile(const Source& source, const Options& options, const std::vector<std::string>& names,
                          std::string_view target);
   std::pair<cache::Hash128, std::string> describe_key(const Source& source, const Options& options,
                                                       const std::vector<std::string>& names, std::string_view target,
                                                       cache::DependencySet* dependencies);
 
-  [[nodiscard]] Vendor vendor() const noexcept { return m_runtime ? m_runtime->vendor() : Vendor::none; }
+  [[nodiscard]] Vendor vendor() const noexcept {
+    return m_devices.runtime ? m_devices.runtime->vendor() : Vendor::none;
+  }
   [[nodiscard]] std::vector<DeviceInfo> devices() const;
-  [[nodiscard]] int default_device() const noexcept { return m_default_device; }
+  [[nodiscard]] int default_device() const noexcept { return m_devices.default_device; }
   [[nodiscard]] std::vector<LaneInfo> lanes();
   [[nodiscard]] std::vector<std::string> default_targets() const;
   [[nodiscard]] cache::Counters stats() const noexcept;
   [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_storage.remote(); }
   [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
   [[nodiscard]] cache::Storage& storage() noexcept { return m_storage; }
-  /// Writes stored entries, with the manifests of their requests, to every remote now (engine_includes.cpp:
-  /// the manifests' bytes come from the include home).
+  /// Writes stored entries, with the manifests of their requests, to every remote now (the manifests'
+  /// bytes come from the include home, through Requests).
   [[nodiscard]] cache::StoredPublish publish_stored(std::span<const cache::Hash128> keys);
   void unload_all() noexcept;
   /// The file the compiler would be loaded from: the first existing full path of its search list (a stat,
-  /// no load); nullopt when none exists.
+  /// no load); nullopt when none exists (Compilers::file).
   std::optional<std::filesystem::path> compiler_file(Vendor vendor) const;
   /// The runtime, or DeviceUnavailable explaining why there is none.
-  vendor::Runtime& runtime();
+  vendor::Runtime& runtime() { return m_devices.usable(); }
   /// -1 -> the default device; an ordinal is checked. Inline: it runs on every memory-tier hit.
   int resolve_device(int device) {
-    if (device < 0 ? m_device_count > 0 : device < m_device_count) return device < 0 ? m_default_device : device;
+    if (device < 0 ? m_devices.count > 0 : device < m_devices.count) {
+      return device < 0 ? m_devices.default_device : device;
+    }
     return resolve_device_slow(device);  // throws the reason
   }
 
  private:
-  struct Lane;
-  struct Request;
   struct Flight;
-  /// The lane with its compiler loaded (once); on failure the lane's error says why.
-  Lane& loaded_lane(Vendor vendor);
   int resolve_device_slow(int device);
-  /// Identity and targets: from the compiler probe when it still matches, else from loading.
-  std::shared_ptr<const CompilerFacts> compiler_facts(Vendor vendor);
-  /// The same without loading: null when no probe matches and the compiler is not loaded.
-  std::shared_ptr<const CompilerFacts> known_compiler_facts(Vendor vendor);
-  /// Reads the lane's compiler probe (once per engine); sets the facts when the probe still matches.
-  void probe_compiler(Lane& lane);
-  /// "native" -> the default device's target and warp size; any other target as given.
-  std::pair<std::string, std::optional<int>> resolve_target(std::string_view target);
-  vendor::Compiler& compiler(Vendor vendor);
-  /// The compiler library's file, for --toolkit-includes (its toolkit's include folders).
-  std::filesystem::path compiler_library(Vendor vendor);
-  /// compiler_facts() for a request whose flags and include folders are set. When that means loading the
-  /// compiler (no probe names it), a request that reads files resolves its includes meanwhile
-  /// (resolve_ahead).
-  std::shared_ptr<const CompilerFacts> facts_for(Request& request);
-  /// Loads the compiler on a helper thread while this one resolves the request's includes for the
-  /// identity the compiler's files announce (vendor::expected_identity). Returns that identity and the
-  /// resolve, or nullopt when it did not (no guess, the load already tried, no thread, the resolve failed).
-  std::optional<std::pair<std::string, includes::Settled>> resolve_ahead(const Request& request);
-  /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
-  /// absolute, normal, checked to be folders (ConfigError).
-  std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
-  Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
-                       std::string_view target, std::optional<int> warp_size);
+  /// The entry of a request: the local store, else (one thread per key: single flight) the other tiers,
+  /// another process's compile, or a compile here.
   Obtained obtain(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
-  static void make_key(Request& request, const std::string& compiler_identity);
-  /// A request with include folders whose dependency part is settled: its entry key, the request key
-  /// plus that part (as make_key would give it).
-  static void key_with_dependencies(Request& request);
-  /// Checks the key against the readers' limit (ConfigError) and sets the request's hash.
-  static void seal_key(Request& request);
-  /// Settles which files a request with include folders reads, and so its entry key: from the dependency
-  /// manifest when `use_manifest` and it still matches (no header is read), else by resolving the
-  /// includes. Does nothing for a request without include folders.
-  void settle_includes(Request& request, bool use_manifest);
-  /// Records the dependencies the resolver found for a request in its manifest (after its entry was
-  /// found or compiled), so the next request is settled by stat. Never throws.
-  void note_dependencies(const Request& request) noexcept;
-  /// After a CompileError: the request resolved again with the header the compiler's log asked for
-  /// (an include the scan cannot follow, e.g. through a function-like macro), when a folder has it and
-  /// the request has not retried that name yet; else nullopt. Each retry costs one compiler run; at
-  /// most includes::IncludeHome::kMaxRetries per request.
-  std::optional<Request> retry_with_missing_header(const Request& request, const CompileError& error);
-  /// The request as the include home takes it: views into it, and into `headers`, which this fills with
-  /// the views of its in-memory headers.
-  static includes::SettleInput include_request(const Request& request, std::vector<includes::MemoryHeader>& headers);
   /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
                                               std::string& log);
   std::shared_ptr<ProgramState> load(const Request& request, Obtained obtained, int device);
-  void record(const Source& source, const Options& options, const std::vector<std::string>& names,
-              const std::string& target);
 
   EngineConfig m_config;
   cache::Storage m_storage;          // the local store, the tiers under it, the compile lease
   cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
-  // Include folders: settles and records requests' dependency parts (and keeps the header files its
-  // resolves read).
-  std::unique_ptr<includes::IncludeHome> m_includes;
-  std::unique_ptr<Lane> m_cuda;
-  std::unique_ptr<Lane> m_hip;
-  std::shared_ptr<vendor::Runtime> m_runtime;
-  std::string m_runtime_error;
-  int m_default_device = 0;
-  int m_device_count = 0;  ///< the runtime's devices (fixed at construction); 0 without a runtime
-  std::unique_ptr<RequestRecorder> m_recorder;
+  Devices m_devices;                 // set while constructing; fixed afterwards
+  std::unique_ptr<Compilers> m_compilers;
+  std::unique_ptr<Requests> m_requests;
 
   // Memory tier: request -> kernel / program. Keys are a 64-bit hash of (source hash, options, names,
   // device); the slot keeps those inputs and is compared on every hit, so a hash collision is a miss.

@@ -11,46 +11,13 @@
 #include "kiln/base/hot_path.hpp"
 #include "kiln/error.hpp"
 #include "kiln/tooling/targets.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln {
 namespace {
 
-struct Spelling {
-  std::string_view flag;      ///< the vendor flag, or its prefix when `prefix` is true
-  bool prefix;                ///< matches "flag..." (e.g. -maxrregcount=32)
-  std::string_view portable;  ///< the portable spelling to suggest, empty if none
-};
+using detail::Spelling;
 
-// Flags one compiler knows and the other rejects. Used to accept them for their own compiler and to
-// explain the error for the other one.
-constexpr std::array kNvrtcOnly = {
-    Spelling{"--use_fast_math", false, "--fast-math"}, Spelling{"-use_fast_math", false, "--fast-math"},
-    Spelling{"-lineinfo", false, "--line-info"},       Spelling{"--generate-line-info", false, "--line-info"},
-    Spelling{"-G", false, "--device-debug"},           Spelling{"--device-debug", false, "--device-debug"},
-    Spelling{"-fmad=", true, "--no-fma"},              Spelling{"--fmad=", true, "--no-fma"},
-    Spelling{"-maxrregcount=", true, "--max-registers=N"}, Spelling{"--maxrregcount=", true, "--max-registers=N"},
-    Spelling{"-ftz=", true, ""},                       Spelling{"--ftz=", true, ""},
-    Spelling{"-prec-div=", true, ""},                  Spelling{"--prec-div=", true, ""},
-    Spelling{"-prec-sqrt=", true, ""},                 Spelling{"--prec-sqrt=", true, ""},
-    Spelling{"-Ofc=", true, ""},                       Spelling{"--extra-device-vectorization", false, ""},
-    Spelling{"--restrict", false, ""},
-    Spelling{"-restrict", false, ""},                  Spelling{"--split-compile=", true, ""},
-    Spelling{"--time=", true, ""},                     Spelling{"--fdevice-time-trace=", true, ""},
-    Spelling{"-no-cache", false, ""},                  Spelling{"--minimal", false, ""},
-    Spelling{"-device-int128", false, ""},             Spelling{"--Wno-deprecated-declarations", false, ""},
-    Spelling{"-w", false, ""},                         Spelling{"--disable-warnings", false, ""},
-};
-constexpr std::array kHiprtcOnly = {
-    Spelling{"-ffast-math", false, "--fast-math"},     Spelling{"-gline-tables-only", false, "--line-info"},
-    Spelling{"-g", false, "--device-debug"},           Spelling{"-ffp-contract=", true, "--no-fma"},
-    Spelling{"-O0", false, ""},                        Spelling{"-O1", false, ""},
-    Spelling{"-O2", false, ""},                        Spelling{"-O3", false, ""},
-    Spelling{"-Os", false, ""},                        Spelling{"-fgpu-flush-denormals-to-zero", false, ""},
-    Spelling{"-fno-gpu-flush-denormals-to-zero", false, ""},
-    Spelling{"-mllvm", false, ""},                     Spelling{"-ftime-trace", false, ""},
-    Spelling{"-mcode-object-version=", true, ""},      Spelling{"-munsafe-fp-atomics", false, ""},
-    Spelling{"-fno-unsafe-math-optimizations", false, ""}, Spelling{"-Wno-", true, ""},
-};
 constexpr std::array<std::string_view, 6> kTargetFlags = {"-arch", "--gpu-architecture", "--offload-arch", "-march",
                                                           "-mcpu", "--cuda-gpu-arch"};
 
@@ -61,7 +28,7 @@ const Spelling* find_spelling(std::span<const Spelling> table, std::string_view 
   return nullptr;
 }
 
-std::string_view compiler_name(Vendor v) { return v == Vendor::cuda ? "NVRTC" : "HIPRTC"; }
+std::string_view compiler_name(Vendor v) { return detail::vendor_row(v).compiler_name; }
 
 /// Throws ConfigError when `bare` (a flag without its leading dashes) asks a compiler for another kind
 /// of output than the target's (LTO-IR, relocatable code, offload bitcode): kiln stores what kind a
@@ -157,8 +124,9 @@ void Options::parse_one(std::string_view option) {
     }
     return;
   }
-  for (const auto& [prefix, vendor] : {std::pair{std::string_view("-Xcuda="), Vendor::cuda},
-                                       std::pair{std::string_view("-Xhip="), Vendor::hip}}) {
+  for (const detail::VendorRow& row : detail::vendor_rows()) {
+    const std::string_view prefix = row.options.only_prefix;
+    const Vendor vendor = row.vendor;
     if (option.starts_with(prefix)) {
       const std::string_view flag = option.substr(prefix.size());
       if (flag.empty()) throw ConfigError(fmt::format("bad option '{}': nothing after '='", option));
@@ -228,13 +196,11 @@ void Options::parse_one(std::string_view option) {
   if (option == "-default-device" || option == "--device-as-default-execution-space") {
     throw ConfigError(fmt::format("option '{}' is added by kiln itself (--no-default-device leaves it out)", option));
   }
-  if (find_spelling(kNvrtcOnly, option) != nullptr) {
-    m_raw.push_back({Vendor::cuda, std::string(option), false});
-    return;
-  }
-  if (find_spelling(kHiprtcOnly, option) != nullptr) {
-    m_raw.push_back({Vendor::hip, std::string(option), false});
-    return;
+  for (const detail::VendorRow& row : detail::vendor_rows()) {
+    if (find_spelling(row.options.own, option) != nullptr) {
+      m_raw.push_back({row.vendor, std::string(option), false});
+      return;
+    }
   }
   throw ConfigError(
       fmt::format("unknown option '{}': use a portable option (--fast-math, --line-info, --device-debug, --no-fma, "
@@ -285,21 +251,31 @@ void Options::refresh() {
 KILN_HOT const std::string& Options::canonical() const { return m_canonical; }
 
 KILN_HOT std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
-  if (vendor != Vendor::cuda && vendor != Vendor::hip) throw ConfigError("options: no vendor to translate for");
-  const bool cuda = vendor == Vendor::cuda;
+  const detail::VendorRow* row = detail::find_vendor_row(vendor);
+  if (row == nullptr) throw ConfigError("options: no vendor to translate for");
+  const detail::OptionSpellings& spelled = row->options;  // the vendor table's (vendor_table.cpp)
   std::vector<std::string> flags;
   flags.push_back("-std=" + m_std);
-  if (m_fast_math) flags.emplace_back(cuda ? "--use_fast_math" : "-ffast-math");
-  if (m_line_info) flags.emplace_back(cuda ? "-lineinfo" : "-gline-tables-only");
-  if (m_device_debug) flags.emplace_back(cuda ? "-G" : "-g");
-  if (m_no_fma) flags.emplace_back(cuda ? "-fmad=false" : "-ffp-contract=off");
+  if (m_fast_math) flags.emplace_back(spelled.fast_math);
+  if (m_line_info) flags.emplace_back(spelled.line_info);
+  if (m_device_debug) flags.emplace_back(spelled.device_debug);
+  if (m_no_fma) flags.emplace_back(spelled.no_fma);
   if (m_max_registers) {
-    if (!cuda) throw ConfigError("option --max-registers has no HIPRTC equivalent (use it for CUDA targets only, or -Xcuda=-maxrregcount=N)");
-    flags.push_back(fmt::format("-maxrregcount={}", *m_max_registers));
+    if (spelled.max_registers.empty()) {
+      throw ConfigError(
+          fmt::format("option --max-registers has no {} equivalent (use it for CUDA targets only, or "
+                      "-Xcuda=-maxrregcount=N)",
+                      row->compiler_name));
+    }
+    flags.push_back(fmt::format("{}{}", spelled.max_registers, *m_max_registers));
   }
   if (m_relocatable) {
-    if (!cuda) throw ConfigError(detail::hip_relocatable_refusal("option --relocatable-device-code"));
-    flags.emplace_back("-rdc=true");  // request.cpp drops it again for LTO-IR, which is relocatable anyway
+    if (spelled.relocatable.empty()) {
+      throw ConfigError(spelled.relocatable_refusal != nullptr
+                            ? spelled.relocatable_refusal("option --relocatable-device-code")
+                            : fmt::format("option --relocatable-device-code has no {} equivalent", row->compiler_name));
+    }
+    flags.emplace_back(spelled.relocatable);  // requests.cpp drops it again for LTO-IR, which is relocatable anyway
   }
   for (const auto& [name, value] : m_defines) {
     if (!value) flags.push_back("-U" + name);
@@ -310,9 +286,7 @@ KILN_HOT std::vector<std::string> Options::vendor_flags(Vendor vendor) const {
     if (raw.vendor == vendor) {
       flags.push_back(raw.flag);
     } else if (!raw.explicit_prefix) {
-      const Spelling* s = find_spelling(raw.vendor == Vendor::cuda ? std::span<const Spelling>(kNvrtcOnly)
-                                                                   : std::span<const Spelling>(kHiprtcOnly),
-                                        raw.flag);
+      const Spelling* s = find_spelling(detail::vendor_row(raw.vendor).options.own, raw.flag);
       std::string hint = (s != nullptr && !s->portable.empty()) ? fmt::format("write {} (portable)", s->portable)
                                                                : std::string("there is no portable spelling");
       throw ConfigError(fmt::format("option '{}' is a {} flag and this request compiles with {}: {}, or pass it as "

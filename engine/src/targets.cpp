@@ -43,7 +43,7 @@ KILN_HOT Target parse_target(std::string_view text) {
   Target t;
   t.full = std::string(text);
   // NVIDIA: sm_ gives a CUBIN, compute_ PTX, lto_ LTO-IR (as nvcc spells its code= kinds). NVRTC takes no
-  // -arch=lto_XY: LTO-IR is asked for by -dlto with the virtual arch compute_XY (request.cpp).
+  // -arch=lto_XY: LTO-IR is asked for by -dlto with the virtual arch compute_XY (vendor_table.cpp, requests.cpp).
   constexpr std::pair<std::string_view, PayloadKind> kNvidia[] = {
       {"sm_", PayloadKind::cubin}, {"compute_", PayloadKind::ptx}, {"lto_", PayloadKind::ltoir}};
   for (const auto& [prefix, output] : kNvidia) {

@@ -27,8 +27,11 @@
 #include <vector>
 
 #include "kiln/cache/types.hpp"
+#include "kiln/includes/include_home.hpp"
 
 namespace kiln::cache::detail {
+
+using kiln::includes::CompilerTraits;
 
 /// Yes, no, or unknown (the walk then takes both ways).
 enum class Tri : unsigned char { no, yes, unknown };
@@ -73,8 +76,9 @@ struct MacroContext {
   bool plain_arch = false;
 
   /// The context of a compile with these vendor flags (the request's complete flags) by this compiler
-  /// (its identity: "nvrtc 13.0" gives __CUDACC_VER_MAJOR__ and __CUDACC_VER_MINOR__).
-  [[nodiscard]] static MacroContext from_flags(std::span<const std::string> flags, Vendor vendor,
+  /// (its traits: whose predefined macros; its identity: "nvrtc 13.0" gives __CUDACC_VER_MAJOR__ and
+  /// __CUDACC_VER_MINOR__).
+  [[nodiscard]] static MacroContext from_flags(std::span<const std::string> flags, const CompilerTraits& traits,
                                                std::string_view compiler = {});
   /// Bytes that differ between contexts that may decide a branch differently (for ResolvedSets).
   [[nodiscard]] std::string signature() const;

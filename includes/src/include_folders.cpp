@@ -63,7 +63,7 @@ ManifestScope scope_of(const SettleInput& input, const ScanResult& source_scan) 
   ManifestScope scope;
   for (const std::filesystem::path& folder : input.folders) scope.folders.push_back(folder.string());
   Defines defines;
-  add_flag_defines(MacroContext::from_flags(input.flags, input.vendor, input.compiler), defines);
+  add_flag_defines(MacroContext::from_flags(input.flags, input.traits, input.compiler), defines);
   std::vector<std::string> computed;
   const auto take = [&](const ScanResult& scanned) {
     for (const IncludeRef& ref : scanned.refs) {
@@ -91,6 +91,49 @@ ManifestScope scope_of(const SettleInput& input, const ScanResult& source_scan) 
 
 }  // namespace
 
+template <class Scanned>
+std::optional<Settled> IncludeFolders::by_manifest(const SettleInput& input, const Scanned& scanned) {
+  // The first level: the manifest of the request key names the entry's key when every recorded header
+  // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
+  std::string dependency_part;
+  LookupStats looked;
+  std::optional<Hash128> result = look_up(input, looked, dependency_part);
+  // None here: a node with the same tree may have recorded one. Fetched, it is installed only when it
+  // names nothing a resolve of this request could not read, after each header it names was read and
+  // hashed once here (so this lookup re-reads none whose digest matched; no resolve).
+  // (The scope is made only where a remote may be asked: it scans the request's texts.)
+  if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr && !m_storage->remotes().empty() &&
+      m_manifests.mode() == StoreMode::read_write &&
+      m_manifests.fetch(*m_storage, input.request_hash, input.request_canonical, scope_of(input, scanned()))) {
+    result = look_up(input, looked, dependency_part);
+  }
+  if (!result) return std::nullopt;
+  // The answer is taken only when it is the hash of this request keyed with the dependency part of
+  // the result that matched: canonical_dependencies() of a set whose every header was found here
+  // with its recorded digest and every absent path found absent. So whatever a manifest says, even
+  // a hostile one with a valid MAC from a remote, it can only name the key of this request with
+  // header bytes that are on this machine now: a set no honest resolve made has no entry (a miss,
+  // and the compile resolves first); a set one made is what this request reads. At worst a miss,
+  // never a wrong binary.
+  const Hash128 entry = kiln::includes::entry_key_hash(input.request_canonical, dependency_part);
+  if (entry == *result) {
+    m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
+    return Settled{std::move(dependency_part), nullptr};
+  }
+  // A manifest whose result does not hash back to itself (not ours, or another format): resolve.
+  KILN_LOG(info, "dependency manifest of {} names {} but its headers give {}; resolving the includes",
+           input.request_hash.hex(), result->hex(), entry.hex());
+  return std::nullopt;
+}
+
+std::optional<Settled> IncludeFolders::settle_by_manifest(const SettleInput& input) {
+  std::optional<ScanResult> source_scan;
+  return by_manifest(input, [&]() -> const ScanResult& {
+    if (!source_scan) scan_includes(input.source_text, source_scan.emplace());
+    return *source_scan;
+  });
+}
+
 Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
   // The source is scanned once per settle, when first needed (a manifest's answer needs no scan).
   std::optional<ScanResult> source_scan;
@@ -99,37 +142,7 @@ Settled IncludeFolders::settle(const SettleInput& input, bool use_manifest) {
     return *source_scan;
   };
   if (use_manifest) {
-    // The first level: the manifest of the request key names the entry's key when every recorded header
-    // still has its stat (or its digest) and every path probed empty is still empty. No header is read.
-    std::string dependency_part;
-    LookupStats looked;
-    std::optional<Hash128> result = look_up(input, looked, dependency_part);
-    // None here: a node with the same tree may have recorded one. Fetched, it is installed only when it
-    // names nothing a resolve of this request could not read, after each header it names was read and
-    // hashed once here (so this lookup re-reads none whose digest matched; no resolve).
-    // (The scope is made only where a remote may be asked: it scans the request's texts.)
-    if (looked.outcome == ManifestOutcome::no_manifest && m_storage != nullptr && !m_storage->remotes().empty() &&
-        m_manifests.mode() == StoreMode::read_write &&
-        m_manifests.fetch(*m_storage, input.request_hash, input.request_canonical, scope_of(input, scanned()))) {
-      result = look_up(input, looked, dependency_part);
-    }
-    if (result) {
-      // The answer is taken only when it is the hash of this request keyed with the dependency part of
-      // the result that matched: canonical_dependencies() of a set whose every header was found here
-      // with its recorded digest and every absent path found absent. So whatever a manifest says, even
-      // a hostile one with a valid MAC from a remote, it can only name the key of this request with
-      // header bytes that are on this machine now: a set no honest resolve made has no entry (a miss,
-      // and the compile resolves first); a set one made is what this request reads. At worst a miss,
-      // never a wrong binary.
-      const Hash128 entry = kiln::includes::entry_key_hash(input.request_canonical, dependency_part);
-      if (entry == *result) {
-        m_counters.manifest_hits.fetch_add(1, std::memory_order_relaxed);
-        return Settled{std::move(dependency_part), nullptr};
-      }
-      // A manifest whose result does not hash back to itself (not ours, or another format): resolve.
-      KILN_LOG(info, "dependency manifest of {} names {} but its headers give {}; resolving the includes",
-               input.request_hash.hex(), result->hex(), entry.hex());
-    }
+    if (std::optional<Settled> settled = by_manifest(input, scanned)) return std::move(*settled);
   }
   if (input.ahead != nullptr) {
     if (input.ahead->resolved) m_counters.include_resolves.fetch_add(1, std::memory_order_relaxed);
@@ -158,12 +171,12 @@ std::optional<IncludeFolders::Retry> IncludeFolders::retry(const SettleInput& in
     // name), or the header is missing from every branch's set too. Once, with every branch; and the
     // requests with this walk's signature are resolved in full from now on.
     {
-      const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
+      const MacroContext macros = MacroContext::from_flags(input.flags, input.traits, input.compiler);
       IncludeInput in{.source_name = input.source_name,
                       .source_text = input.source_text,
                       .memory_headers = input.memory_headers,
                       .folders = {input.folders.begin(), input.folders.end()},
-                      .vendor = input.vendor,
+                      .traits = input.traits,
                       .retry_names = {input.retry_names.begin(), input.retry_names.end()}};
       in.lean = true;
       in.macros = &macros;
@@ -221,11 +234,11 @@ Settled IncludeFolders::resolve(const SettleInput& input, std::vector<std::strin
                   .source_text = input.source_text,
                   .memory_headers = input.memory_headers,
                   .folders = {input.folders.begin(), input.folders.end()},
-                  .vendor = input.vendor,
+                  .traits = input.traits,
                   .retry_names = std::move(retry_names)};
   // The lean walk, unless it is off, this is a retry, or a lean walk of this signature missed a header. The
   // macros are the request's either way: computed includes are expanded with its -D definitions.
-  const MacroContext macros = MacroContext::from_flags(input.flags, input.vendor, input.compiler);
+  const MacroContext macros = MacroContext::from_flags(input.flags, input.traits, input.compiler);
   in.lean = m_lean && !full && in.retry_names.empty();
   in.macros = &macros;
   in.file_cache = &m_files;

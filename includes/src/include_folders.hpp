@@ -68,6 +68,8 @@ class IncludeFolders {
   /// the request's include folders and absolute includes, after each header it names was read and hashed
   /// once within bounds: not resolved). Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
+  /// settle() by the manifest alone (IncludeHome::settle_by_manifest): nullopt where it would resolve.
+  [[nodiscard]] std::optional<Settled> settle_by_manifest(const SettleInput& input);
 
   /// The resolve settle() would make without a manifest, made ahead (while the compiler loads, before
   /// the request key exists) and counted only when a settle() takes it (SettleInput::ahead).
@@ -102,6 +104,10 @@ class IncludeFolders {
   /// The manifest's lookup for the request (said at debug level): the result key, with its dependency
   /// part in `dependency_part`, or nullopt (`looked` says why).
   std::optional<Hash128> look_up(const SettleInput& input, LookupStats& looked, std::string& dependency_part);
+  /// The first level of settle(): the manifest's answer (fetched from the remotes when there is none
+  /// here), or nullopt. `scanned` gives the source's scan, made when first needed.
+  template <class Scanned>
+  std::optional<Settled> by_manifest(const SettleInput& input, const Scanned& scanned);
 
   /// Whether requests take the lean walk: KILN_LEAN_HEADERS (on unless 0 or off).
   [[nodiscard]] static bool lean_from_environment();

@@ -33,6 +33,10 @@ Settled IncludeHome::settle(const SettleInput& input, bool use_manifest) {
   return m_impl->folders.settle(input, use_manifest);
 }
 
+std::optional<Settled> IncludeHome::settle_by_manifest(const SettleInput& input) {
+  return m_impl->folders.settle_by_manifest(input);
+}
+
 Settled IncludeHome::resolve_ahead(const SettleInput& input) { return m_impl->folders.resolve_ahead(input); }
 
 std::optional<IncludeHome::Retry> IncludeHome::retry(const SettleInput& input, const ResolvedIncludes& resolved,

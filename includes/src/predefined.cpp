@@ -147,7 +147,8 @@ bool may_be_predefined(std::string_view name) {
   return std::any_of(candidates.begin(), candidates.end(), [&](std::string_view prefix) { return name.starts_with(prefix); });
 }
 
-MacroContext MacroContext::from_flags(std::span<const std::string> flags, Vendor vendor, std::string_view compiler) {
+MacroContext MacroContext::from_flags(std::span<const std::string> flags, const CompilerTraits& traits,
+                                      std::string_view compiler) {
   MacroContext context;
   std::optional<std::string> standard, arch;
   std::vector<std::pair<std::string, std::optional<std::string>>> given;  // in order: name, value (nullopt: -U)
@@ -176,7 +177,7 @@ MacroContext MacroContext::from_flags(std::span<const std::string> flags, Vendor
       arch = std::string(f.substr(f.find('=') + 1));
     }
   }
-  if (vendor == Vendor::cuda) {
+  if (traits.predefined == CompilerTraits::Predefined::nvrtc) {
     for (const std::string_view name : kNvrtcUndefined) context.initial[std::string(name)] = make_macro(Macro::State::undefined, std::string());
     context.initial["__CUDACC__"] = make_macro(Macro::State::defined, std::string());
     context.initial["__CUDACC_RTC__"] = make_macro(Macro::State::defined, std::string());

@@ -199,7 +199,7 @@ void Resolver::check_computed() {
     if (guesses.empty()) throw unnamed_include(where, computed.operand);
     for (const Guess& guess : guesses) {
       if (!guess.name.starts_with('/')) continue;
-      if (m_input.vendor != Vendor::cuda) throw absolute_include_for_hip(where, computed.operand, guess.name);
+      if (m_input.traits.opens_absolute_paths) throw absolute_include_for_hip(where, computed.operand, guess.name);
       add_alias(m_units[computed.unit], guess.name, guess.angled, false);
     }
   }
@@ -257,7 +257,7 @@ Resolver::Found Resolver::probe(const std::string& path, std::optional<std::size
   unit.name = path;
   unit.dir = dirname(path);
   unit.folder = folder;
-  unit.compiler_name = m_input.vendor == Vendor::hip ? path.substr(1) : path;
+  unit.compiler_name = m_input.traits.opens_absolute_paths ? path.substr(1) : path;
   if (unit.compiler_name.find_first_of("\"\n\r") != npos) {
     throw IncludeError(fmt::format("header '{}': its path cannot be written in an #include", path));
   }

@@ -28,6 +28,7 @@ namespace kiln::cache::detail {
 
 // The facade's types (include_home.hpp), by their names inside the home.
 using kiln::includes::CompilerHeader;
+using kiln::includes::CompilerTraits;
 using kiln::includes::MemoryHeader;
 using kiln::includes::ResolvedIncludes;
 
@@ -40,9 +41,10 @@ struct IncludeInput {
   /// -I folders, then the toolkit's, in search order. Relative folders are taken from the current
   /// directory. A folder that does not exist is an IncludeError.
   std::vector<std::filesystem::path> folders;
-  /// The compiler the headers are for: it decides how a file from disk is named in memory (see
-  /// ResolvedIncludes::compiler_headers).
-  Vendor vendor = Vendor::cuda;
+  /// The compiler the headers are for (the engine's word for its vendor): it decides how a file from disk is
+  /// named in memory (see ResolvedIncludes::compiler_headers) and whether a computed include may name an
+  /// absolute path.
+  CompilerTraits traits;
   /// Names a failed compile could not open (computed includes the scan cannot see: #include MACRO).
   /// Each is looked up like <name> and handed to the compiler under that very name, since the
   /// include that asks for it is not rewritten.

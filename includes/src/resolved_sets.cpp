@@ -31,7 +31,8 @@ bool header_holds(bool present, const FileStat& stat, const HeaderRecord& record
 
 Hash128 ResolvedSets::signature(const IncludeInput& input, const ScanResult& source_scan) {
   std::string bytes = "kiln-resolve/1";
-  field(bytes, input.vendor == Vendor::hip ? "hip" : "cuda");
+  field(bytes, input.traits.name);
+  field(bytes, input.traits.opens_absolute_paths ? "absolute-paths-from-disk" : "absolute-paths-in-memory");
   field(bytes, std::to_string(input.folders.size()));
   for (const std::filesystem::path& folder : input.folders) field(bytes, folder.native());
   field(bytes, std::to_string(input.memory_headers.size()));

@@ -53,7 +53,7 @@ void apply(const std::vector<FileOp>& ops, const std::filesystem::path& root);
 std::string describe(const std::vector<FileOp>& ops);
 
 /// The flags a user gives the bare compiler for the request kiln compiles: the same language flags and
-/// macros kiln's request adds (engine/src/request.cpp: -std, the -D/-U, the arch, NVRTC's -default-device,
+/// macros kiln's request adds (engine/src/requests.cpp: -std, the -D/-U, the arch, NVRTC's -default-device,
 /// -DKILN_WARP_SIZE), and the include folders as -I, which the bare compiler reads from the disk itself.
 std::vector<std::string> bare_flags(const Case& c, const std::filesystem::path& root);
 

@@ -65,7 +65,7 @@ Timed resolve_timed(const std::string& name, std::string_view text, std::vector<
   input.source_name = name;
   input.source_text = text;
   input.folders = std::move(folders);
-  input.vendor = vendor;
+  input.traits = kiln::test::traits_of(vendor);
   input.retry_names = std::move(retry_names);
   Timed out;
   const auto start = std::chrono::steady_clock::now();
@@ -201,7 +201,7 @@ TEST_CASE("the lean walk reads ahead on helper threads and gives the set it give
       "extern \"C\" __global__ void k(float* out) { *out = 1.0f; }\n";
   const std::vector<std::string> flags = {"-std=c++17", "-arch=sm_90", "-DKILN_WARP_SIZE=32"};
   const kiln::cache::detail::MacroContext macros =
-      kiln::cache::detail::MacroContext::from_flags(flags, Vendor::cuda, "nvrtc 13.0");
+      kiln::cache::detail::MacroContext::from_flags(flags, kiln::test::traits_of(Vendor::cuda), "nvrtc 13.0");
   IncludeInput alone;
   alone.source_name = "ahead.cu";
   alone.source_text = source;

@@ -11,8 +11,13 @@
 #include "kiln/source.hpp"
 #include "resolve.hpp"
 #include "test_support.hpp"
+#include "vendor_table.hpp"
 
 namespace kiln::test {
+
+/// What the include home is told of a vendor's compiler (IncludeInput::traits, MacroContext::from_flags): the
+/// engine's vendor table's row for it.
+inline const includes::CompilerTraits& traits_of(Vendor vendor) { return detail::vendor_row(vendor).includes; }
 
 /// Writes `text` to `root/relative`, creating folders.
 inline std::filesystem::path write_file(const std::filesystem::path& root, const std::string& relative,

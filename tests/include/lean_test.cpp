@@ -96,12 +96,12 @@ Tri eval(const MacroState& state, std::string_view expression) { return state.ev
 
 ResolvedIncludes resolve(const std::string& name, const std::string& text, const std::filesystem::path& folder,
                          bool lean, const std::vector<std::string>& flags = kFlags) {
-  const MacroContext macros = MacroContext::from_flags(flags, Vendor::cuda, "nvrtc 13.0");
+  const MacroContext macros = MacroContext::from_flags(flags, kiln::test::traits_of(Vendor::cuda), "nvrtc 13.0");
   IncludeInput input;
   input.source_name = name;
   input.source_text = text;
   input.folders = {folder};
-  input.vendor = Vendor::cuda;
+  input.traits = kiln::test::traits_of(Vendor::cuda);
   input.lean = lean;
   input.macros = &macros;
   return resolve_includes(input);
@@ -110,9 +110,9 @@ ResolvedIncludes resolve(const std::string& name, const std::string& text, const
 }  // namespace
 
 TEST_CASE("the evaluator: what it knows, and what it leaves unknown", "[include][lean]") {
-  const MacroContext context = MacroContext::from_flags(
-      std::vector<std::string>{"-std=c++20", "-arch=sm_80", "-DGIVEN=3", "-UGONE", "-DFLAG"}, Vendor::cuda,
-      "nvrtc 13.0");
+  const MacroContext context =
+      MacroContext::from_flags(std::vector<std::string>{"-std=c++20", "-arch=sm_80", "-DGIVEN=3", "-UGONE", "-DFLAG"},
+                               kiln::test::traits_of(Vendor::cuda), "nvrtc 13.0");
   MacroState state(context);
   state.define("ONE", "1", false, true);
   state.define("TWICE", "(x) ((x) * 2)", true, true);
@@ -170,13 +170,14 @@ TEST_CASE("the evaluator: what it knows, and what it leaves unknown", "[include]
   state.undefine("GIVEN", false);
   CHECK(eval(state, "defined(GIVEN)") == Tri::unknown);
   // A flag that may define macros kiln does not read: no ordinary name is known undefined.
-  const MacroContext opaque = MacroContext::from_flags(std::vector<std::string>{"-D", "X"}, Vendor::cuda);
+  const MacroContext opaque =
+      MacroContext::from_flags(std::vector<std::string>{"-D", "X"}, kiln::test::traits_of(Vendor::cuda));
   CHECK(MacroState(opaque).evaluate("defined(NEVER_DEFINED)") == Tri::unknown);
 }
 
 TEST_CASE("the evaluator after a macro changes: never the old value (its tokens are kept per value)", "[include][lean]") {
-  const MacroContext context =
-      MacroContext::from_flags(std::vector<std::string>{"-std=c++17", "-arch=sm_90"}, Vendor::cuda, "nvrtc 13.0");
+  const MacroContext context = MacroContext::from_flags(std::vector<std::string>{"-std=c++17", "-arch=sm_90"},
+                                                        kiln::test::traits_of(Vendor::cuda), "nvrtc 13.0");
   MacroState state(context);
   state.define("X", "1", false, true);
   state.define("FN", "(a) a + 1", true, true);

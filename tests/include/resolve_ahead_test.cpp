@@ -1,6 +1,6 @@
 // The first request of an engine whose compiler is not loaded yet (no compiler probe names it): the
 // compiler loads on a helper thread while the request's includes are resolved for the identity the
-// compiler's files announce (EngineCore::resolve_ahead, vendor::expected_identity). What is proven: the
+// compiler's files announce (Requests::resolve_ahead, vendor::expected_identity). What is proven: the
 // guess of the installed NVRTC is what it reports; the request takes that resolve (one resolve, and the key
 // a later engine hits on disk); a dependency manifest still settles a request (the resolve made ahead is
 // dropped and not counted); a wrong guess costs a resolve of the request's own, never another set or key.

@@ -41,7 +41,7 @@ ResolvedIncludes resolve(std::string_view source, std::vector<std::filesystem::p
   input.source_text = source;
   input.memory_headers = views;
   input.folders = std::move(folders);
-  input.vendor = vendor;
+  input.traits = kiln::test::traits_of(vendor);
   return resolve_includes(input);
 }
 
@@ -639,12 +639,12 @@ TEST_CASE("the header file cache: a file read once is not read again while its s
   }
   // Rewritten to other names (HIPRTC's: no leading '/'), a.h gets its own text; back with NVRTC's names,
   // the text is NVRTC's again, never the other's.
-  input.vendor = kiln::Vendor::hip;
+  input.traits = kiln::test::traits_of(kiln::Vendor::hip);
   const ResolvedIncludes hip = resolve_includes(input);
   const CompilerHeader* hip_a = compiler_header(hip, f.substr(1) + "/lib/a.h");
   REQUIRE(hip_a != nullptr);
   CHECK(hip_a->text == "#pragma once\n#include \"" + f.substr(1) + "/lib/b.h\"\nint a;\n");
-  input.vendor = kiln::Vendor::cuda;
+  input.traits = kiln::test::traits_of(kiln::Vendor::cuda);
   const ResolvedIncludes again = resolve_includes(input);
   const CompilerHeader* cuda_a = compiler_header(again, f + "/lib/a.h");
   REQUIRE(cuda_a != nullptr);

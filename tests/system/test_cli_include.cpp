@@ -221,6 +221,42 @@ TEST_CASE("a KILN_RECORD with a relative -I replays from another directory into 
   CHECK(replay.parsed().at("requests").at(0).at("key") == recorded.key.hex());
 }
 
+TEST_CASE("prewarm -j 2 with -I settles each request once: a miss resolved by the worker that compiles it") {
+  // The command plans each request (its manifest by stat at most, no header read) and the process that
+  // serves it settles it, once: over the command and its workers, one resolve per miss, none for a hit.
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  // The lean walk on (the default): its macros include each option set's -D, so no request's resolve is one
+  // a worker kept from another's, and each miss counts one resolve.
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()},
+                                               {"KILN_CACHE_PACKS", ""},
+                                               {"KILN_REMOTE_CACHE", ""},
+                                               {"KILN_LEAN_HEADERS", "1"}};
+  write(dir / "k.cu", "#include <lib/value.h>\nextern \"C\" __global__ void k(int* out) { *out = VALUE; }\n");
+  write(dir / "inc/lib/value.h", "#pragma once\n#define VALUE 3\n");
+  std::vector<std::string> args{"prewarm", "--source", (dir / "k.cu").string(), "--kernel", "k", "--target", "sm_90"};
+  args.insert(args.end(), {"-I", (dir / "inc").string(), "--option-set=-DA=1", "--option-set=-DA=2",
+                           "--option-set=-DA=3", "-j", "2", "--json"});
+  const auto lifetime = [&] { return run_kiln({"cache", "stats", "--json"}, env, dir.path()).parsed().at("lifetime"); };
+
+  const Result first = run_kiln(args, env, dir.path());
+  INFO(first.describe());
+  REQUIRE(first.rc == 0);
+  CHECK(first.parsed().at("summary").at("compiled") == 3);
+  const json compiled = lifetime();
+  CHECK(compiled.at("include_resolves") == 3);  // one per miss (the command resolved none)
+  CHECK(compiled.at("compiles") == 3);
+
+  // Again: every request settled by its manifest, once, and served from the cache; nothing resolved.
+  const Result again = run_kiln(args, env, dir.path());
+  INFO(again.describe());
+  REQUIRE(again.rc == 0);
+  CHECK(again.parsed().at("summary").at("cached") == 3);
+  const json cached = lifetime();
+  CHECK(cached.at("include_resolves") == 3);
+  CHECK(cached.at("manifest_hits").get<std::uint64_t>() == compiled.at("manifest_hits").get<std::uint64_t>() + 3);
+}
+
 int main(int argc, char** argv) {
   {
     kiln::EngineConfig config;

@@ -11,6 +11,11 @@ ARCHITECTURE.md states them; this test is what keeps them true. Each rule names 
               reaches back up to the engine's front (kiln/engine.hpp)
   layers      cache/ (or base/) includes anything of the include home (includes/)
   tiers       tools/ opens remote tiers itself (calls open_remote or includes a cache/src/ header)
+  vendors     a two-way vendor switch (a comparison with a named vendor, `v == Vendor::cuda`, `!= Vendor::hip`, or
+              a ternary on or giving one, `Vendor::cuda ? a : b`, `c ? Vendor::cuda : Vendor::hip`) outside the engine's vendor table (engine/src/vendor_table.*)
+              and its lanes (engine/src/lanes/): a third vendor would compile and silently take one of the two
+              branches. What differs by vendor is a row of the table; a switch over every enumerator with no
+              default (the compiler names a vendor it lacks) and a test against Vendor::none are not switches
 
 Usage: house_rules.py [SOURCE_ROOT]   check a tree (default: the repository this file is in), after the self-test
        house_rules.py --self-test      only the self-test: a scratch tree that breaks each rule once must have each
@@ -28,6 +33,10 @@ SIZE_EXEMPT = {"engine/include/kiln/kiln.h"}
 SOURCE_SUFFIXES = (".cpp", ".cc", ".c")
 HEADER_SUFFIXES = (".hpp", ".h")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+VENDOR_TABLE = ("engine/src/vendor_table.hpp", "engine/src/vendor_table.cpp")
+NAMED_VENDOR = r"(?:\w+::)*Vendor::(?!none\b)\w+"
+VENDOR_SWITCH_RE = re.compile(rf"[!=]=\s*{NAMED_VENDOR}|{NAMED_VENDOR}\s*(?:[!=]=|\?)|\?\s*{NAMED_VENDOR}\s*:")
+COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def files_of(root):
@@ -106,6 +115,12 @@ def check(root):
                 elif lib == "tools" and tlib == "cache" and is_private(target):
                     breaches.append(f"tiers: {path} includes {name} ({target}): tools/ reaches the cache and its "
                                     f"remote tiers through the engine's facade")
+        if path not in VENDOR_TABLE and not in_lane:
+            for number, line in enumerate(COMMENT_RE.sub(lambda m: "\n" * m.group().count("\n"), text).split("\n"), 1):
+                if VENDOR_SWITCH_RE.search(line):
+                    breaches.append(f"vendors: {path}:{number}: '{line.strip()}' switches two ways on a vendor; look "
+                                    f"what differs by vendor up in the vendor table (engine/src/vendor_table.*), or "
+                                    f"pass it in from there")
         if lib == "tools" and re.search(r"\bopen_remote\s*\(", text):
             breaches.append(f"tiers: {path} calls open_remote: tools/ does not open remote tiers itself; the "
                             f"storage layer does, through the engine's facade")
@@ -126,9 +141,15 @@ def self_test():
         "engine/include/kiln/device.hpp": "#pragma once\n",
         "engine/src/engine.cpp": '#include "kiln/engine.hpp"\n#include "kiln/includes/include_home.hpp"\n'
                                  '#include "kiln/cache/storage.hpp"\n',
-        "engine/src/lanes/nvrtc.cpp": '#include "kiln/device.hpp"\n#include <cuda.h>\n',
+        "engine/src/lanes/nvrtc.cpp": '#include "kiln/device.hpp"\n#include <cuda.h>\n'
+                                      'bool cuda(Vendor v) { return v == Vendor::cuda; }\n',
+        "engine/src/vendor_table.cpp": 'const Row& row(Vendor v) { return v == Vendor::cuda ? kRows[0] : kRows[1]; }\n',
+        "engine/src/capi.cpp": 'int c(Vendor v) {\n  switch (v) {\n    case Vendor::cuda: return 1;\n'
+                               '    case Vendor::hip: return 2;\n    case Vendor::none: break;\n  }\n  return 0;\n}\n'
+                               '// was: v == Vendor::cuda ? 1 : 2\n/* or v != Vendor::hip */\n',
         "engine/include/kiln/kiln.h": "int x;\n" * 900,
-        "tools/main.cpp": '#include "kiln/engine.hpp"\nint open_remote_count = 0;\n',
+        "tools/main.cpp": '#include "kiln/engine.hpp"\nint open_remote_count = 0;\n'
+                          'bool gpu(Vendor v) { return v != Vendor::none; }\n',
     }
     bad = {
         "size": ("engine/src/big.cpp", "int x;\n" * 801),
@@ -140,6 +161,10 @@ def self_test():
         "layers": ("cache/src/manifests.cpp", '#include "kiln/includes/include_home.hpp"\n'),
         "tiers": ("tools/tiers.cpp", "void f() { auto t = open_remote (url); }\n"),
         "tiers ": ("tools/prewarm.cpp", '#include "remote/remote_tier.hpp"\n'),
+        "vendors": ("engine/src/requests.cpp", 'auto flag(Vendor v) { return v == Vendor::cuda ? "-arch=" : "--offload-arch="; }\n'),
+        "vendors ": ("includes/src/resolve.cpp", 'void f() {\n  if (input.vendor != kiln::Vendor::hip) g();\n}\n'),
+        "vendors  ": ("cache/src/store/entry.cpp", 'bool lto(Vendor v) { return Vendor::cuda== v; }\n'),
+        "vendors   ": ("tools/devices.cpp", 'Vendor of(const Target& t) { return t.gpu ? Vendor::cuda : Vendor::hip; }\n'),
     }
 
     def write(root, files):

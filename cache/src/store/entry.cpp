@@ -138,7 +138,7 @@ KILN_HOT std::variant<Layout, ContentError> check_fixed(const std::byte* f, std:
     return ContentError{fmt::format("format version {}, this build reads version {}", version, kEntryFormatVersion)};
   }
   const auto vendor = static_cast<std::uint8_t>(f[field::vendor]);
-  if (vendor > static_cast<std::uint8_t>(Vendor::hip)) return ContentError{fmt::format("unknown vendor {}", vendor)};
+  if (vendor > static_cast<std::uint8_t>(kLastVendor)) return ContentError{fmt::format("unknown vendor {}", vendor)};
   const auto kind = static_cast<std::uint8_t>(f[field::payload_kind]);
   if (kind < static_cast<std::uint8_t>(PayloadKind::cubin) || kind > static_cast<std::uint8_t>(PayloadKind::blob)) {
     return ContentError{fmt::format("unknown payload kind {}", kind)};
@@ -480,7 +480,7 @@ std::optional<std::string> payload_problem(Vendor vendor, PayloadKind kind, std:
     return std::nullopt;
   }
   if (kind != PayloadKind::ltoir) return std::nullopt;
-  if (vendor != Vendor::cuda) {
+  if (vendor != maker_of(kind)) {
     return fmt::format("an LTO-IR payload under vendor {} (LTO-IR is NVIDIA's)", to_string(vendor));
   }
   if (aux_bytes != 0) return fmt::format("an LTO-IR entry with {} aux bytes (it has none)", aux_bytes);

@@ -154,6 +154,15 @@ struct PrewarmResult {
   bool stored = false;               ///< written to the disk tier
 };
 
+/// What Engine::plan_prewarm finds of a request without compiling it or reading a header (kiln prewarm's
+/// planner), for the prewarm() that serves the request, in this process or another over the same cache.
+struct PrewarmPlan {
+  /// The request's key, when known without reading a header: always for a request that reads no file, and
+  /// for one whose dependency manifest still matches by stat. nullopt: only resolving the request's includes
+  /// can tell, which the prewarm() given this plan does at once (the plan asked the manifest already).
+  std::optional<cache::Hash128> key;
+};
+
 /// What a compiled binary is. The values match cache::PayloadKind and the C API's kiln_binary_kind.
 enum class BinaryKind : std::uint8_t {
   cubin = 1,            ///< an NVIDIA ELF for one sm_XX target
@@ -228,6 +237,19 @@ class Engine {
   PrewarmResult prewarm(const Source& source, const Options& options,
                         const std::vector<std::string>& name_expressions, std::string_view target,
                         const std::vector<std::string>& kernels);
+
+  /// For a planner that serves requests elsewhere (kiln prewarm): whether a request can be made (else throws
+  /// as prewarm() would: ConfigError, DeviceUnavailable) and its key when that needs no header read
+  /// (PrewarmPlan). Compiles nothing, resolves no include and records nothing (KILN_RECORD): the dependency
+  /// manifest is checked by stat at most.
+  [[nodiscard]] PrewarmPlan plan_prewarm(const Source& source, const Options& options,
+                                         const std::vector<std::string>& name_expressions, std::string_view target);
+  /// prewarm() of a request plan_prewarm() planned a moment ago, here or in another process over the same
+  /// cache, without settling its includes again: the plan's key is taken as its dependency manifest records
+  /// it (not checked by stat again), and a request the plan could not key is resolved without asking the
+  /// manifest again. So a request is settled once, by whichever process serves it.
+  PrewarmResult prewarm(const Source& source, const Options& options, const std::vector<std::string>& name_expressions,
+                        std::string_view target, const std::vector<std::string>& kernels, const PrewarmPlan& plan);
 
   /// Compiles (or finds) the binary for a target ("sm_90", "compute_90" for PTX, "lto_90" for LTO-IR,
   /// "gfx90a", or "native" for the default device) and returns it without loading it (LTO-IR is never

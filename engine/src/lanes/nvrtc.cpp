@@ -65,7 +65,7 @@ class Nvrtc final : public Compiler {
     // NVRTC loads its builtins library (libnvrtc-builtins.so.<major>.<minor>, beside it in a toolkit) by that
     // name at its first compile. Loaded here, the first compile does not pay for it; the load does, which
     // a process's first request makes on a helper thread while it resolves its includes
-    // (EngineCore::resolve_ahead). NVRTC's own load by name then finds this one. Without it, nothing changes.
+    // (Requests::resolve_ahead). NVRTC's own load by name then finds this one. Without it, nothing changes.
     if (const std::filesystem::path dir = std::filesystem::path(m_library.path()).parent_path(); !dir.empty()) {
       std::vector<std::string> searched;
       m_builtins = DynamicLibrary::open_first({(dir / ("libnvrtc-builtins.so." + m_version)).string()}, searched);

@@ -13,7 +13,7 @@
 //   namespace  the caller's namespace (1 to kMaxBlobNamespaceBytes bytes, no NUL)
 //   key        the caller's key bytes (0 to kMaxBlobKeyBytes bytes, any bytes)
 // hashed with XXH3-128 (kKeySeed) like every key. A compile's canonical key starts with the part
-// `format` (engine/src/request.cpp), so no blob's canonical key equals a compile's whatever bytes either
+// `format` (engine/src/requests.cpp), so no blob's canonical key equals a compile's whatever bytes either
 // holds; and since every entry stores its canonical key and every read compares it, even a hash
 // collision is a miss, never the other's bytes.
 //

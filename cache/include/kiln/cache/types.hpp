@@ -9,6 +9,11 @@ namespace kiln {
 /// Which vendor lane produced or runs a binary. Stored in entries: never renumber.
 enum class Vendor : std::uint8_t { none = 0, cuda = 1, hip = 2 };
 
+/// The highest vendor: the vendors are 1 to this. A new vendor is added after it and named here; what differs
+/// by vendor is the engine's vendor table (engine/src/vendor_table.cpp), one row per vendor, which checks its
+/// rows against this at compile time.
+inline constexpr Vendor kLastVendor = Vendor::hip;
+
 /// What an entry's payload is. Stored in entries: never renumber.
 /// ltoir: NVIDIA LTO-IR (NVRTC -dlto), input to a link step (nvJitLink), never a loadable module.
 /// blob: bytes a caller stored under a key of its own (blob.hpp: kiln_blob_put), not a compile's output;
@@ -22,6 +27,22 @@ enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object =
     case Vendor::none: break;
   }
   return "none";
+}
+
+/// The vendor whose compiler makes a payload kind; none for a blob (a caller's bytes). A switch over every
+/// kind with no default, so that a new kind must name its vendor here.
+[[nodiscard]] constexpr Vendor maker_of(PayloadKind k) noexcept {
+  switch (k) {
+    case PayloadKind::cubin:
+    case PayloadKind::ptx:
+    case PayloadKind::ltoir:
+      return Vendor::cuda;
+    case PayloadKind::amdgpu_code_object:
+      return Vendor::hip;
+    case PayloadKind::blob:
+      break;
+  }
+  return Vendor::none;
 }
 
 [[nodiscard]] constexpr std::string_view to_string(PayloadKind k) noexcept {

@@ -12,6 +12,7 @@
 // with no manifest here asks the remotes for one before resolving; parsing and checking them is the home's.
 // The engine builds the keys (make_key) and rethrows an IncludeError as its ConfigError.
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -79,6 +80,24 @@ struct Settled {
   bool resolved = false;  ///< a resolve ran for it (not a manifest's answer, nor a set taken from an earlier one)
 };
 
+/// What the include home must know of the compiler a request goes to, given by the engine (one per vendor,
+/// from its vendor table: engine/src/vendor_table.cpp), so the home never asks which vendor a compiler is.
+/// The defaults are NVRTC's.
+struct CompilerTraits {
+  /// The vendor's name ("cuda"): part of a kept resolve's signature (a set resolved for one compiler serves
+  /// no other).
+  std::string_view name = "cuda";
+  /// The compiler opens an #include of an absolute path from the disk even when a header of that name is
+  /// handed to it in memory (HIPRTC, as clang does): a header from a folder is handed over under its path
+  /// without the leading '/', and a computed include that names an absolute path cannot be served. Else
+  /// (NVRTC) the in-memory header of that very name is taken.
+  bool opens_absolute_paths = false;
+  /// Whose predefined macros the lean walk starts from (predefined.cpp): NVRTC's (__CUDACC__, __CUDA_ARCH__
+  /// from -arch=, its version's, ...), or none known (a reserved name is then unknown, never undefined).
+  enum class Predefined : std::uint8_t { none, nvrtc };
+  Predefined predefined = Predefined::nvrtc;
+};
+
 /// A request as the include home takes it: views into the engine's request, valid during the call.
 struct SettleInput {
   Hash128 request_hash;                ///< names the request's dependency manifest
@@ -87,7 +106,7 @@ struct SettleInput {
   std::string_view source_text;
   std::span<const MemoryHeader> memory_headers;
   std::span<const std::filesystem::path> folders;  ///< checked, in search order (IncludeHome::folders)
-  Vendor vendor = Vendor::cuda;
+  CompilerTraits traits;                           ///< of the compiler the request goes to
   std::span<const std::string> retry_names;  ///< headers earlier compiles asked for (Retry::name)
   /// The request's complete compiler flags: its -D/-U, -std= and -arch= decide the lean walk's macros.
   std::span<const std::string> flags;
@@ -133,6 +152,11 @@ class IncludeHome {
   /// `includes` is null), else by resolving the includes. With no manifest here, the storage's remotes are
   /// asked for one first. Throws IncludeError (from a resolve).
   [[nodiscard]] Settled settle(const SettleInput& input, bool use_manifest);
+
+  /// settle() by the manifest alone: its answer when it still matches by stat (asking the remotes for one
+  /// when there is none here, as settle() does), else nullopt. Never resolves, so no header is read: what a
+  /// planner that needs only the key asks (kiln prewarm's). Counts a manifest hit as settle() does.
+  [[nodiscard]] std::optional<Settled> settle_by_manifest(const SettleInput& input);
 
   /// The resolve settle() would make without a manifest, made ahead (while the compiler loads, before the
   /// request key exists) and counted only when a settle() takes it (SettleInput::ahead). Throws IncludeError.
