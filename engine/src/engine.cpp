@@ -289,6 +289,18 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
 }
 
 KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
+  Obtained obtained = obtain_entry(r, bypass_cache);
+  if (r.by_symbol.empty() || defines_kernels(*obtained.entry, r.by_symbol)) return obtained;
+  KILN_LOG(debug, "{}: the binary has no kernel of some of {}; asking the compiler for them by name",
+           r.source.name(), join(r.by_symbol, ' '));
+  Request named = r;
+  named.names = r.requested_names();
+  named.by_symbol.clear();
+  make_key(named, r.compiler);
+  return obtain_entry(named, bypass_cache);
+}
+
+KILN_HOT Obtained EngineCore::obtain_entry(const Request& r, bool bypass_cache) {
   // A local disk hit needs no coordination: threads that read one entry at once each read it (and
   // each loads its own module anyway). Only what is not on disk goes through single flight, where
   // one thread per key asks the other tiers or compiles.
@@ -386,7 +398,7 @@ KILN_HOT Program EngineCore::program(const Source& source, const Options& option
   const DeviceInfo& info = m_runtime->devices()[static_cast<std::size_t>(device)];
   Request r = make_request(source, options, names, info.target, info.warp_size);
   settle_includes(r, /*use_manifest=*/true);
-  record(source, options, r.names, info.target);
+  record(source, options, r.requested_names(), info.target);
   std::shared_ptr<ProgramState> state = load(r, obtain(r, false), device);
   {
     ProgramSlot slot(source.content_hash(), options, joined, device, {}, state);
@@ -431,10 +443,12 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
   const auto [resolved, warp_size] = resolve_target(target);
   Request r = make_request(source, options, names, resolved, warp_size);
   settle_includes(r, /*use_manifest=*/true);
-  record(source, options, r.names, resolved);
+  record(source, options, r.requested_names(), resolved);
   Obtained obtained = obtain(r, false);
   // A kernel the binary lacks is the request's mistake, not the binary's: the entry stays cached.
-  check_kernels_defined(*obtained.entry, source.name(), r.names, kernels);
+  std::vector<std::string> plain = kernels;  // the names taken by symbol are looked up as plain names are
+  plain.insert(plain.end(), r.by_symbol.begin(), r.by_symbol.end());
+  check_kernels_defined(*obtained.entry, source.name(), r.names, plain);
   PrewarmResult result;
   result.key = obtained.entry->key_hash;  // the request's key, or the key it was re-keyed to (a retry)
   result.target = r.target.full;
@@ -475,7 +489,7 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
   const double requested = seconds();
   settle_includes(r, /*use_manifest=*/true);
   const double settled = seconds();
-  record(source, options, r.names, resolved);
+  record(source, options, r.requested_names(), resolved);
   Obtained obtained = obtain(r, false);
   KILN_LOG(debug, "{}: binary {} ({}) in {:.3f} ms: request {:.3f}, includes {:.3f}, cache or compile {:.3f} ms",
            source.name(), r.hash.hex(), obtained.origin == Origin::compiled ? "compiled" : "cached", seconds() * 1e3,
@@ -484,6 +498,10 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
   auto state = std::make_shared<BinaryState>();
   state->entry = obtained.entry;
   for (const cache::LoweredName& n : obtained.entry->names) state->names.emplace_back(n.expression, n.lowered);
+  for (const std::string& name : r.by_symbol) {  // an extern "C" kernel's symbol is its name
+    const auto named = [&](const auto& n) { return n.first == name; };
+    if (std::none_of(state->names.begin(), state->names.end(), named)) state->names.emplace_back(name, name);
+  }
   std::sort(state->names.begin(), state->names.end());
   state->origin = obtained.origin;
   if (obtained.origin == Origin::disk && obtained.tier == cache::HitOrigin::pack) state->origin = Origin::pack;

@@ -211,7 +211,13 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
   Request make_request(const Source& source, const Options& options, const std::vector<std::string>& names,
                        std::string_view target, std::optional<int> warp_size);
+  /// Moves the request's plain names of extern "C" kernels from `names` to `by_symbol` (c_kernels.hpp).
+  static void take_c_kernels(Request& request);
+  /// obtain_entry, then the check of the names taken by symbol: when the binary lacks one of them as a kernel
+  /// (the text misled take_c_kernels), the request is keyed and obtained again with every name given to the
+  /// compiler, as it was before names were taken.
   Obtained obtain(const Request& request, bool bypass_cache);
+  Obtained obtain_entry(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   static void make_key(Request& request, const std::string& compiler_identity);
   /// A request with include folders whose dependency part is settled: its entry key, the request key

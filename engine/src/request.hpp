@@ -22,7 +22,12 @@ struct EngineCore::Request {
       : source(std::move(source_in)), target(std::move(target_in)), names(std::move(names_in)) {}
   Source source;
   Target target;
-  std::vector<std::string> names;  // sorted, unique
+  std::vector<std::string> names;  // sorted, unique: the name expressions given to the compiler (and the key)
+  /// The plain names of the source's extern "C" kernels (sorted): found in the binary by their symbol, so
+  /// neither given to the compiler nor in the key (EngineCore::take_c_kernels, c_kernels.hpp).
+  std::vector<std::string> by_symbol;
+  /// Every name as the caller asked: `names` and `by_symbol`, sorted.
+  [[nodiscard]] std::vector<std::string> requested_names() const;
   std::vector<std::string> flags;  // complete vendor flags
   std::string compiler;  // the identity the key was made with
   /// Include folders (-I, then the toolkit's) in search order: absolute, normal, checked to be folders.
