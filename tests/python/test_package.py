@@ -325,6 +325,16 @@ def test_source_name_must_not_be_empty(engine):
         engine._compile_text(_native.lib(), "", KERNELS, (), (), "sm_90")
 
 
+def test_from_text_in_cxx_order_is_refused_not_compiled():
+    # C++ writes Source::from_text(name, text); Python from_text(text, name=...). Swapped, the source text was
+    # the name and "my.cu" the text, compiled as such without a word.
+    with pytest.raises(ValueError, match="In Python the text comes first"):
+        kiln.Source.from_text("my.cu", KERNELS)
+    with pytest.raises(ValueError, match="line break"):
+        kiln.Source.from_text(KERNELS, name="two\nlines.cu")
+    kiln.Source.from_text(KERNELS, name="my.cu", headers={"my.h": "#define X 1\n"}).close()
+
+
 def test_engine_device_beyond_the_devices_is_a_config_error():
     # With no device (this machine) as with too few: a device ordinal > 0 names a device that is not there.
     with pytest.raises(kiln.ConfigError, match="device 99 requested"):
