@@ -80,8 +80,10 @@ for binary in "$package/lib/$soname" "$package/bin/kiln"; do
     fi
   done < <(ldd "$binary" | awk '$2 == "=>" { print $1, $2, $3, $4 }')
 done
-# Each carried library must find everything it needs in the wheel or among the system's runtime.
+# Each carried library must find everything it needs in the wheel or among the system's runtime. Only the
+# ELF files: lib/ also holds each carried library's license text, which ldd would call "not a dynamic executable".
 for binary in "$package/lib/"* "$package/bin/kiln"; do
+  readelf -h "$binary" >/dev/null 2>&1 || continue
   while read -r name _ path _; do
     [[ "$name" =~ $system ]] && continue
     [[ "$(realpath "$path")" == "$(realpath "$package/lib")/"* ]] \

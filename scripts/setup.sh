@@ -10,7 +10,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 
 packages=(cmake g++ make libxxhash-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
           libamdhip64-dev hipcc libhiredis-dev redis-server libcurl4-openssl-dev nginx-light openssl clang-14 libclang-rt-14-dev ccache python3
-          python3-pytest python3-pip python3-setuptools python3-wheel)
+          python3-pytest python3-pip python3-setuptools python3-wheel python3-venv pkgconf)
 if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
   missing=()
   for p in "${packages[@]}"; do

@@ -137,12 +137,8 @@ void append_entry_json(std::string& out, const cache::ScannedEntry& e, const std
   fmt::format_to(std::back_inserter(out), ",\"payload_bytes\":{},\"aux_bytes\":{}}}", h.payload_bytes, h.aux_bytes);
 }
 
-constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<6} {:<24} {:<20} {}\n";
-
-/// The KIND column: the payload kind, short enough for the table (JSON gives to_string's full name).
-std::string_view kind_label(PayloadKind kind) {
-  return kind == PayloadKind::amdgpu_code_object ? std::string_view("amdgpu") : to_string(kind);
-}
+// KIND is wide enough for the longest kind, amd_code_object: the column says what every other interface says.
+constexpr const char* kLsColumns = "{:<16}  {:>10}  {:>8}  {:<5} {:<15} {:<24} {:<20} {}\n";
 
 void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std::string& problem) {
   const std::string key = e.file_hash.hex().substr(0, 16);
@@ -153,7 +149,7 @@ void append_entry_line(std::string& out, const cache::ScannedEntry& e, const std
   }
   const cache::EntryHeaderView& h = *e.header;
   fmt::format_to(std::back_inserter(out), fmt::runtime(kLsColumns), key, format_bytes(e.size), format_age(e.mtime),
-                 to_string(h.vendor), kind_label(h.payload_kind), cache::labeled_target(h), source_text(h),
+                 to_string(h.vendor), to_string(h.payload_kind), cache::labeled_target(h), source_text(h),
                  names_text(h));
 }
 

@@ -258,8 +258,8 @@ std::string metadata_text(const ShowReport& report) {
 std::string key_text(const ShowReport& report) {
   std::string text;
   if (const auto& summary = report.summary) {
-    text += fmt::format("headers   {} read from include folders ({} paths probed and found absent)", summary->headers,
-                        summary->absent);
+    text += fmt::format("headers   {} read from include folders ({} probed and found absent)", summary->headers,
+                        counted(summary->absent, "path", "paths"));
     if (report.dependencies) {
       text += ":\n";
       for (const cache::HeaderRecord& header : report.dependencies->headers) {

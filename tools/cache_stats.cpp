@@ -212,7 +212,8 @@ std::string lifetime_text(const cache::Counters& total) {
   const std::uint64_t hits = total.memory_hits + total.disk_hits + total.remote_hits;
   std::string text = "lifetime (every process, since the counters were last zeroed):\n";
   text +=
-      fmt::format("  hit ratio       {:.1f}% ({} hits, {} misses)\n", 100.0 * total.hit_ratio(), hits, total.misses);
+      fmt::format("  hit ratio       {:.1f}% ({}, {})\n", 100.0 * total.hit_ratio(), counted(hits, "hit", "hits"),
+                  counted(total.misses, "miss", "misses"));
   text += fmt::format("  hits            memory {}, disk {}, remote {}\n", total.memory_hits, total.disk_hits,
                       total.remote_hits);
   text += fmt::format("  compiles        {} ({} failed), {} compiling\n", total.compiles, total.compile_failures,
@@ -225,7 +226,8 @@ std::string lifetime_text(const cache::Counters& total) {
                         total.include_resolves);
   }
   if (total.remote_misses + total.remote_errors > 0) {
-    text += fmt::format("  remote          {} misses, {} errors\n", total.remote_misses, total.remote_errors);
+    text += fmt::format("  remote          {}, {}\n", counted(total.remote_misses, "miss", "misses"),
+                        counted(total.remote_errors, "error", "errors"));
   }
   if (total.remote_unauthenticated > 0) {
     text += fmt::format("  unauthenticated {} remote entries refused for a missing or wrong MAC (deleted)\n",

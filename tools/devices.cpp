@@ -52,9 +52,25 @@ std::string no_lease(std::string backend) {
   return fmt::format("; no fleet compile lease ({})", backend);
 }
 
+/// Why the device `requested` (KILN_DEVICE) cannot be used by an engine with `devices`, or "" when it can.
+std::string device_problem(int requested, const std::vector<DeviceInfo>& devices, const Engine& engine) {
+  // Device 0 is every engine's default, a compile-only engine's too (as Engine's constructor takes it).
+  if (requested <= 0 || requested < static_cast<int>(devices.size())) return {};
+  const std::string have = devices.empty() ? std::string("there is no device")
+                                           : fmt::format("{} has {}", to_string(engine.vendor()),
+                                                         counted(devices.size(), "device", "devices"));
+  return fmt::format("KILN_DEVICE={} names no device here ({}): a program that runs kernels stops with a "
+                     "ConfigError; prewarm and compiles for named targets work", requested, have);
+}
+
 int run_devices(const DevicesArgs& args) {
   EngineConfig config = EngineConfig::from_environment();
+  // The engine is opened on the default device, so that a KILN_DEVICE this machine lacks is reported with the
+  // rest (an engine refuses to open on it: that is what a program would meet).
+  const int requested = config.device;
+  config.device = -1;
   Engine engine(config);
+  const std::string problem = device_problem(requested, engine.devices(), engine);
   const std::vector<LaneInfo> lanes = engine.lanes();
   const CacheState store = engine.cache_state();
   const std::vector<TierReport> tiers = describe_tiers(config);
@@ -76,8 +92,10 @@ int run_devices(const DevicesArgs& args) {
       if (!tier.backend.empty()) document["tiers"].back()["backend"] = tier.backend;
       if (!tier.lease.empty()) document["tiers"].back()["lease"] = tier.lease;
     }
+    if (requested >= 0) document["requested_device"] = requested;
+    if (!problem.empty()) document["device_problem"] = problem;
     print_json(document);
-    return kExitOk;
+    return problem.empty() ? kExitOk : kExitFound;
   }
 
   for (const LaneInfo& lane : lanes) {
@@ -99,6 +117,7 @@ int run_devices(const DevicesArgs& args) {
                            engine.vendor() == Vendor::none
                                ? std::string("nothing (no device; prewarm for named targets works)")
                                : std::string(to_string(engine.vendor())));
+  if (!problem.empty()) std::cout << fmt::format("device: {}\n", problem);
   std::cout << fmt::format("cache: {} ({}{}{}), limit {}\n", store.root.string(), cache::to_string(store.mode),
                            store.mode_reason.empty() ? "" : ": ", store.mode_reason, format_bytes(store.max_size));
   for (const TierReport& tier : tiers) {
@@ -106,7 +125,7 @@ int run_devices(const DevicesArgs& args) {
                              tier.ok ? tier.detail : "unusable: " + tier.detail, tier.security.empty() ? "" : "; ",
                              tier.security, tier.lease == "no lease" ? no_lease(tier.backend) : "");
   }
-  return kExitOk;
+  return problem.empty() ? kExitOk : kExitFound;
 }
 
 }  // namespace

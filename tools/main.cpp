@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kFooter =
     R"(Environment: KILN_CACHE_DIR, KILN_CACHE_READONLY, KILN_CACHE_MAXSIZE, KILN_CACHE_PACKS,
-KILN_RECORD, KILN_VENDOR, KILN_DEVICE, KILN_LOG=error|warn|info|debug (see README).
+KILN_RECORD, KILN_VENDOR, KILN_DEVICE, KILN_LOG=error|warn|info|debug (all: docs/configuration.md).
 Exit status: 0 done; 1 done, and something was found (a failed prewarm request, a bad entry, a
 request that would miss); 2 bad input or an error that stopped the command.)";
 

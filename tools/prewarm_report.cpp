@@ -19,7 +19,9 @@ namespace {
 /// A failure reason for a line of text output: compile errors carry the whole log, which --verbose
 /// (or --json) prints in full.
 std::string short_reason(const std::string& reason) {
-  constexpr std::size_t kMax = 300;
+  // The compiler's summary comes first and kiln's explanation after it (a missing header: the folders searched,
+  // that the working directory is not): room for both, cut only past that.
+  constexpr std::size_t kMax = 800;
   return reason.size() <= kMax ? reason : reason.substr(0, kMax) + "...";
 }
 

@@ -311,6 +311,18 @@ Obtained EngineCore::obtain_uncached(const Request& r, bool bypass_cache) {
 }
 
 KILN_HOT Obtained EngineCore::obtain(const Request& r, bool bypass_cache) {
+  Obtained obtained = obtain_entry(r, bypass_cache);
+  if (r.by_symbol.empty() || defines_kernels(*obtained.entry, r.by_symbol)) return obtained;
+  KILN_LOG(debug, "{}: the binary has no kernel of some of {}; asking the compiler for them by name",
+           r.source.name(), join(r.by_symbol, ' '));
+  Request named = r;
+  named.names = r.requested_names();
+  named.by_symbol.clear();
+  Requests::make_key(named, r.compiler);
+  return obtain_entry(named, bypass_cache);
+}
+
+KILN_HOT Obtained EngineCore::obtain_entry(const Request& r, bool bypass_cache) {
   // A local disk hit needs no coordination: threads that read one entry at once each read it (and
   // each loads its own module anyway). Only what is not on disk goes through single flight, where
   // one thread per key asks the other tiers or compiles.
@@ -451,7 +463,9 @@ PrewarmResult EngineCore::prewarm(const Source& source, const Options& options, 
   const Request r = m_requests->plan(source, options, names, target, -1, settle, /*record=*/true);
   Obtained obtained = obtain(r, false);
   // A kernel the binary lacks is the request's mistake, not the binary's: the entry stays cached.
-  check_kernels_defined(*obtained.entry, source.name(), r.names, kernels);
+  std::vector<std::string> plain = kernels;  // the names taken by symbol are looked up as plain names are
+  plain.insert(plain.end(), r.by_symbol.begin(), r.by_symbol.end());
+  check_kernels_defined(*obtained.entry, source.name(), r.names, plain);
   PrewarmResult result;
   result.key = obtained.entry->key_hash;  // the request's key, or the key it was re-keyed to (a retry)
   result.target = r.target.full;
@@ -496,6 +510,10 @@ CompiledBinary EngineCore::compile(const Source& source, const Options& options,
   auto state = std::make_shared<BinaryState>();
   state->entry = obtained.entry;
   for (const cache::LoweredName& n : obtained.entry->names) state->names.emplace_back(n.expression, n.lowered);
+  for (const std::string& name : r.by_symbol) {  // an extern "C" kernel's symbol is its name
+    const auto named = [&](const auto& n) { return n.first == name; };
+    if (std::none_of(state->names.begin(), state->names.end(), named)) state->names.emplace_back(name, name);
+  }
   std::sort(state->names.begin(), state->names.end());
   state->origin = obtained.origin;
   if (obtained.origin == Origin::disk && obtained.tier == cache::HitOrigin::pack) state->origin = Origin::pack;

@@ -202,9 +202,13 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
  private:
   struct Flight;
   int resolve_device_slow(int device);
+  /// obtain_entry, then the check of the names taken by symbol: when the binary lacks one of them as a kernel
+  /// (the text misled Requests::take_c_kernels), the request is keyed and obtained again with every name
+  /// given to the compiler.
+  Obtained obtain(const Request& request, bool bypass_cache);
   /// The entry of a request: the local store, else (one thread per key: single flight) the other tiers,
   /// another process's compile, or a compile here.
-  Obtained obtain(const Request& request, bool bypass_cache);
+  Obtained obtain_entry(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
   /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,

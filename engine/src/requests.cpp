@@ -16,12 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "c_kernels.hpp"
 #include "compiler_probe.hpp"
 #include "compilers.hpp"
 #include "kiln/base/hot_path.hpp"
 #include "kiln/base/log.hpp"
 #include "kiln/cache/entry.hpp"
 #include "kiln/cache/key.hpp"
+#include "kiln/engine.hpp"
 #include "kiln/error.hpp"
 #include "kiln/includes/include_home.hpp"
 #include "kiln/tooling/request_log.hpp"
@@ -56,7 +58,7 @@ KILN_HOT Request Requests::plan(const Source& source, const Options& options, co
   Request r = make_request(source, options, names, target, warp_size,
                            /*ahead=*/how.mode != Settle::Mode::manifest_only);
   settle(r, how);
-  if (record_it) record(source, options, r.names, std::string(target));
+  if (record_it) record(source, options, r.requested_names(), std::string(target));
   return r;
 }
 
@@ -72,6 +74,7 @@ KILN_HOT Request Requests::make_request(const Source& source, const Options& opt
   }
   std::sort(r.names.begin(), r.names.end());
   r.names.erase(std::unique(r.names.begin(), r.names.end()), r.names.end());
+  take_c_kernels(r);
 
   // The compiler searches no folder of its own: every file it may open is one kiln resolved and keyed
   // (the vendor table says which flags make it so, vendor_table.cpp).
@@ -123,6 +126,31 @@ KILN_HOT Request Requests::make_request(const Source& source, const Options& opt
   }
   make_key(r, facts->identity);
   return r;
+}
+
+void Requests::take_c_kernels(Request& r) {
+  // Plain names of the source's extern "C" kernels are found by their symbol (c_kernels.hpp): they leave the
+  // names the compiler and the key get, so every way of asking for such a kernel is one request. LTO-IR's body
+  // is not read (its kernels cannot be checked): its names stay.
+  if (r.target.output == PayloadKind::ltoir) return;
+  std::vector<std::string> plain;
+  for (const std::string& name : r.names) {
+    if (!kiln::is_name_expression(name)) plain.push_back(name);
+  }
+  if (plain.empty()) return;
+  std::vector<std::string_view> header_texts;
+  for (const Header& h : r.source.headers()) header_texts.push_back(h.text);
+  r.by_symbol = c_kernels_among(r.source.text(), header_texts, plain);
+  std::erase_if(r.names, [&](const std::string& name) {
+    return std::binary_search(r.by_symbol.begin(), r.by_symbol.end(), name);
+  });
+}
+
+std::vector<std::string> Request::requested_names() const {
+  std::vector<std::string> all = names;
+  all.insert(all.end(), by_symbol.begin(), by_symbol.end());
+  std::sort(all.begin(), all.end());
+  return all;
 }
 
 std::shared_ptr<const CompilerFacts> Requests::facts_for(Request& r, bool ahead) {

@@ -33,7 +33,12 @@ struct Request {
       : source(std::move(source_in)), target(std::move(target_in)), names(std::move(names_in)) {}
   Source source;
   Target target;
-  std::vector<std::string> names;  // sorted, unique
+  std::vector<std::string> names;  // sorted, unique: the name expressions given to the compiler (and the key)
+  /// The plain names of the source's extern "C" kernels (sorted): found in the binary by their symbol, so
+  /// neither given to the compiler nor in the key (Requests::take_c_kernels, c_kernels.hpp).
+  std::vector<std::string> by_symbol;
+  /// Every name as the caller asked: `names` and `by_symbol`, sorted.
+  [[nodiscard]] std::vector<std::string> requested_names() const;
   std::vector<std::string> flags;  // complete vendor flags
   std::string compiler;            // the identity the key was made with
   /// Include folders (-I, then the toolkit's) in search order: absolute, normal, checked to be folders.
@@ -140,6 +145,8 @@ class Requests {
   /// The include folders of a request with `options` (-I, then with --toolkit-includes the toolkit's):
   /// absolute, normal, checked to be folders (ConfigError).
   std::vector<std::filesystem::path> include_folders(const Options& options, Vendor vendor);
+  /// Moves the request's plain names of extern "C" kernels from `names` to `by_symbol` (c_kernels.hpp).
+  static void take_c_kernels(Request& request);
   /// Settles as plan() was asked to.
   void settle(Request& request, const Settle& how);
   /// Settle::manifest_only: the manifest's answer when it still matches by stat; false (the request left

@@ -42,6 +42,21 @@ Defined defined_kernels(const cache::Entry& entry) {
 
 }  // namespace
 
+bool defines_kernels(const cache::Entry& entry, const std::vector<std::string>& kernels) {
+  // On a disk hit's path: the binary's own symbols first; a CUBIN's PTX (a longer read) only when they lack one.
+  const auto has_all = [&](const std::vector<std::string>& defined) {
+    return std::all_of(kernels.begin(), kernels.end(), [&](const std::string& kernel) {
+      return std::find(defined.begin(), defined.end(), kernel) != defined.end();
+    });
+  };
+  if (entry.payload_kind == PayloadKind::ltoir) return false;
+  if (entry.payload_kind != PayloadKind::ptx && !std::holds_alternative<elf::Image>(elf::parse(entry.payload))) {
+    return false;
+  }
+  if (has_all(elf::kernel_names(entry.payload_kind, entry.payload))) return true;
+  return has_all(defined_kernels(entry).kernels);
+}
+
 void check_kernels_defined(const cache::Entry& entry, std::string_view source_name,
                            const std::vector<std::string>& names, const std::vector<std::string>& kernels) {
   if (names.empty() && kernels.empty()) return;

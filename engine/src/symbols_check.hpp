@@ -18,6 +18,10 @@ namespace kiln::detail {
 /// read from the binary itself: CUBIN and AMDGPU code objects through their ELF symbols, PTX (and the
 /// PTX kept beside a CUBIN) through its `.entry` lines. A binary whose format cannot be read is not
 /// judged (nothing is thrown); nor is LTO-IR, whose body kiln does not read.
+/// Whether the binary of `entry` defines every one of `kernels` as a kernel symbol. False when its format
+/// cannot be read (or is LTO-IR): the caller then cannot rely on finding them by symbol.
+[[nodiscard]] bool defines_kernels(const cache::Entry& entry, const std::vector<std::string>& kernels);
+
 void check_kernels_defined(const cache::Entry& entry, std::string_view source_name,
                            const std::vector<std::string>& names, const std::vector<std::string>& kernels);
 

@@ -67,12 +67,19 @@ def _target(target):
     return c_string(target, "target")
 
 
-def _source_name(name):
-    """The C string of a source's `name`: a non-empty str."""
+def _source_name(name, text=None):
+    """The C string of a source's `name`: a non-empty str of one line. `text`, when given, is the text it
+    came with: a name that is a source and a text that is a file name are the C++ order, refused."""
     if isinstance(name, str) and not name:
         raise ValueError("name is empty: a source's name is the compiler's file name (in its messages and in "
                          "__FILE__) and part of the cache key; give one, e.g. \"kernels.cu\" (the default is "
                          "\"source.cu\")")
+    if isinstance(name, str) and "\n" in name:
+        swapped = isinstance(text, str) and "\n" not in text and len(text) < 256
+        raise ValueError("name holds a line break: a source's name is the compiler's file name"
+                         + (f"; this looks like the source text, and text ({text!r}) like its name. In Python the "
+                            "text comes first: Source.from_text(text, name=\"my.cu\", headers={...}) (C++ and C "
+                            "take the name first)" if swapped else ""))
     return c_string(name, "name")
 
 
@@ -199,7 +206,9 @@ class Source(_Handle):
 
     @classmethod
     def from_text(cls, text, name="source.cu", headers=None):
-        """A source from its text (a str).
+        """A source from its text (a str): `Source.from_text(text, name="my.cu", headers={"my.h": h})`.
+        The text comes first (C++'s Source::from_text and C's kiln_source_from_text take the name first);
+        swapped, the name would hold line breaks, which is refused (ValueError) rather than compiled.
 
         `name`: the compiler's file name, a non-empty str (in its messages and in `__FILE__`; part of the
         cache key). `headers`: a dict {include name: header text} of str to str (None: none), what
@@ -209,7 +218,7 @@ class Source(_Handle):
         package: decode them first. TypeError for a wrong type; ValueError for an empty name or a string
         holding a NUL byte (kiln reads C strings: the text after it would be lost); kiln.ConfigError for
         an empty text."""
-        name = _source_name(name)
+        name = _source_name(name, text)
         text = c_string(text, "text")
         array, count, _kept = _headers(headers)  # _kept: the bytes the array points to, alive until the call returns
         handle = H()

@@ -10,7 +10,8 @@ of the library, and the error, when it comes, says where kiln looked. Where it l
     so it is the one that matches it.
  3. Next to the package: kiln/libkiln.so (a copy put there by hand), then the install tree the package
     sits in: <prefix>/lib/pythonX.Y/site-packages/kiln finds <prefix>/lib/libkiln.so (also lib64/ and
-    lib/<multiarch>/).
+    lib/<multiarch>/), and Debian's <prefix>/local/lib/pythonX.Y/dist-packages/kiln (pip --prefix) finds
+    <prefix>/local/lib/ and <prefix>/lib/.
  4. A kiln source tree the package is part of (<repo>/python/kiln): <repo>/build*/engine/libkiln.so,
     newest first, so the package works straight from a checkout after a build.
  5. The system loader: libkiln.so / libkiln.so.0 through LD_LIBRARY_PATH and the loader cache.
@@ -192,8 +193,14 @@ def candidates():
     for _ in range(4):  # kiln -> site-packages -> pythonX.Y -> lib (-> prefix, for a lib64 sibling)
         folder = os.path.dirname(folder)
         if os.path.basename(folder) in ("lib", "lib64"):
-            for sub in ([""] + ([multiarch] if multiarch else [])):
-                found += [("install tree", os.path.join(folder, sub, name)) for name in _LIBRARY_NAMES]
+            libs = [folder]
+            # Debian's pip puts `--prefix P` packages under P/local/lib/pythonX.Y/dist-packages, while
+            # `cmake --install --prefix P` puts libkiln in P/lib: look there too.
+            if os.path.basename(os.path.dirname(folder)) == "local":
+                libs += [os.path.join(os.path.dirname(os.path.dirname(folder)), lib) for lib in ("lib", "lib64")]
+            for lib_folder in libs:
+                for sub in ([""] + ([multiarch] if multiarch else [])):
+                    found += [("install tree", os.path.join(lib_folder, sub, name)) for name in _LIBRARY_NAMES]
     repo = os.path.dirname(os.path.dirname(package))
     if os.path.basename(os.path.dirname(package)) == "python" and os.path.isfile(os.path.join(repo, "CMakeLists.txt")):
         builds = []

@@ -81,10 +81,13 @@ kiln::cache::Entry prewarmed_entry(kiln::Engine& engine, const Builtin& b, const
   return std::move(*found.entry);
 }
 
+/// The symbol a kernel is found by: a name expression's lowered name, from the entry; an extern "C" kernel's
+/// plain name is its own symbol, and no name expression (engine/src/c_kernels.hpp).
 std::string lowered(const kiln::cache::Entry& entry, const std::string& expression) {
   for (const auto& n : entry.names) {
     if (n.expression == expression) return n.lowered;
   }
+  if (!kiln::is_name_expression(expression)) return expression;
   FAIL("no lowered name for " << expression << " in the entry for " << entry.target);
   return {};
 }

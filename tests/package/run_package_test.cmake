@@ -3,6 +3,8 @@
 #  2. configure + build consumer/ with CMAKE_PREFIX_PATH=<prefix>; run both of its programs
 #  3. pkg-config --cflags --libs kiln (PKG_CONFIG_PATH=<prefix>/lib*/pkgconfig); compile consumer/main.c
 #     with those flags and run it
+#  4. consumer/engine_only.cpp with those flags: built and run with -std=c++20; with -std=c++17 its first error
+#     is kiln/engine.hpp's "needs C++20"
 foreach(var BUILD_DIR WORK_DIR CONSUMER_DIR GENERATOR C_COMPILER CXX_COMPILER EXPECTED_VERSION)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "run_package_test.cmake: ${var} is not set")
@@ -73,3 +75,17 @@ string(REGEX MATCH "-L([^;]+)" _ "${flags}")
 set(ENV{LD_LIBRARY_PATH} "${CMAKE_MATCH_1}")
 run_step("run the pkg-config consumer" "${WORK_DIR}/kiln_consumer_pc")
 message(STATUS "${step_output}")
+
+# 4. C++ with pkg-config's flags: kiln/engine.hpp alone brings kiln::Error; with -std=c++20 it builds and runs, and
+#    with an older standard the first error says what is needed.
+run_step("compile consumer/engine_only.cpp with pkg-config's flags and -std=c++20" "${CXX_COMPILER}" -std=c++20
+  -Wall -Wextra -Werror "${CONSUMER_DIR}/engine_only.cpp" -o "${WORK_DIR}/kiln_engine_only" ${flags})
+run_step("run it" "${WORK_DIR}/kiln_engine_only")
+execute_process(COMMAND "${CXX_COMPILER}" -std=c++17 -fsyntax-only "${CONSUMER_DIR}/engine_only.cpp" ${flags}
+  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+string(REGEX MATCH "[^\n]*error:[^\n]*" first_error "${output}")
+string(FIND "${first_error}" "kiln's C++ API needs C++20" named)
+if(result EQUAL 0 OR named EQUAL -1)
+  message(FATAL_ERROR "package test: with -std=c++17 kiln/engine.hpp's first error is not that it needs C++20:\n${output}")
+endif()
+message(STATUS "package test: -std=c++17 stops at \"kiln's C++ API needs C++20\": ok")

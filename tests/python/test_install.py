@@ -104,6 +104,20 @@ def test_finds_library_in_install_tree(tmp_path):
     assert probe.stdout.split()[1] == str(prefix / "lib" / "libkiln.so")
 
 
+def test_finds_library_in_a_debian_pip_prefix(tmp_path):
+    """Debian's pip installs `--prefix P` under P/local/lib/pythonX.Y/dist-packages; `cmake --install --prefix P`
+    puts libkiln in P/lib. The package finds it there (it used to look in P/local/lib only)."""
+    prefix = tmp_path / "prefix"
+    site = prefix / "local" / "lib" / "python3.11" / "dist-packages"
+    site.mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    shutil.copytree(os.path.join(PACKAGE_DIR, "kiln"), str(site / "kiln"), ignore=shutil.ignore_patterns("__pycache__"))
+    os.symlink(_library_file(), str(prefix / "lib" / "libkiln.so"))
+    probe = _run([sys.executable, "-c", PROBE], PYTHONPATH=str(site), KILN_LIBRARY=None, LD_LIBRARY_PATH=None)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split()[1] == str(prefix / "lib" / "libkiln.so")
+
+
 def test_finds_library_next_to_package(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(os.path.join(PACKAGE_DIR, "kiln"), str(site / "kiln"),

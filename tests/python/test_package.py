@@ -325,6 +325,16 @@ def test_source_name_must_not_be_empty(engine):
         engine._compile_text(_native.lib(), "", KERNELS, (), (), "sm_90")
 
 
+def test_from_text_in_cxx_order_is_refused_not_compiled():
+    # C++ writes Source::from_text(name, text); Python from_text(text, name=...). Swapped, the source text was
+    # the name and "my.cu" the text, compiled as such without a word.
+    with pytest.raises(ValueError, match="In Python the text comes first"):
+        kiln.Source.from_text("my.cu", KERNELS)
+    with pytest.raises(ValueError, match="line break"):
+        kiln.Source.from_text(KERNELS, name="two\nlines.cu")
+    kiln.Source.from_text(KERNELS, name="my.cu", headers={"my.h": "#define X 1\n"}).close()
+
+
 def test_engine_device_beyond_the_devices_is_a_config_error():
     # With no device (this machine) as with too few: a device ordinal > 0 names a device that is not there.
     with pytest.raises(kiln.ConfigError, match="device 99 requested"):
@@ -395,3 +405,43 @@ def test_blob_functions_mirror_kiln_h():
     assert f"#define KILN_ENGINE_NO_RUNTIME 0x{_native.ENGINE_NO_RUNTIME:x}u" in capi
     assert [name for name, _ in _native.BlobLabel._fields_] == ["name", "value"]
     assert int(re.search(r"#define KILN_API_VERSION (\d+)", capi).group(1)) >= _native.BLOB_API_VERSION
+
+
+def test_binary_kinds_have_one_name_everywhere(tmp_path):
+    # The AMD kind was `amdgpu-code-object` (ls --json, the docs), `amdgpu` (ls), `amd_code_object` (C++, Python)
+    # and KILN_BINARY_AMD_CODE_OBJECT (C): one name now, each interface's spelling of it.
+    import json
+    import os
+    import subprocess
+    from conftest import REPO
+
+    def read(path):
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            return f.read()
+
+    c_names = {int(n): name.lower()
+               for name, n in re.findall(r"KILN_BINARY_(\w+) = (\d)", read("engine/include/kiln/kiln.h"))}
+    enum = read("engine/include/kiln/engine.hpp")
+    enum = enum[enum.index("enum class BinaryKind"):]
+    cxx_names = {int(n): name for name, n in re.findall(r"^\s+(\w+) = (\d),", enum[:enum.index("};")], re.MULTILINE)}
+    types = read("cache/include/kiln/cache/types.hpp")
+    numbers = dict(re.findall(r"(\w+) = (\d)", types[types.index("enum class PayloadKind"):]))
+    strings = {int(numbers[name]): text
+               for name, text in re.findall(r"case PayloadKind::(\w+): return \"([\w-]+)\"", types)}
+    for number, name in _native.BINARY_KINDS.items():
+        assert c_names[number] == cxx_names[number] == strings[number] == name, (number, name)
+
+    # And as the CLI shows a gfx entry, beside what Python's Binary says of it.
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(kiln.library_path))), "tools", "kiln")
+    cache = str(tmp_path / "cache")
+    with kiln.Engine(cache_dir=cache) as engine:
+        try:
+            binary = engine.compile(kiln.Source.builtin("saxpy"), target="gfx90a")
+        except kiln.DeviceUnavailableError as error:
+            pytest.skip(f"no HIPRTC: {error}")
+    assert binary.kind == "amd_code_object"
+    env = dict(os.environ, KILN_CACHE_DIR=cache)
+    listed = subprocess.run([cli, "cache", "ls", "--json"], env=env, capture_output=True, text=True, check=True)
+    assert [entry["payload_kind"] for entry in json.loads(listed.stdout)] == [binary.kind]
+    table = subprocess.run([cli, "cache", "ls"], env=env, capture_output=True, text=True, check=True).stdout
+    assert re.search(r"\bhip\s+amd_code_object\s+gfx90a\b", table), table

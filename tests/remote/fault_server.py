@@ -64,7 +64,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if MODE == "stall":
             time.sleep(3600)
             return
-        if MODE == "status500":
+        if MODE == "status500" or (MODE == "put500" and self.command == "PUT"):  # put500: nginx with a read-only root
             self.send_response(500)
             self.send_header("Content-Length", "0")
             self.end_headers()

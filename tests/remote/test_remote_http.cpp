@@ -409,6 +409,21 @@ TEST_CASE("http: a server answering 500 is an error, not a miss, for lookups and
   CHECK(capture.warnings() == 1);
 }
 
+// nginx answers a bare 500 to a PUT it cannot write (a root its workers' user cannot write to): every object of a
+// prewarm fails alike and the breaker skips the rest, so the one warning says what to look at.
+TEST_CASE("http: a PUT answered 500 names the server's folder and its user", "[http_500]") {
+  const FaultServer server("put500");
+  const auto tier = kiln::cache::open_remote(config_for(server.url()));
+  const Entry entry = make_entry("http-put-500");
+  StderrCapture capture;
+  std::string why;
+  CHECK_FALSE(tier->put(entry, &why));
+  INFO(why);
+  CHECK(why.find("PUT answered HTTP 500") != std::string::npos);
+  CHECK(why.find("writable by the user its workers run as") != std::string::npos);
+  CHECK(capture.warnings() == 1);
+}
+
 TEST_CASE("http: a body cut short of its Content-Length is a failed transfer, never an entry", "[http_truncated]") {
   const Entry entry = make_entry("http-truncated", 16 * 1024);
   const FaultServer server("truncate", documented_object(serialized(entry), {}));

@@ -20,6 +20,8 @@ struct BareCompiler::Api {
   int (*ptx_size)(Program, std::size_t*) = nullptr;  // NVRTC only
   int (*ptx)(Program, char*) = nullptr;
   int (*destroy)(Program*) = nullptr;
+  int (*add_name)(Program, const char*) = nullptr;
+  int (*lowered_name)(Program, const char*, const char**) = nullptr;
 };
 
 namespace {
@@ -53,6 +55,8 @@ BareCompiler::BareCompiler(std::string path, bool nvidia)
   bind(m_library, m_api->log_size, p + "GetProgramLogSize", m_path);
   bind(m_library, m_api->log, p + "GetProgramLog", m_path);
   bind(m_library, m_api->destroy, p + "DestroyProgram", m_path);
+  bind(m_library, m_api->add_name, p + "AddNameExpression", m_path);
+  bind(m_library, m_api->lowered_name, p + "GetLoweredName", m_path);
   if (nvidia) {
     bind(m_library, m_api->code_size, "nvrtcGetCUBINSize", m_path);
     bind(m_library, m_api->code, "nvrtcGetCUBIN", m_path);
@@ -78,7 +82,8 @@ std::unique_ptr<BareCompiler> BareCompiler::hiprtc(const std::string& path) {
 
 BareOutput BareCompiler::compile(const std::string& name, const std::string& source,
                                  const std::vector<std::string>& flags,
-                                 const std::vector<std::pair<std::string, std::string>>& headers) const {
+                                 const std::vector<std::pair<std::string, std::string>>& headers,
+                                 const std::vector<std::string>& expressions) const {
   std::vector<const char*> names, texts, options;
   for (const auto& [header_name, text] : headers) {
     names.push_back(header_name.c_str());
@@ -92,6 +97,13 @@ BareOutput BareCompiler::compile(const std::string& name, const std::string& sou
     out.log = "CreateProgram failed";
     return out;
   }
+  for (const std::string& expression : expressions) {
+    if (m_api->add_name(program, expression.c_str()) != 0) {
+      out.log = "AddNameExpression failed for " + expression;
+      m_api->destroy(&program);
+      return out;
+    }
+  }
   const int result = m_api->compile(program, static_cast<int>(options.size()), options.data());
   std::size_t size = 0;
   if (m_api->log_size(program, &size) == 0 && size > 1) {
@@ -103,6 +115,12 @@ BareOutput BareCompiler::compile(const std::string& name, const std::string& sou
     out.code = fetch(program, m_api->code_size, m_api->code);
     if (out.code.empty() && m_nvidia) out.code = fetch(program, m_api->ptx_size, m_api->ptx);  // a virtual arch
     out.ok = !out.code.empty();
+    for (const std::string& expression : expressions) {
+      const char* lowered = nullptr;
+      if (m_api->lowered_name(program, expression.c_str(), &lowered) == 0 && lowered != nullptr) {
+        out.lowered.emplace_back(expression, lowered);
+      }
+    }
   }
   m_api->destroy(&program);
   return out;

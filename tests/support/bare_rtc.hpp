@@ -21,6 +21,8 @@ struct BareOutput {
   /// NVRTC: the CUBIN, or for a virtual arch (no CUBIN) the PTX with its NUL, as kiln returns them;
   /// HIPRTC: the code object. Empty when the compile failed.
   std::vector<std::byte> code;
+  /// Each name expression given to compile() and the symbol the compiler lowered it to, in that order.
+  std::vector<std::pair<std::string, std::string>> lowered;
 };
 
 class BareCompiler {
@@ -33,10 +35,12 @@ class BareCompiler {
   BareCompiler(const BareCompiler&) = delete;
   BareCompiler& operator=(const BareCompiler&) = delete;
 
-  /// Compiles `source` under `name` with `flags` and the in-memory `headers` (name, text).
+  /// Compiles `source` under `name` with `flags` and the in-memory `headers` (name, text), adding each of
+  /// `names` as a name expression first.
   [[nodiscard]] BareOutput compile(const std::string& name, const std::string& source,
                                    const std::vector<std::string>& flags,
-                                   const std::vector<std::pair<std::string, std::string>>& headers = {}) const;
+                                   const std::vector<std::pair<std::string, std::string>>& headers = {},
+                                   const std::vector<std::string>& names = {}) const;
   [[nodiscard]] const std::string& path() const noexcept { return m_path; }
 
  private:

@@ -439,6 +439,28 @@ TEST_CASE("a HIP worker process that dies fails only its request; the others com
   CHECK(result.rc == (died == 0 ? 0 : 1));
 }
 
+#ifdef KILN_HELLO_PATH
+// The README's path: `kiln prewarm` (which names no kernel), then examples/hello, which asks for saxpy by name
+// (Engine::program with {"saxpy"}, or Engine::prewarm without a GPU). saxpy is extern "C": one request, one entry,
+// and hello compiles nothing. It used to compile saxpy again, under a key with the name in it.
+TEST_CASE("examples/hello after kiln prewarm compiles nothing") {
+  if (std::find(g_targets.begin(), g_targets.end(), "sm_90") == g_targets.end()) {
+    WARN("hello compiles with NVRTC, which does not load here");
+    return;
+  }
+  TempDir dir;
+  const std::map<std::string, std::string> env{{"KILN_CACHE_DIR", (dir / "cache").string()}, {"KILN_CACHE_PACKS", ""}};
+  const Result prewarm = run_kiln({"prewarm", "--builtin", "saxpy"}, env, dir.path());  // the default targets
+  INFO(prewarm.describe());
+  REQUIRE(prewarm.rc == 0);
+  const Result hello = run_program(KILN_HELLO_PATH, {}, env, dir.path());
+  INFO(hello.describe());
+  CHECK(hello.rc == 0);
+  const bool gpu = hello.out.find("no GPU") == std::string::npos;
+  CHECK(hello.out.find(gpu ? "from the cache (compiles=0" : "(already cached,") != std::string::npos);
+}
+#endif
+
 int main(int argc, char** argv) {
   {
     kiln::EngineConfig config;

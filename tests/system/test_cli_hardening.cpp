@@ -869,9 +869,43 @@ TEST_CASE("counts of one are singular in the CLI's summaries") {
   const Run exported = run_kiln_exact({"cache", "export", (dir / "one.kpack").string()}, env, dir.path());
   INFO(exported.describe());
   CHECK(exported.out.find("export: 1 entry (") != std::string::npos);
+  // A pack of one entry, as kiln devices lists it.
+  auto with_pack = env;
+  with_pack["KILN_CACHE_PACKS"] = (dir / "one.kpack").string();
+  const Run devices = run_kiln_exact({"devices"}, with_pack, dir.path(), false, 60);
+  INFO(devices.describe());
+  CHECK(devices.out.find("one.kpack (1 entry)") != std::string::npos);
   const Run cleared = run_kiln_exact({"cache", "clear"}, env, dir.path());
   INFO(cleared.describe());
   CHECK(cleared.out.find("clear: removed 1 entry (") != std::string::npos);
+}
+
+// KILN_DEVICE naming a device the machine lacks stopped `kiln devices` itself ("device 3 requested ... but there is
+// no device"): the one command that says what the machine has. It lists everything and names the problem (exit 1).
+TEST_CASE("kiln devices diagnoses a KILN_DEVICE the machine does not have") {
+  TempDir dir;
+  std::map<std::string, std::optional<std::string>> env{{"KILN_CACHE_DIR", (dir / "cache").string()},
+                                                        {"KILN_DEVICE", "3"}};
+  const Run listed = run_kiln_exact({"devices", "--json"}, env, dir.path(), false, 60);
+  INFO(listed.describe());
+  const auto document = nlohmann::json::parse(listed.out);
+  std::size_t devices = 0;
+  for (const auto& lane : document.at("lanes")) {
+    if (lane.at("vendor") == document.at("active_vendor")) devices = lane.at("devices").size();
+  }
+  if (devices > 3) return;  // a machine with a fourth device: nothing to diagnose
+  CHECK(listed.rc == 1);
+  CHECK(document.at("requested_device") == 3);
+  CHECK(document.at("device_problem").get<std::string>().find("KILN_DEVICE=3 names no device here") == 0);
+  const Run text = run_kiln_exact({"devices"}, env, dir.path(), false, 60);
+  INFO(text.describe());
+  CHECK(text.rc == 1);
+  CHECK(text.err.find("kiln: error") == std::string::npos);
+  CHECK(text.out.find("kernels run on: ") != std::string::npos);
+  CHECK(text.out.find("device: KILN_DEVICE=3 names no device here (") != std::string::npos);
+  CHECK(text.out.find("cache: ") != std::string::npos);
+  env["KILN_DEVICE"] = "0";  // every engine's default: never a problem
+  CHECK(run_kiln_exact({"devices"}, env, dir.path(), false, 60).rc == 0);
 }
 
 // A lane's status joined its problems with ';' and no space ("... KILN_CUDA_PATH;no CUDA driver ...").

@@ -84,7 +84,7 @@ TEST_CASE("include folders through the CLI: show lists headers, why-miss names t
   CHECK(bare_show.rc == 0);
   // (1 place probed: kiln/rtc.h's <stdint.h>, in a branch the lean walk cannot decide; its includes of the
   // HIP and CUDA runtime headers are in branches it knows NVRTC does not take.)
-  CHECK(bare_show.out.find("headers   2 read from include folders (1 paths probed and found absent); the list is in "
+  CHECK(bare_show.out.find("headers   2 read from include folders (1 path probed and found absent); the list is in "
                            "the request's dependency manifest, which this cache does not hold") != std::string::npos);
   const json bare_json = run_kiln({"cache", "show", key, "--json"}, third, dir.path()).parsed();
   CHECK(bare_json.at("headers_count") == 2);
@@ -189,6 +189,8 @@ TEST_CASE("a missing header's one-line prewarm failure says where kiln looked, w
     CHECK(line.find("my.h") != std::string::npos);
     CHECK(line.find(with_folder ? "include folders searched: " + (dir / "empty").string()
                                 : std::string("no include folder was given")) != std::string::npos);
+    CHECK(line.find("working directory") != std::string::npos);  // the explanation whole, not cut short
+    CHECK(line.find("...") == std::string::npos);
   }
 }
 

@@ -154,7 +154,7 @@ def self_test():
     bad = {
         "size": ("engine/src/big.cpp", "int x;\n" * 801),
         "size ": ("cache/src/big.hpp", "int x;\n" * 451),
-        "facade": ("engine/src/request.cpp", '#include "scan.hpp"\n'),
+        "facade": ("engine/src/requests.cpp", '#include "scan.hpp"\n'),
         "facade ": ("engine/src/storage_use.cpp", '#include "remote/remote_tier.hpp"\n'),
         "lanes": ("engine/src/lanes/hiprtc.cpp", '#include "kiln/includes/include_home.hpp"\n'),
         "lanes ": ("engine/src/lanes/lane.hpp", '#pragma once\n#include "kiln/engine.hpp"\n'),

@@ -77,6 +77,13 @@ std::string status_error(std::string_view method, long status) {
     return fmt::format("{} answered HTTP {}: the server does not take this method (nginx: dav_methods PUT DELETE)",
                        method, status);
   }
+  if (method == "PUT" && status == 500) {
+    // What nginx answers for a PUT it cannot write (its error log says "Permission denied"); said here, since the
+    // breaker then skips the tier and the rest of a prewarm publishes nothing.
+    return fmt::format("PUT answered HTTP {}: the server failed to store the object (nginx: the folder under "
+                       "`root` must be writable by the user its workers run as, the `user` directive)",
+                       status);
+  }
   return fmt::format("{} answered HTTP {}", method, status);
 }
 

@@ -32,7 +32,8 @@ std::vector<TierHealth> inspect_tiers(const StorageConfig& config, bool ask_serv
     if (opened.kind == TierKind::remote) health.backend = remote_backend_name(opened.location);
     if (const auto* pack = dynamic_cast<const PackReader*>(opened.tier.get())) {
       health.ok = true;
-      health.detail = fmt::format("{} entries", pack->records().size());
+      const std::size_t count = pack->records().size();
+      health.detail = fmt::format("{} {}", count, count == 1 ? "entry" : "entries");
     } else if (auto* remote = dynamic_cast<RemoteTier*>(opened.tier.get())) {
       // "redis 7.0.15, PONG in 0.21 ms", "HTTP 404 in ...", or why not
       health.ok = !ask_servers || remote->ping(&health.detail);

@@ -194,16 +194,16 @@ std::optional<TrimResult> Store::State::trim(const StoreConfig& config, std::uin
     evictions += result.removed;
     (void)adjust_size(0, total);
     if (result.removed != 0) {
-      KILN_LOG(info, "disk cache trimmed: {} entries removed, {} -> {} bytes", result.removed, result.bytes_before,
-               result.bytes_after);
+      KILN_LOG(info, "disk cache trimmed: {} {} removed, {} -> {} bytes", result.removed,
+               result.removed == 1 ? "entry" : "entries", result.bytes_before, result.bytes_after);
     }
     // A cap below the working set evicts what was just compiled: say so (once per store) rather than
     // let every run recompile without a word. Only for the trims puts start; an explicit trim is asked for.
     if (recent != 0 && keep != nullptr) {
       const std::string what = fmt::format(
           "disk cache size cap {} bytes (KILN_CACHE_MAXSIZE) is smaller than the kernels in use: a trim removed {} "
-          "of {} entries written or used within the last hour, which will be compiled again",
-          config.max_size, recent, result.removed);
+          "of {} {} written or used within the last hour, which will be compiled again",
+          config.max_size, recent, result.removed, result.removed == 1 ? "entry" : "entries");
       if (!trim_warned.exchange(true)) {
         KILN_LOG(warn, "{} (raise the cap)", what);
       } else {

@@ -1,5 +1,11 @@
 #pragma once
 // The engine: request -> key -> memory tier -> disk tier -> compile -> load -> Kernel.
+// The one header a C++ program includes: it brings the whole C++ API, kiln::Error and its kinds included.
+#if !defined(__cplusplus) || __cplusplus < 202002L
+// Said first, before the standard headers this one needs fail in their own words. find_package(kiln)'s
+// kiln::kiln brings the flag; pkg-config's kiln does not (its flags serve C programs too).
+#error "kiln's C++ API needs C++20: compile with -std=c++20 (or later)"
+#endif
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -15,6 +21,7 @@
 #include "kiln/cache/stats.hpp"
 #include "kiln/cache/store.hpp"
 #include "kiln/device.hpp"
+#include "kiln/error.hpp"
 #include "kiln/launch.hpp"
 #include "kiln/options.hpp"
 #include "kiln/source.hpp"

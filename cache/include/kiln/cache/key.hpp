@@ -8,7 +8,8 @@
 //   length := "0" | [1-9][0-9]*      (the value's size in bytes; no leading zeros, so one spelling per key)
 //   value  := length raw bytes (may hold any byte, newlines included)
 // Parts appear in the order the builder adds them; the engine adds them in one fixed order
-// (format, vendor, compiler, target, options, env, names, source-name, source, header:<name>..., then
+// (format, vendor, compiler, target, options, env, names (the name expressions the compiler is given: a plain
+// extern "C" kernel name is none, engine/src/c_kernels.hpp), source-name, source, header:<name>..., then
 // embedded-headers: the digest of kiln's own headers when the source uses them unchanged, else they
 // are header:<name> parts too), sorted where order carries no meaning. The canonical string is stored inside every entry, so a hash collision
 // is detected as a key mismatch (a miss), never served as the other kernel's binary.

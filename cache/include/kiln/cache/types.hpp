@@ -49,7 +49,7 @@ enum class PayloadKind : std::uint8_t { cubin = 1, ptx = 2, amdgpu_code_object =
   switch (k) {
     case PayloadKind::cubin: return "cubin";
     case PayloadKind::ptx: return "ptx";
-    case PayloadKind::amdgpu_code_object: return "amdgpu-code-object";
+    case PayloadKind::amdgpu_code_object: return "amd_code_object";  // as BinaryKind, KILN_BINARY_AMD_CODE_OBJECT, Python
     case PayloadKind::ltoir: return "ltoir";
     case PayloadKind::blob: return "blob";
   }
