@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (a merged tree's check): build (Release), GPU tests + rtc_pch + include_reach, launch_bench, compile_bench,
+# One device call (a merged tree's check): build (Release), GPU tests + rtc_pch + rtc_pch_store + include_reach, launch_bench, compile_bench,
 # then CuPy's kernel tests as shipped and through kiln.cupy with a per-test diff.
 #   bash scripts/h200_check.sh OUT [steps]   steps: any of build,ctest,launch,compile,cupy (default all)
 # Needs .carry/include (Debian's xxhash, fmt, CLI11, nlohmann-json and Catch2 headers) and .carry/cupy_tests/tests
@@ -7,7 +7,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$1"; steps="${2:-build,ctest,launch,compile,cupy}"
-build=/tmp/kiln-dev-build
+build="${KILN_H200_BUILD:-/tmp/kiln-dev-build}"  # shared with h200_run.sh through KILN_H200_BUILD
 export CMAKE_INCLUDE_PATH="$root/.carry/include" CPATH="$root/.carry/include"
 export KILN_CACHE_DIR=/tmp/kiln-dev-cache; rm -rf "$KILN_CACHE_DIR"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
@@ -17,11 +17,11 @@ stamp configure
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_HIP=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p' | tr '\n' ' ')
 stamp "build ($gpu_tests)"
-cmake --build "$build" -j16 --target kiln kiln_cli rtc_pch include_reach launch_bench compile_bench $gpu_tests >"$out/build.log" 2>&1 \
+cmake --build "$build" -j16 --target kiln kiln_cli rtc_pch rtc_pch_child rtc_pch_store include_reach launch_bench compile_bench $gpu_tests >"$out/build.log" 2>&1 \
   || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
 if [[ $steps == *ctest* ]]; then
   stamp ctest
-  (cd "$build" && timeout 200 ctest -R '^(gpu_|rtc_pch$|include_reach$)' --output-on-failure 2>&1 | tee "$out/ctest.log" | grep -E 'Test +#|tests passed|FAILED')
+  (cd "$build" && timeout 200 ctest -R '^(gpu_|rtc_pch$|rtc_pch_store$|include_reach$)' --output-on-failure 2>&1 | tee "$out/ctest.log" | grep -E 'Test +#|tests passed|FAILED')
 fi
 if [[ $steps == *launch* ]]; then
   stamp launch_bench

@@ -7,7 +7,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-/tmp/kiln-h200}"
 mkdir -p "$out"
-build=/tmp/kiln-h200-build
+build="${KILN_H200_BUILD:-/tmp/kiln-h200-build}"  # KILN_H200_BUILD: one build for this and h200_check.sh
 export CMAKE_INCLUDE_PATH="$root/.carry/include"
 export KILN_CACHE_DIR=/tmp/kiln-h200-cache
 rm -rf "$KILN_CACHE_DIR"
@@ -259,18 +259,30 @@ if [[ "${KILN_H200_ONLY:-}" == pch48 ]]; then
   timeout 240 "$cold" --small 6 --cub 6 --fresh 1 --modes bare,kiln-stored --json "$out/pch48_cccl.json" 2>&1 \
     | tee "$out/pch48_cccl.txt" | tail -25
   log="${KILN_COLD_LOG:-$root/.carry/cupy_program_requests.jsonl}"
+  first="$root/.carry/first_request.jsonl"
+  if [[ ! -f "$log" ]] && python3 -c "import cupy" 2>/dev/null; then
+    # No recorded log carried: record the program workload's requests here (one kiln run under KILN_RECORD, part 3
+    # of cupy_bench), and take its first request as the fresh process's first.
+    echo "== recording the program workload's requests (cupy_bench --workload program --parts 3 --runs 1)"
+    rm -rf /tmp/kiln-cupy-program
+    KILN_LIBRARY="$build/engine/libkiln.so" timeout 240 python3 "$root/bench/cupy_bench.py" --workload program \
+      --kiln "$build/tools/kiln" --runs 1 --parts 3 --work /tmp/kiln-cupy-program --keep >/tmp/kiln-pch48-record.txt 2>&1
+    log=$(ls /tmp/kiln-cupy-program/*-manifest/cupy.jsonl 2>/dev/null | head -1)
+    [[ -n "$log" ]] && { echo "recorded $(wc -l <"$log") requests"; head -1 "$log" >/tmp/kiln-first-request.jsonl; first=/tmp/kiln-first-request.jsonl; } \
+      || { echo "no log recorded"; tail -5 /tmp/kiln-pch48-record.txt; log=/nonexistent; }
+  fi
   if [[ -f "$log" ]]; then
     echo "== cold_bench --fresh 1, CuPy's requests ($log), bare vs kiln vs kiln-stored"
     timeout "${KILN_PCH48_COLD_TIMEOUT:-420}" "$cold" --log "$log" --fresh 1 --modes bare,kiln,kiln-stored \
       --json "$out/pch48_cupy.json" 2>&1 | tee "$out/pch48_cupy.txt" | tail -25
   fi
-  if [[ -f "$root/.carry/first_request.jsonl" && "${KILN_FIRST_ROUNDS:-10}" != 0 ]]; then
+  if [[ -f "$first" && "${KILN_FIRST_ROUNDS:-10}" != 0 ]]; then
     echo "== first request of a fresh process with a stored PCH, ${KILN_FIRST_ROUNDS:-10} rounds"
     for i in $(seq "${KILN_FIRST_ROUNDS:-10}"); do
-      "$cold" --log "$root/.carry/first_request.jsonl" --modes bare,kiln-stored --json "$out/pch48_first_$i.json" \
+      "$cold" --log "$first" --modes bare,kiln-stored --json "/tmp/pch48_first_$i.json" \
         >/dev/null 2>&1
     done
-    python3 - "$out" "${KILN_FIRST_ROUNDS:-10}" <<'PY' | tee "$out/pch48_first.txt"
+    python3 - /tmp "${KILN_FIRST_ROUNDS:-10}" <<'PY' | tee "$out/pch48_first.txt"
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 walls = {}
