@@ -135,7 +135,7 @@ TEST_CASE("processes making one header set's PCH at once: one makes it, the othe
   REQUIRE(run_child(cache, out, 2, {1}).made == 0);  // the record's sample without: the next compile makes
   std::string command = "(";
   for (int k = 11; k <= 14; ++k) {
-    command += fmt::format("env KILN_LOG=info {} {} {} 2 {} > {}/child-{}.txt 2>&1 & ", KILN_PCH_CHILD, cache.string(),
+    command += fmt::format("env KILN_LOG=info KILN_PCH=auto {} {} {} 2 {} > {}/child-{}.txt 2>&1 & ", KILN_PCH_CHILD, cache.string(),
                            out.string(), k, scratch.path().string(), k);
   }
   (void)kiln::test::shell_output(command + "wait)");

@@ -24,7 +24,7 @@
 //     without a PCH and with the stored one (the check included where a compile paid it); after
 //     kVerdictUses uses it says whether the PCH pays (the median with it below kPaysRatio of the median
 //     without; against the making compile's time, kPaysRatioAgainstMake, where no compile went without).
-//     KILN_PCH=auto (the default) then neither makes nor uses a PCH for a set where it does not pay, in
+//     KILN_PCH=auto then neither makes nor uses a PCH for a set where it does not pay, in
 //     this process and the next; KILN_PCH=1 records but does not obey; KILN_PCH=0 turns all PCH off.
 //   - Space: a PCH is made only where the cache's file system has room for NVRTC's whole heap and
 //     kSpareBytes more (NVRTC writes it through a mapping: a full disk is a SIGBUS); PCH files count in the
@@ -45,9 +45,10 @@ namespace kiln::vendor::pch {
 
 /// KILN_PCH.
 enum class Mode : std::uint8_t {
-  off,        ///< "0": no precompiled headers at all
-  on,         ///< "1": made and used wherever a header set is large enough; verdicts recorded, not obeyed
-  automatic,  ///< "auto" (the default): as on, but not where a set's record says its PCH does not pay
+  off,          ///< "0": no precompiled headers at all
+  per_process,  ///< "private" (the default): PCHs in a folder private to the process, none stored or shared
+  on,           ///< "1": stored and shared, made and used wherever a header set is large enough; verdicts recorded, not obeyed
+  automatic,    ///< "auto": stored and shared, but not where a set's record says its PCH does not pay
 };
 
 /// Uses of a stored PCH measured before the verdict, and the ratios it takes to pay (see above).
