@@ -65,20 +65,22 @@ def __getattr__(name):
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 
-def _cupy_switch():
-    value = _os.environ.get("KILN_CUPY", "")
-    if value == "1":
-        from .cupy._import_hook import enable_when_imported
-        enable_when_imported()
-    elif value not in ("", "0"):
-        _warnings.warn(f"KILN_CUPY={value!r} ignored: use 1 (route CuPy's compiles through kiln) or 0", RuntimeWarning,
-                       stacklevel=3)
+# The switches `import kiln` reads: (variable, the subpackage whose _import_hook enables it, what 1 does).
+_SWITCHES = (("KILN_CUPY", "cupy", "route CuPy's compiles through kiln"),
+             ("KILN_CUDA_CORE", "cuda_core", "route cuda.core's compiles through kiln"),
+             ("KILN_TORCH", "torch", "route torch.cuda._compile_kernel through kiln"))
 
 
-_cupy_switch()
-if _os.environ.get("KILN_CUDA_CORE", "") not in ("", "0"):
-    from .cuda_core._import_hook import from_environment as _cuda_core_switch
-    _cuda_core_switch()
-if _os.environ.get("KILN_TORCH", "") not in ("", "0"):
-    from .torch._import_hook import from_environment as _torch_switch
-    _torch_switch()
+def _read_switches():
+    """1: the runtime is routed through kiln once it is imported (at once when it is already); 0 or unset:
+    nothing; any other value: ignored with a warning. The import hooks are imported only for a 1."""
+    for variable, package, purpose in _SWITCHES:
+        value = _os.environ.get(variable, "")
+        if value == "1":
+            import importlib
+            importlib.import_module(f".{package}._import_hook", __name__).enable_when_imported()
+        elif value not in ("", "0"):
+            _warnings.warn(f"{variable}={value!r} ignored: use 1 ({purpose}) or 0", RuntimeWarning, stacklevel=3)
+
+
+_read_switches()

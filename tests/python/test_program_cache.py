@@ -14,7 +14,7 @@ import pytest
 
 import kiln
 import kiln.cuda_core
-from kiln import _native
+from kiln import _native, _record
 from kiln.cuda_core import _program_cache
 from conftest import REPO, STAND_IN, subprocess_env
 from test_cuda_core import calls, options
@@ -127,7 +127,7 @@ def test_stats_count_what_happened(cache):
 def test_foreign_and_cut_values_are_misses_and_removed(cache, cache_dir):
     good = _program_cache.encode(b"code", "cubin", "n", {"k": b"v"})
     header = b'{"code_type":"elf","name":"","code_size":1,"symbol_mapping":[]}'
-    unknown_type = _program_cache._PREFIX.pack(_program_cache.MAGIC, 1, len(header)) + header + b"c"
+    unknown_type = _record.PREFIX.pack(_program_cache.MAGIC, 1, len(header)) + header + b"c"
     raw = kiln.Engine(cache_dir=cache_dir)
     for key, value in ((b"garbage", b"not a value"), (b"empty", b""), (b"cut", good[:-1]),
                        (b"version", good[:8] + b"\x02" + good[9:]), (b"header", good[:13] + b"x" + good[14:]),

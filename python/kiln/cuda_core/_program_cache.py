@@ -28,18 +28,15 @@ A value that does not follow it (another version, a cut or foreign value) is a m
 """
 
 import collections.abc
-import json
 import os
-import struct
 import threading
 
-from .. import _api, _native
+from .. import _api, _native, _record
 from ..errors import Error
 
 NAMESPACE = "cuda.core"
 MAGIC = b"kiln.oc\n"
 VERSION = 1
-_PREFIX = struct.Struct("<8sBI")  # magic, version, header length
 # cuda.core's ObjectCode code types (ObjectCode.code_type).
 CODE_TYPES = ("cubin", "ptx", "ltoir", "fatbin", "object", "library")
 
@@ -72,9 +69,8 @@ def encode(code, code_type=None, name="", symbol_mapping=None):
     if code_type is not None and code_type not in CODE_TYPES:
         raise ValueError(f"code_type {code_type!r} is not one of cuda.core's ({', '.join(CODE_TYPES)})")
     mapping = [_tagged(key) + _tagged(value) for key, value in (symbol_mapping or {}).items()]
-    header = json.dumps({"code_type": code_type, "name": name if name is not None else "", "code_size": len(code),
-                         "symbol_mapping": mapping}, separators=(",", ":")).encode()
-    return _PREFIX.pack(MAGIC, VERSION, len(header)) + header + bytes(code)
+    return _record.frame(MAGIC, VERSION, {"code_type": code_type, "name": name if name is not None else "",
+                                          "code_size": len(code), "symbol_mapping": mapping}, code)
 
 
 class Record:
@@ -89,22 +85,7 @@ class Record:
 
 def decode(data):
     """The Record a stored value holds; ValueFormatError when it is not one (see the format above)."""
-    if len(data) < _PREFIX.size:
-        raise ValueFormatError(f"{len(data)} bytes: shorter than the value's {_PREFIX.size}-byte prefix")
-    magic, version, length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise ValueFormatError("not a kiln.cuda_core value (no magic)")
-    if version != VERSION:
-        raise ValueFormatError(f"value format version {version}; this kiln reads version {VERSION}")
-    if length > len(data) - _PREFIX.size:
-        raise ValueFormatError(f"header of {length} bytes in a value of {len(data)}")
-    try:
-        header = json.loads(data[_PREFIX.size:_PREFIX.size + length].decode())
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueFormatError(f"header is not UTF-8 JSON: {error}") from None
-    if not isinstance(header, dict):
-        raise ValueFormatError("header is not a JSON object")
-    code = data[_PREFIX.size + length:]
+    header, code = _record.unframe(data, MAGIC, VERSION, "a kiln.cuda_core value", ValueFormatError)
     code_type, name, size, mapping = (header.get("code_type"), header.get("name"), header.get("code_size"),
                                       header.get("symbol_mapping"))
     if code_type is not None and code_type not in CODE_TYPES:

@@ -20,13 +20,13 @@ A record that does not follow it, whose group does not name itself, or that lack
 """
 
 import json
-import struct
+
+from .. import _record
 
 NAMESPACE = "triton"
 GROUP_PREFIX = "__grp__"  # Triton's name for a group's own file (FileCacheManager: "__grp__<file name>")
 MAGIC = b"kiln.tg\n"
 VERSION = 1
-_PREFIX = struct.Struct("<8sBI")  # magic, version, header length
 _MAX_NAME = 255  # a file name: one path component
 
 
@@ -77,42 +77,29 @@ class Record:
 
 def encode(name, files):
     """The stored form of the group `name` holding `files` ({file name: bytes}, in order)."""
-    header = json.dumps({"group": name, "files": [[child, len(data)] for child, data in files.items()]},
-                        separators=(",", ":")).encode()
-    return b"".join([_PREFIX.pack(MAGIC, VERSION, len(header)), header, *files.values()])
+    return _record.frame(MAGIC, VERSION, {"group": name, "files": [[child, len(data)] for child, data in files.items()]},
+                         *files.values())
 
 
 def decode(data):
     """The Record a stored group holds; RecordError when it is not one (see the format above)."""
-    if len(data) < _PREFIX.size:
-        raise RecordError(f"{len(data)} bytes: shorter than the record's {_PREFIX.size}-byte prefix")
-    magic, version, length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise RecordError("not a kiln.triton group (no magic)")
-    if version != VERSION:
-        raise RecordError(f"group format version {version}; this kiln reads version {VERSION}")
-    if length > len(data) - _PREFIX.size:
-        raise RecordError(f"a header of {length} bytes in a record of {len(data)}")
-    try:
-        header = json.loads(data[_PREFIX.size:_PREFIX.size + length].decode())
-    except (UnicodeDecodeError, ValueError) as error:
-        raise RecordError(f"the header is not UTF-8 JSON: {error}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("group"), str) or name_problem(header["group"]):
+    header, body = _record.unframe(data, MAGIC, VERSION, "a kiln.triton group", RecordError)
+    if not isinstance(header.get("group"), str) or name_problem(header["group"]):
         raise RecordError("the header names no group")
     listed = header.get("files")
     if not isinstance(listed, list) or not all(isinstance(item, list) and len(item) == 2 for item in listed):
         raise RecordError("files is not a list of [name, size]")
     files = {}
-    offset = _PREFIX.size + length
+    offset = 0
     for child, size in listed:
         if name_problem(child) or child in files:
             raise RecordError(f"a bad or repeated file name {child!r}")
-        if type(size) is not int or size < 0 or offset + size > len(data):
+        if type(size) is not int or size < 0 or offset + size > len(body):
             raise RecordError(f"{child}: size {size!r} runs past the record's {len(data)} bytes")
-        files[child] = bytes(data[offset:offset + size])
+        files[child] = bytes(body[offset:offset + size])
         offset += size
-    if offset != len(data):
-        raise RecordError(f"{len(data) - offset} bytes after the last file")
+    if offset != len(body):
+        raise RecordError(f"{len(body) - offset} bytes after the last file")
     if header["group"] not in files:
         raise RecordError(f"the group lacks its own file {header['group']}")
     return Record(header["group"], files)
