@@ -1,11 +1,11 @@
 // The cache end to end through the Engine with real NVRTC compiles (no GPU needed: prewarm for a
 // named target). Each case is one item of issue 3's must-show list. Skips (77) without NVRTC.
-#define CATCH_CONFIG_RUNNER
 #include <sys/resource.h>
 
 #include <thread>
 
 #include "cache_test_support.hpp"
+#include "catch_run.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: NVRTC not available: %s\n", error.what());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }
 
 TEST_CASE("engine cache: a source whose key passes the readers' limit is refused before compiling", "[cache]") {

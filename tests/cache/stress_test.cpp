@@ -1,13 +1,13 @@
 // Many processes on one cache: the compile lease (one compile per key across processes), and a 20 s
 // stress of 8 processes x 4 threads over 20 kernels with a worker SIGKILLed and restarted every few
 // seconds. Every entry left must be byte-identical to a reference compile. Needs NVRTC, no GPU.
-#define CATCH_CONFIG_RUNNER
 #include <map>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "cache_test_support.hpp"
+#include "catch_run.hpp"
 #include "kiln/cache/storage.hpp"
 #include "kiln/engine.hpp"
 #include "kiln/error.hpp"
@@ -200,5 +200,5 @@ int main(int argc, char** argv) {
     std::printf("%s", said.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

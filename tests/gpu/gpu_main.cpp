@@ -1,7 +1,8 @@
 // main() of every gpu test binary: child modes first, then the device check (exit 77 with
 // "SKIPPED: <reason>" when there is none, or fewer than `--min-devices=N` asks for), then Catch2.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,8 +55,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   int result = 0;
   {
-    Catch::Session session;
-    result = session.run(argc, argv);
+    result = kiln_test::run_catch(argc, argv);
   }
   kiln_test::detail::stop_shared_engine();
   return result;

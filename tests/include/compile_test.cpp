@@ -4,8 +4,9 @@
 // engine: CUB and libcu++ kernels with NVRTC for sm_90, a small -I tree with NVRTC and HIPRTC
 // (gfx90a). Also the compilers' real wording for a missing header, and the retry of a computed include.
 // Needs NVRTC; skips with the reason when it is absent (the HIPRTC cases skip on their own).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -452,5 +453,5 @@ int main(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     kiln::test::skip(std::string("no compile-only engine: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

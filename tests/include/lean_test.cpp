@@ -7,8 +7,9 @@
 // a header missing indeed still gives the user's error; a header edited in a branch that was not taken
 // and then becomes taken (by a -D change, by an edit of the macro's header) is never served stale;
 // KILN_LEAN_HEADERS=0. Needs NVRTC (compile-only engines, sm_90); skips with the reason when absent.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 #include <fmt/format.h>
 
 #include <cctype>
@@ -558,5 +559,5 @@ int main(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     kiln::test::skip(std::string("no compile-only engine: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -10,8 +10,9 @@
 //  - Raw compiler flags that make a compiler open files (-Xcuda=-I..., --pch-dir, -isysroot, ...) are
 //    refused; a header that starts with a UTF-8 byte order mark compiles.
 // Skips without NVRTC; the HIPRTC sections skip on their own when HIPRTC is missing.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 #include <unistd.h>
 
 #include <memory>
@@ -299,5 +300,5 @@ TEST_CASE("a header or source that starts with a UTF-8 byte order mark compiles,
 
 int main(int argc, char* argv[]) {
   if (!can_compile("sm_90")) kiln::test::skip("NVRTC cannot compile for sm_90 here");
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

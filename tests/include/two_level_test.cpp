@@ -5,8 +5,9 @@
 // never served a stale binary; one manifest holds several results; a lost entry or a damaged manifest
 // costs a resolve, never a wrong binary; the same relative -I in two directories are two requests; a
 // 2,000-header tree. Needs NVRTC (compile-only engines, sm_90); skips with the reason when absent.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <unistd.h>
 
@@ -290,5 +291,5 @@ int main(int argc, char** argv) {
   } catch (const kiln::Error& e) {
     kiln::test::skip(std::string("no compile-only engine: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

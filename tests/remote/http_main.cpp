@@ -1,8 +1,9 @@
 // Catch2 runner for the HTTP tier's tests: they need nginx (and python3 for the fault server). Without
 // them the run is skipped (77) on a developer's machine, but fails in CI (CI=true), where
 // scripts/setup.sh installs both: a missing server must not turn the suite green by skipping it.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <unistd.h>
 
@@ -29,5 +30,5 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: %s\n", missing);
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -1,7 +1,8 @@
 // Catch2 runner for the tests that need a real redis-server: skips (exit 77) with the reason when this
 // build has no Redis client, the machine has no redis-server, or (engine tests) NVRTC is missing.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstdio>
 
@@ -33,5 +34,5 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -1,8 +1,9 @@
 // Engine::compile, the compile-only API: the binary itself for a named target, with no GPU. Its kinds
 // (CUBIN, PTX), its key (the one prewarm gives), its origins (compiled, memory, disk, pack), lowered
 // names, the compiler log and its lifetime beyond the engine. Needs NVRTC; skips without it.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstring>
 #include <string>
@@ -233,5 +234,5 @@ int main(int argc, char** argv) {
   } catch (const DeviceUnavailable& e) {
     test::skip(std::string("NVRTC is not available: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -1,7 +1,8 @@
 // The cache key: every input that can change a binary changes it; nothing else does.
 // Uses Engine::describe_key (builds the key without compiling; needs NVRTC for its identity).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <algorithm>
 
@@ -160,5 +161,5 @@ int main(int argc, char** argv) {
   } catch (const DeviceUnavailable& e) {
     test::skip(std::string("NVRTC is not available: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -2,8 +2,9 @@
 // with NVRTC and no GPU: the kind, LTO-IR's signature, lowered names, the key, disk hits across engines,
 // a damaged LTO-IR entry refused and compiled again, the AMD refusals, and a relocatable CUBIN's ELF
 // type. Needs NVRTC; skips without it. Nothing here is loaded on a GPU.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstring>
 #include <fstream>
@@ -265,5 +266,5 @@ int main(int argc, char** argv) {
   } catch (const DeviceUnavailable& e) {
     test::skip(std::string("NVRTC is not available: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

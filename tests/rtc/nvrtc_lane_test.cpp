@@ -1,7 +1,8 @@
 // The NVRTC lane through the engine's request path, on a machine with no GPU (Engine::prewarm).
 // Needs NVRTC (the CUDA toolkit); skips with the reason when it is absent.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstring>
 #include <string>
@@ -251,5 +252,5 @@ int main(int argc, char** argv) {
   } catch (const DeviceUnavailable& e) {
     test::skip(std::string("NVRTC is not available: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -6,8 +6,9 @@
 //    stay in the key and go to the compiler;
 //  - a source whose text misleads the guess (a declaration in #if 0) is compiled again with the names.
 // Needs NVRTC (skips without it); HIPRTC parts run where it loads.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <cstring>
 #include <sstream>
@@ -207,5 +208,5 @@ int main(int argc, char** argv) {
   } catch (const DeviceUnavailable& e) {
     test::skip(std::string("NVRTC is not available: ") + e.what());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

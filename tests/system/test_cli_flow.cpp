@@ -3,8 +3,9 @@
 // recompiled -> prune trims -> export / import / a mounted pack serve hits -> why-miss names the
 // differing key part -> a recorded manifest replays into an empty cache with the same entries.
 // Needs NVRTC or HIPRTC (no GPU): sm_90 when NVRTC loads, gfx90a when HIPRTC loads.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -480,5 +481,5 @@ int main(int argc, char** argv) {
     }
     if (!why.empty()) std::printf("note: running with %s only (%s)\n", g_targets[0].c_str(), why.c_str());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

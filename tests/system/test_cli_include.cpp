@@ -2,8 +2,9 @@
 // -I folders -> `cache show` lists the headers the entry was compiled from -> `why-miss` says hit, then,
 // after an edit, names the header that changed (from the dependency manifest and in the nearest entry's
 // key) -> `cache stats` counts the manifest -> `cache clear` removes it. Needs NVRTC (sm_90, no GPU).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <fstream>
 
@@ -271,5 +272,5 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -2,8 +2,9 @@
 // whose store failed, one warning per command (not per worker process) for a cache that refuses its
 // stores, worker processes that die with a killed command instead of writing into the cache after it,
 // and the summary's wording. Skips (exit 77) naming why when NVRTC does not load.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
     std::string why;
     for (const kiln::LaneInfo& lane : engine.lanes()) {
       if (lane.vendor != kiln::Vendor::cuda) continue;
-      if (lane.compiler_loaded) return Catch::Session().run(argc, argv);
+      if (lane.compiler_loaded) return kiln_test::run_catch(argc, argv);
       why = lane.status;
     }
     std::printf("SKIPPED: NVRTC does not load: %s\n", why.c_str());

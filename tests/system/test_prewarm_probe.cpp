@@ -1,8 +1,9 @@
 // kiln prewarm against a hostile newcomer's second probe (issue 20): a kernel name the binary does
 // not define passed as "compiled" or "cached"; a compile error was printed twice; why-miss called an entry the engine refuses a hit.
 // Needs NVRTC or HIPRTC (no GPU): sm_90 when NVRTC loads, gfx90a when HIPRTC loads.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <sys/stat.h>
 
@@ -214,5 +215,5 @@ int main(int argc, char** argv) {
     }
     if (!why.empty()) std::printf("note: running with %s only (%s)\n", g_targets[0].c_str(), why.c_str());
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

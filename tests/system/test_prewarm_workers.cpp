@@ -3,8 +3,9 @@
 // with its reason and a non-zero exit while the others succeed (the same report as with
 // --workers thread), a killed worker fails only the request it held, and nothing hangs.
 // Needs NVRTC (no GPU); skips (exit 77) naming why when it does not load.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -272,5 +273,5 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

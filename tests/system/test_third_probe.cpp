@@ -4,8 +4,9 @@
 // a wait for another process's compile was reported as compile time; a damaged dependency manifest was
 // replaced without a word, and an unreadable one's warning said "the request recompiles" on a disk hit.
 // Needs NVRTC (no GPU); skips without it.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_run.hpp"
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -212,5 +213,5 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return kiln_test::run_catch(argc, argv);
 }

@@ -16,6 +16,9 @@ ARCHITECTURE.md states them; this test is what keeps them true. Each rule names 
               and its lanes (engine/src/lanes/): a third vendor would compile and silently take one of the two
               branches. What differs by vendor is a row of the table; a switch over every enumerator with no
               default (the compiler names a vendor it lacks) and a test against Vendor::none are not switches
+  catch       a test file under tests/ configures Catch2 (#define CATCH_CONFIG_RUNNER or CATCH_CONFIG_MAIN) other than
+              tests/support/catch_session.cpp: Catch2's implementation compiles once for every test binary, and a
+              file that configures it loses the tests' precompiled header (10-15 s of CPU a file)
 
 Usage: house_rules.py [SOURCE_ROOT]   check a tree (default: the repository this file is in), after the self-test
        house_rules.py --self-test      only the self-test: a scratch tree that breaks each rule once must have each
@@ -37,6 +40,8 @@ VENDOR_TABLE = ("engine/src/vendor_table.hpp", "engine/src/vendor_table.cpp")
 NAMED_VENDOR = r"(?:\w+::)*Vendor::(?!none\b)\w+"
 VENDOR_SWITCH_RE = re.compile(rf"[!=]=\s*{NAMED_VENDOR}|{NAMED_VENDOR}\s*(?:[!=]=|\?)|\?\s*{NAMED_VENDOR}\s*:")
 COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+CATCH_CONFIG_RE = re.compile(r"^\s*#\s*define\s+CATCH_CONFIG_(?:RUNNER|MAIN)\b", re.M)
+CATCH_SESSION = "tests/support/catch_session.cpp"
 
 
 def files_of(root):
@@ -124,6 +129,16 @@ def check(root):
         if lib == "tools" and re.search(r"\bopen_remote\s*\(", text):
             breaches.append(f"tiers: {path} calls open_remote: tools/ does not open remote tiers itself; the "
                             f"storage layer does, through the engine's facade")
+    for dirpath, dirnames, names in os.walk(os.path.join(root, "tests")):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(n for n in names if n.endswith(SOURCE_SUFFIXES)):
+            path = os.path.relpath(os.path.join(dirpath, name), root)
+            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+                configures = CATCH_CONFIG_RE.search(COMMENT_RE.sub("", f.read()))
+            if configures and path != CATCH_SESSION:
+                breaches.append(f"catch: {path} defines {configures.group().split()[-1]}: Catch2's implementation "
+                                f"compiles once ({CATCH_SESSION}); a test with its own main ends it with "
+                                f"kiln_test::run_catch(argc, argv) (tests/support/catch_run.hpp)")
     return breaches
 
 
@@ -148,6 +163,8 @@ def self_test():
                                '    case Vendor::hip: return 2;\n    case Vendor::none: break;\n  }\n  return 0;\n}\n'
                                '// was: v == Vendor::cuda ? 1 : 2\n/* or v != Vendor::hip */\n',
         "engine/include/kiln/kiln.h": "int x;\n" * 900,
+        "tests/support/catch_session.cpp": "#define CATCH_CONFIG_RUNNER\n#include <catch2/catch.hpp>\n",
+        "tests/system/own_main.cpp": '// not: #define CATCH_CONFIG_RUNNER\n#include "catch_run.hpp"\n',
         "tools/main.cpp": '#include "kiln/engine.hpp"\nint open_remote_count = 0;\n'
                           'bool gpu(Vendor v) { return v != Vendor::none; }\n',
     }
@@ -164,6 +181,8 @@ def self_test():
         "vendors": ("engine/src/requests.cpp", 'auto flag(Vendor v) { return v == Vendor::cuda ? "-arch=" : "--offload-arch="; }\n'),
         "vendors ": ("includes/src/resolve.cpp", 'void f() {\n  if (input.vendor != kiln::Vendor::hip) g();\n}\n'),
         "vendors  ": ("cache/src/store/entry.cpp", 'bool lto(Vendor v) { return Vendor::cuda== v; }\n'),
+        "catch": ("tests/system/own_main.cpp", "#define CATCH_CONFIG_RUNNER\n#include <catch2/catch.hpp>\n"),
+        "catch ": ("tests/unit/main.cpp", "  #  define CATCH_CONFIG_MAIN\n"),
         "vendors   ": ("tools/devices.cpp", 'Vendor of(const Target& t) { return t.gpu ? Vendor::cuda : Vendor::hip; }\n'),
     }
 
