@@ -163,6 +163,26 @@ if [[ "${KILN_H200_ONLY:-}" == runtimes ]]; then
     | tee "$out/cuda_core_bench.txt"
   exit 0
 fi
+# KILN_H200_ONLY=pchcrash: the crash of 2026-12-07 (CuPy's kernel tests through kiln, 16 workers sharing stored PCHs:
+# segmentation faults in kiln's compile call). CuPy's tests through kiln with KILN_PCH=auto under scripts/diag/segv_trace.c
+# (each crash's native stack and the mappings near the fault and near the PCH heap address, libkiln's frames resolved
+# with addr2line), then with the default (private) PCHs, as the comparison. KILN_CUPY_TESTS narrows the files.
+if [[ "${KILN_H200_ONLY:-}" == pchcrash ]]; then
+  cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  gcc -shared -fPIC -O1 -o /tmp/segv_trace.so "$root/scripts/diag/segv_trace.c" || exit 1
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  traces=/tmp/kiln-segv; rm -rf "$traces"; mkdir -p "$traces"
+  KILN_PCH=auto LD_PRELOAD=/tmp/segv_trace.so SEGV_TRACE_DIR="$traces" KILN_CUPY_TESTS_MODES=kiln run_cupy_tests python3
+  echo "== $(ls "$traces" | wc -l) crash traces"
+  for f in $(ls "$traces"/* 2>/dev/null | head -3); do
+    echo "-- $f"; cat "$f"
+    grep -o 'libkiln.so(+0x[0-9a-f]*)' "$f" | grep -o '0x[0-9a-f]*' | xargs -r addr2line -f -C -e "$build/engine/libkiln.so" | paste - - | head -20
+  done 2>&1 | head -150 | tee "$out/pchcrash_traces.txt"
+  mv "$out/cupy_tests_kiln.txt" "$out/cupy_tests_kiln_auto.txt"
+  echo "== the default (private PCHs)"
+  KILN_CUPY_TESTS_MODES=kiln run_cupy_tests python3
+  exit 0
+fi
 # KILN_H200_ONLY=cupytests: CuPy's own kernel tests (run_cupy_tests) with kiln built here.
 if [[ "${KILN_H200_ONLY:-}" == cupytests ]]; then
   cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
