@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "catch_run.hpp"
+#include "key_part.hpp"
 
 #include <algorithm>
 
@@ -28,15 +29,7 @@ cache::Hash128 key_of(Engine& e, const std::string& text, const std::string& hea
   return e.describe_key(Source::from_text("k.cu", text, {{"helper.h", header}}), options, names, target).first;
 }
 
-std::string part(const std::string& canonical, const std::string& name) {
-  const auto parts = cache::CanonicalKey::parse(canonical);
-  REQUIRE(parts);
-  for (const auto& p : *parts) {
-    if (p.name == name) return p.value;
-  }
-  FAIL("no key part " << name);
-  return {};
-}
+std::string part(const std::string& canonical, const std::string& name) { return kiln::test::key_part(canonical, name); }
 
 }  // namespace
 

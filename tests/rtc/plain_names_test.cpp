@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "catch_run.hpp"
+#include "key_part.hpp"
 
 #include <cstring>
 #include <sstream>
@@ -53,15 +54,7 @@ cache::Hash128 key_of(Engine& e, const Source& s, const std::vector<std::string>
   return e.describe_key(s, {}, names, target).first;
 }
 
-std::string part(const std::string& canonical, const std::string& name) {
-  const auto parts = cache::CanonicalKey::parse(canonical);
-  REQUIRE(parts);
-  for (const auto& p : *parts) {
-    if (p.name == name) return p.value;
-  }
-  FAIL("no key part " << name);
-  return {};
-}
+std::string part(const std::string& canonical, const std::string& name) { return kiln::test::key_part(canonical, name); }
 
 /// The library kiln loaded for `vendor`, or "" when its lane has none.
 std::string compiler_path(Vendor vendor) {
