@@ -80,12 +80,15 @@ std::string pch_note(Engine& engine, std::uint64_t made, std::uint64_t used) {
   return " (no PCH)";
 }
 
-/// KILN_PCH and KILN_LEAN_HEADERS for the life of a mode's engines (both are read when an engine starts).
+/// KILN_PCH and KILN_LEAN_HEADERS for the life of a mode's engines (both are read when an engine starts). With PCH,
+/// every mode runs the default, each process's own PCHs (private), but stored-pch, which runs the PCHs stored in the
+/// cache and shared between processes (1: made and used wherever a set is large enough, no verdict in the way).
 struct ModeEnvironment {
   test::ScopedEnv pch;
   test::ScopedEnv lean;
   explicit ModeEnvironment(const ModeSpec& m)
-      : pch("KILN_PCH", m.pch ? "1" : "0"), lean("KILN_LEAN_HEADERS", m.lean ? "1" : "0") {}
+      : pch("KILN_PCH", !m.pch ? "0" : m.kind == ModeSpec::stored_pch ? "1" : "private"),
+        lean("KILN_LEAN_HEADERS", m.lean ? "1" : "0") {}
 };
 
 std::string read_all(const fs::path& path) {
@@ -174,18 +177,18 @@ std::vector<std::string> mode_needs(const std::string& mode) {
 std::string mode_description(const std::string& mode) {
   if (mode.starts_with("warm-")) {
     return "a new engine at every step over one cache kept warm across the steps (KILN_PCH " +
-           std::string(mode.find("nopch") != std::string::npos ? "0" : "1") + ", KILN_LEAN_HEADERS " +
+           std::string(mode.find("nopch") != std::string::npos ? "0" : "private") + ", KILN_LEAN_HEADERS " +
            (mode.ends_with("lean") ? "1" : "0") + ")";
   }
   if (mode == "fresh") return "a new empty cache at every step";
   if (mode == "second-process") return "another process reads the warm cache of warm-pch-lean (warm-lean for HIP)";
   if (mode == "stored-pch") {
-    return "the sibling kernels in one process over a new cache (the second makes the set's PCH and stores it), then "
-           "the case in another process, which uses that stored PCH";
+    return "the sibling kernels in one process over a new cache (KILN_PCH=1: the second makes the set's PCH and "
+           "stores it), then the case in another process, which uses that stored PCH";
   }
   if (mode == "siblings-first") {
-    return "the sibling kernels, then the case, in one engine over a new cache with PCH: the PCH (and the hoisted "
-           "prelude) is made by a sibling and used by the case";
+    return "the sibling kernels, then the case, in one engine over a new cache with the process's own PCHs: the PCH "
+           "(and the hoisted prelude) is made by a sibling and used by the case";
   }
   if (mode == "fetched") {
     return "an empty cache compiles and publishes to a Redis remote, then another empty cache fetches the manifest "
