@@ -7,6 +7,7 @@ No GPU, CuPy or cuda.core are needed: compiles are for named targets (sm_90), an
 kiln.cuda_core are tested against tests/python/stand_in/cupy and tests/python/stand_in/cuda.
 """
 
+import contextlib
 import os
 import sys
 
@@ -79,31 +80,38 @@ def compile_api(nvrtc):
         pytest.skip(f"{kiln.library_path} has kiln API version {version}: kiln_compile needs 2")
 
 
-def _forget_cupy():
-    for name in [name for name in sys.modules if name == "cupy" or name.startswith("cupy.")]:
+def forget(package):
+    """Drops `package` and its submodules from sys.modules, so that the next import finds them anew."""
+    for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
         del sys.modules[name]
+
+
+@contextlib.contextmanager
+def stand_in(package, route):
+    """While the block runs, tests/python/stand_in's `package` is what `import <package>` finds, freshly imported,
+    ahead of any real one; after it, `route` (kiln.cupy, kiln.cuda_core, kiln.torch, kiln.triton) is disabled with
+    its stats reset, the stand-in forgotten and any modules of that name loaded before restored."""
+    saved = {name: module for name, module in sys.modules.items() if name == package or name.startswith(package + ".")}
+    forget(package)
+    sys.path.insert(0, STAND_IN)
+    try:
+        yield
+    finally:
+        route.disable()
+        route.reset_stats()
+        sys.path.remove(STAND_IN)
+        forget(package)
+        sys.modules.update(saved)
 
 
 @pytest.fixture
 def stand_in_cupy():
     """The stand-in CuPy, freshly imported (ahead of any real CuPy), and kiln.cupy disabled after."""
     import kiln.cupy
-    _forget_cupy()
-    sys.path.insert(0, STAND_IN)
-    try:
+    with stand_in("cupy", kiln.cupy):
         import cupy
         assert cupy.__file__.startswith(STAND_IN), cupy.__file__
         yield cupy
-    finally:
-        kiln.cupy.disable()
-        kiln.cupy.reset_stats()
-        sys.path.remove(STAND_IN)
-        _forget_cupy()
-
-
-def _forget_cuda():
-    for name in [name for name in sys.modules if name == "cuda" or name.startswith("cuda.")]:
-        del sys.modules[name]
 
 
 @pytest.fixture
@@ -112,19 +120,10 @@ def core():
     import kiln.cuda_core
     from kiln.cuda_core._import_hook import _remove_finder
     _remove_finder()  # a KILN_CUDA_CORE=1 in the environment would enable at import: the tests decide
-    saved = {name: module for name, module in sys.modules.items() if name == "cuda" or name.startswith("cuda.")}
-    _forget_cuda()
-    sys.path.insert(0, STAND_IN)
-    try:
+    with stand_in("cuda", kiln.cuda_core):
         import cuda.core
         assert cuda.core.__file__.startswith(STAND_IN), cuda.core.__file__
         yield cuda.core
-    finally:
-        kiln.cuda_core.disable()
-        kiln.cuda_core.reset_stats()
-        sys.path.remove(STAND_IN)
-        _forget_cuda()
-        sys.modules.update(saved)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 import kiln
 from kiln import _native
-from conftest import REPO, STAND_IN, subprocess_env
+from conftest import REPO, STAND_IN, stand_in, subprocess_env
 
 ADD = r"""
 extern "C" __global__ void add_tensors(const float* a, const float* b, float* c, int n) {
@@ -32,20 +32,13 @@ template <typename T> __global__ void scale(T* data, T factor, int n) {
 """
 
 
-def _forget_torch():
-    for name in [name for name in sys.modules if name == "torch" or name.startswith("torch.")]:
-        del sys.modules[name]
-
-
 @pytest.fixture
 def torch(monkeypatch, compile_api):
     """The stand-in torch, freshly imported; kiln.torch disabled after. Skips where its NVRTC cannot load."""
     import kiln.torch
     for name in ("TORCH_STAND_IN_VERSION", "TORCH_STAND_IN_HIP", "TORCH_STAND_IN_CC", "KILN_TORCH"):
         monkeypatch.delenv(name, raising=False)
-    _forget_torch()
-    sys.path.insert(0, STAND_IN)
-    try:
+    with stand_in("torch", kiln.torch):
         import torch
         assert torch.__file__.startswith(STAND_IN), torch.__file__
         try:
@@ -53,11 +46,6 @@ def torch(monkeypatch, compile_api):
         except OSError as error:
             pytest.skip(f"the stand-in torch needs NVRTC: {error}")
         yield torch
-    finally:
-        kiln.torch.disable()
-        kiln.torch.reset_stats()
-        sys.path.remove(STAND_IN)
-        _forget_torch()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import pytest
 
 import kiln
 from kiln import _native
-from conftest import REPO, STAND_IN, subprocess_env
+from conftest import REPO, STAND_IN, stand_in, subprocess_env
 
 MANAGER = "kiln.triton:CacheManager"
 
@@ -39,32 +39,20 @@ def label_api():
         pytest.skip(f"{kiln.library_path} has kiln API version {version}: kiln.triton's tests need 7")
 
 
-def _forget_triton():
-    for name in [name for name in sys.modules if name == "triton" or name.startswith("triton.")]:
-        del sys.modules[name]
-
-
 @pytest.fixture
 def triton(tmp_path, monkeypatch):
     """The stand-in Triton, freshly imported, with its cache folder in tmp_path; kiln.triton disabled after."""
     import kiln.triton
-    _forget_triton()
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv("KILN_TRITON_DIR", raising=False)
     monkeypatch.delenv("TRITON_STAND_IN_VERSION", raising=False)
-    sys.path.insert(0, STAND_IN)
-    try:
+    with stand_in("triton", kiln.triton):
         import triton
         import triton.build
         import triton.compiler
         assert triton.__file__.startswith(STAND_IN), triton.__file__
         yield triton
-    finally:
-        kiln.triton.disable()
-        kiln.triton.reset_stats()
-        sys.path.remove(STAND_IN)
-        _forget_triton()
 
 
 @pytest.fixture
