@@ -70,7 +70,9 @@ class Nvrtc final : public Compiler {
       std::vector<std::string> searched;
       m_builtins = DynamicLibrary::open_first({(dir / ("libnvrtc-builtins.so." + m_version)).string()}, searched);
     }
-    m_pch = std::make_unique<pch::Folders>(off_reason, off_reason.empty() ? stored_pchs(major, minor) : nullptr);
+    std::string no_shelf;
+    std::unique_ptr<pch::Shelf> shelf = off_reason.empty() ? stored_pchs(major, minor, no_shelf) : nullptr;
+    m_pch = std::make_unique<pch::Folders>(off_reason, std::move(shelf), std::move(no_shelf));
   }
 
   Vendor vendor() const noexcept override { return Vendor::cuda; }
@@ -229,10 +231,12 @@ class Nvrtc final : public Compiler {
   }
 
   /// The stored PCHs (nvrtc_pch_store.hpp), with NVRTC's PCH heap placed at kiln's address; null (PCHs
-  /// private to the process, said at debug level) when its mmap import cannot be pointed there.
-  std::unique_ptr<pch::Shelf> stored_pchs(int major, int minor) {
-    if (pch_mode() == pch::Mode::per_process) return nullptr;  // nor is NVRTC's heap moved
-    std::string why;
+  /// private to the process, `why` says why) under KILN_PCH=private or when its mmap import cannot be pointed there.
+  std::unique_ptr<pch::Shelf> stored_pchs(int major, int minor, std::string& why) {
+    if (pch_mode() == pch::Mode::per_process) {  // nor is NVRTC's heap moved
+      why = "KILN_PCH=private (the default; auto shares them through the cache)";
+      return nullptr;
+    }
     if (!pch::hook_heap(reinterpret_cast<const void*>(m_api.nvrtcVersion), why)) {
       KILN_LOG(debug, "precompiled headers stay private to each process: {}", why);
       return nullptr;

@@ -176,8 +176,11 @@ LogNotes strip_pch_messages(std::string& log, const Plan& plan) {
   return notes;
 }
 
-Folders::Folders(std::string off_reason, std::unique_ptr<Shelf> shelf)
-    : m_off_reason(std::move(off_reason)), m_on(m_off_reason.empty()), m_shelf(std::move(shelf)) {}
+Folders::Folders(std::string off_reason, std::unique_ptr<Shelf> shelf, std::string no_shelf_reason)
+    : m_off_reason(std::move(off_reason)),
+      m_on(m_off_reason.empty()),
+      m_shelf(std::move(shelf)),
+      m_no_shelf_reason(std::move(no_shelf_reason)) {}
 
 void Folders::turn_off(const std::string& reason) {
   const std::lock_guard lock(m_mutex);
@@ -404,7 +407,7 @@ std::string Folders::describe(std::uint64_t heap_bytes) const {
   return fmt::format("on ({} made, {} used in this process; PCH heap {} MiB; {}; where not: files in {}, at most {} "
                      "MiB a process, removed when it ends)",
                      m_made.load(), m_used.load(), heap_bytes >> 20,
-                     m_shelf ? "stored PCHs " + m_shelf->describe() : std::string("stored PCHs off"), where,
+                     m_shelf ? "stored PCHs " + m_shelf->describe() : "stored PCHs off: " + m_no_shelf_reason, where,
                      kMaxBytes >> 20);
 }
 

@@ -127,8 +127,8 @@ class Hoisted {
 class Folders {
  public:
   /// `off_reason` empty: on; else the reason it is off ("KILN_PCH=0", "NVRTC 12.4 has none (12.8+)"). `shelf`:
-  /// the stored PCHs (null: PCHs stay private to the process).
-  Folders(std::string off_reason, std::unique_ptr<Shelf> shelf);
+  /// the stored PCHs (null: PCHs stay private to the process, for `no_shelf_reason`, which describe() says).
+  Folders(std::string off_reason, std::unique_ptr<Shelf> shelf, std::string no_shelf_reason = {});
   ~Folders();
   Folders(const Folders&) = delete;
   Folders& operator=(const Folders&) = delete;
@@ -181,6 +181,7 @@ class Folders {
   std::atomic<std::uint64_t> m_made{0};
   std::atomic<std::uint64_t> m_used{0};
   std::unique_ptr<Shelf> m_shelf;
+  std::string m_no_shelf_reason;
 };
 
 }  // namespace kiln::vendor::pch
