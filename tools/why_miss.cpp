@@ -1,5 +1,6 @@
 // kiln cache why-miss: would this request hit? If not, the nearest entry and exactly which key parts (and,
-// with include folders, which headers) differ, and what the request's dependency manifest says.
+// with include folders, which headers) differ, what the request's dependency manifest says, and whether its
+// compile would find a precompiled header.
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -222,10 +223,19 @@ int run_why_miss(const WhyMissArgs& args) {
     explanation = manifests.explain(request_key.hash(), request_key.bytes());
   }
 
+  // 5. What the compile this miss leads to would do with a precompiled header.
+  std::string pch;
+  try {
+    pch = engine.pch_outlook(*source, options, names, args.target);
+  } catch (const std::exception& error) {
+    pch = fmt::format("unknown: {}", one_line(error.what()));
+  }
+
   if (args.json) {
     json out = {{"request", request_label},
                 {"key", hash.hex()},
                 {"hit", false},
+                {"precompiled_header", pch},
                 {"damaged", damaged},
                 {"tier_errors", tier_errors}};
     if (explanation) {
@@ -260,6 +270,7 @@ int run_why_miss(const WhyMissArgs& args) {
   if (!damaged.empty()) text += fmt::format("  {}\n", damaged);
   for (const std::string& error : tier_errors) text += fmt::format("  tier unusable: {}\n", one_line(error));
   if (explanation) text += describe_explanation(*explanation);
+  text += fmt::format("precompiled header: {}\n", pch);
   if (!nearest) {
     text += "the cache has no entries to compare with\n";
   } else {

@@ -178,13 +178,10 @@ cache::StoredPublish EngineCore::publish_stored(std::span<const cache::Hash128> 
       keys, [this](const cache::Hash128& request_key) { return m_requests->manifest_bytes(request_key); });
 }
 
-std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler,
-                                                        std::string& log) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<vendor::HeaderText> headers;
+vendor::CompileInput EngineCore::compile_input(const Request& r, includes::CompilerView& view,
+                                               std::vector<vendor::HeaderText>& headers) {
   // The compiler's view of the request: a resolve's (the home found its prelude's end with its one scan of
   // the source), or the source and its headers as given.
-  includes::CompilerView view;
   if (r.includes) {
     view = includes::IncludeHome::compiler_view(*r.includes);
     headers.reserve(view.headers.size());
@@ -198,6 +195,15 @@ std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const 
   input.lto_ir = r.target.output == PayloadKind::ltoir;
   input.prelude_end = view.prelude_end;
   input.store = &store();  // NVRTC's precompiled headers are kept beside the entries (nvrtc_pch_store.hpp)
+  return input;
+}
+
+std::shared_ptr<const cache::Entry> EngineCore::compile(const Request& r, const vendor::Compiler& compiler,
+                                                        std::string& log) {
+  const auto start = std::chrono::steady_clock::now();
+  includes::CompilerView view;
+  std::vector<vendor::HeaderText> headers;
+  const vendor::CompileInput input = compile_input(r, view, headers);
   vendor::CompileOutput output;
   try {
     output = compiler.compile(input);
@@ -542,6 +548,21 @@ std::pair<cache::Hash128, std::string> EngineCore::describe_key(const Source& so
   Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/false);
   if (dependencies != nullptr) *dependencies = m_requests->dependencies(r);
   return {r.hash, r.key.bytes()};
+}
+
+std::string EngineCore::pch_outlook(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                    std::string_view target) {
+  Request r = m_requests->plan(source, options, names, target, -1, Settle{}, /*record=*/false);
+  if (r.reads_files && !r.includes) m_requests->settle_includes(r, /*use_manifest=*/false);  // the bytes NVRTC gets
+  const vendor::Compiler* compiler = nullptr;
+  try {
+    compiler = &m_compilers->compiler(r.target.vendor);
+  } catch (const DeviceUnavailable& e) {
+    return fmt::format("unknown: the compiler cannot be loaded ({})", e.what());
+  }
+  includes::CompilerView view;
+  std::vector<vendor::HeaderText> headers;
+  return compiler->pch_outlook(compile_input(r, view, headers));
 }
 
 PrewarmPlan EngineCore::plan_prewarm(const Source& source, const Options& options,

@@ -71,6 +71,10 @@ std::pair<cache::Hash128, std::string> Engine::describe_key(const Source& source
                                                             cache::DependencySet* dependencies) {
   return m_core->describe_key(source, options, names, target, dependencies);
 }
+std::string Engine::pch_outlook(const Source& source, const Options& options, const std::vector<std::string>& names,
+                                std::string_view target) {
+  return m_core->pch_outlook(source, options, names, target);
+}
 Vendor Engine::vendor() const { return m_core->vendor(); }
 std::vector<DeviceInfo> Engine::devices() const { return m_core->devices(); }
 int Engine::default_device() const { return m_core->default_device(); }

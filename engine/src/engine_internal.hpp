@@ -23,6 +23,10 @@
 #include "kiln/engine.hpp"
 #include "lanes/lane.hpp"
 
+namespace kiln::includes {
+struct CompilerView;  // kiln/includes/include_home.hpp
+}  // namespace kiln::includes
+
 namespace kiln::detail {
 
 class RequestRecorder;
@@ -171,6 +175,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
                                                       const std::vector<std::string>& names, std::string_view target,
                                                       cache::DependencySet* dependencies);
 
+  /// Engine::pch_outlook: the request planned as describe_key plans it, its headers read, the lane asked.
+  std::string pch_outlook(const Source& source, const Options& options, const std::vector<std::string>& names,
+                          std::string_view target);
+
   [[nodiscard]] Vendor vendor() const noexcept {
     return m_devices.runtime ? m_devices.runtime->vendor() : Vendor::none;
   }
@@ -210,6 +218,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   /// another process's compile, or a compile here.
   Obtained obtain_entry(const Request& request, bool bypass_cache);
   Obtained obtain_uncached(const Request& request, bool bypass_cache);
+  /// What the compiler is handed for a request: views into `view` (a resolve's) and `headers`, which must
+  /// outlive it.
+  vendor::CompileInput compile_input(const Request& request, includes::CompilerView& view,
+                                     std::vector<vendor::HeaderText>& headers);
   /// Compiles a request into an entry; the compiler's log (of a successful compile) goes to `log`.
   std::shared_ptr<const cache::Entry> compile(const Request& request, const vendor::Compiler& compiler,
                                               std::string& log);

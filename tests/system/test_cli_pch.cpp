@@ -125,3 +125,107 @@ TEST_CASE("prune takes precompiled headers with entries, least recently used fir
   CHECK(empty.at("pch").at("count") == 0);
   CHECK(empty.at("entries") == 0);
 }
+
+namespace {
+
+/// A CUB kernel (about 6 MB of toolkit headers: a set heavy enough to make its PCH in its first compile).
+std::string cub_kernel(const std::string& name, const std::string& value) {
+  return fmt::format(R"(#include <cub/block/block_reduce.cuh>
+extern "C" __global__ void {}(const float* in, float* out) {{
+  using Reduce = cub::BlockReduce<float, 128>;
+  __shared__ typename Reduce::TempStorage storage;
+  const float sum = Reduce(storage).Sum({});
+  if (threadIdx.x == 0) out[0] = sum;
+}}
+)",
+                     name, value);
+}
+
+/// The text after "precompiled header: " in why-miss's output (one line).
+std::string pch_line(const Result& result) {
+  const std::string marker = "precompiled header: ";
+  const std::size_t at = result.out.find(marker);
+  if (at == std::string::npos) return {};
+  const std::size_t start = at + marker.size();
+  return result.out.substr(start, result.out.find('\n', start) - start);
+}
+
+}  // namespace
+
+TEST_CASE("why-miss says what the compile would do with a precompiled header: none yet, the stored one, damaged, off, "
+          "private, too small, does not pay") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  (void)dir.write_file("first.cu", cub_kernel("first", "in[threadIdx.x]"));
+  (void)dir.write_file("second.cu", cub_kernel("second", "in[threadIdx.x] * 2.0f"));
+  std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""},
+                                         {"KILN_PCH", "auto"}};
+  const auto why_miss = [&](const std::string& source, const std::string& kernel, bool json = false) {
+    std::vector<std::string> args{"cache", "why-miss", "--source", (dir / source).string(), "-k", kernel,
+                                  "--toolkit-includes", "-t", "sm_90"};
+    if (json) args.emplace_back("--json");
+    return run_kiln(args, env, dir.path());
+  };
+
+  const Result before = why_miss("first.cu", "first");
+  INFO(before.describe());
+  REQUIRE(before.rc == 1);
+  const std::string none = pch_line(before);
+  if (none.find("no precompiled headers") != std::string::npos || none.find("cannot be loaded") != std::string::npos) {
+    WARN("skipped: " << none);
+    return;
+  }
+  CHECK(none.find("none stored yet (") != std::string::npos);
+  CHECK(none.find("next compile makes it") != std::string::npos);  // a heavy set: its first compile makes it
+  CHECK(why_miss("first.cu", "first", true).parsed().at("precompiled_header") == none);
+
+  const Result made = run_kiln({"prewarm", "--source", (dir / "first.cu").string(), "-k", "first", "--toolkit-includes",
+                                "-t", "sm_90", "-j", "1"},
+                               env, dir.path());
+  INFO(made.describe());
+  REQUIRE(made.rc == 0);
+  const json stats = run_kiln({"cache", "stats", "--json"}, env, dir.path()).parsed();
+  REQUIRE(stats.at("pch").at("count") == 1);
+
+  // Another kernel over the same headers: the stored PCH, under the key the first line named.
+  const std::string key = none.substr(none.find('(') + 1, 32);
+  const Result stored = why_miss("second.cu", "second");
+  const std::string uses = pch_line(stored);
+  INFO(stored.describe());
+  CHECK(uses.find("a stored precompiled header (" + key) != std::string::npos);
+  CHECK(uses.find("a compile uses it") != std::string::npos);
+
+  // A verdict that it does not pay: auto neither uses it nor, once it is gone, makes it; KILN_PCH=1 would.
+  {
+    kiln::cache::StoreConfig config;
+    config.root = cache;
+    kiln::cache::Store store(config);
+    kiln::cache::PchRecord record;
+    record.verdict = kiln::cache::PchRecord::Verdict::does_not_pay;
+    record.why = "measured slower";
+    REQUIRE(store.write_pch_record(Hash128::from_hex(key).value(), record));
+  }
+  const std::string unpaid = pch_line(why_miss("second.cu", "second"));
+  CHECK(unpaid.find("not used: it does not pay here (measured slower)") != std::string::npos);
+
+  // A damaged file: said, and left where it is (why-miss changes nothing; the next compile removes it).
+  const fs::path file = pch_path(cache, Hash128::from_hex(key).value());
+  REQUIRE(fs::exists(file));
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    f.write("zz", 2);
+  }
+  const std::string damaged = pch_line(why_miss("second.cu", "second"));
+  CHECK(damaged.find("is damaged (") != std::string::npos);
+  CHECK(fs::exists(file));
+
+  env["KILN_PCH"] = "private";
+  CHECK(pch_line(why_miss("second.cu", "second")).starts_with("private to each process (KILN_PCH=private"));
+  env["KILN_PCH"] = "0";
+  CHECK(pch_line(why_miss("second.cu", "second")) == "off: KILN_PCH=0");
+  env["KILN_PCH"] = "auto";
+  const Result small = run_kiln({"cache", "why-miss", "--builtin", "saxpy", "-k", "saxpy", "-t", "sm_90"}, env, dir.path());
+  CHECK(pch_line(small).starts_with("none: "));
+  CHECK(pch_line(small).find("KiB of headers reach NVRTC") != std::string::npos);
+}

@@ -283,6 +283,13 @@ class Engine {
                                                                     std::string_view target,
                                                                     cache::DependencySet* dependencies = nullptr);
 
+  /// What compiling the request here would do with a precompiled header (NVRTC's, kept in the cache or
+  /// private to a process), one line for `kiln cache why-miss`: "a stored precompiled header (<key>, ...): a
+  /// compile uses it", "none stored yet (<key>): this header set's next compile makes it", "none: <why>", ...
+  /// Reads the request's headers; compiles, makes and changes nothing. Throws ConfigError like describe_key().
+  [[nodiscard]] std::string pch_outlook(const Source& source, const Options& options,
+                                        const std::vector<std::string>& name_expressions, std::string_view target);
+
   /// The vendor lane that runs kernels (none when there is no device).
   [[nodiscard]] Vendor vendor() const;
   [[nodiscard]] std::vector<DeviceInfo> devices() const;

@@ -115,9 +115,8 @@ class Hiprtc final : public Compiler {
     return out;
   }
   std::vector<std::string> supported_targets() const override { return m_targets; }
-  std::string precompiled_headers() const override {
-    return "off: HIPRTC has no precompiled headers (its -hip-pch flag does nothing)";
-  }
+  std::string precompiled_headers() const override { return "off: " + std::string(kNoPch); }
+  std::string pch_outlook(const CompileInput&) const override { return "none: " + std::string(kNoPch); }
 
   CompileOutput compile(const CompileInput& input) const override {
     const std::string name(input.source_name);
@@ -164,6 +163,8 @@ class Hiprtc final : public Compiler {
   }
 
  private:
+  static constexpr std::string_view kNoPch = "HIPRTC has no precompiled headers (its -hip-pch flag does nothing)";
+
   /// The gfx targets the loaded comgr lists ("amdgcn-amd-amdhsa--gfx90a:xnack+" -> "gfx90a"), once each.
   void read_comgr_targets() {
     std::size_t count = 0;

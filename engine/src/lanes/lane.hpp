@@ -85,6 +85,9 @@ class Compiler {
   [[nodiscard]] virtual CompileOutput compile(const CompileInput& input) const = 0;
   /// Whether compiles use precompiled headers, one line for `kiln devices` ("on (...)", "off: <why>").
   [[nodiscard]] virtual std::string precompiled_headers() const = 0;
+  /// What a compile of `input` would do with a precompiled header, one line for `kiln cache why-miss` ("a stored
+  /// precompiled header (...): a compile uses it", "none stored yet ...", "none: ..."). Changes nothing.
+  [[nodiscard]] virtual std::string pch_outlook(const CompileInput& input) const = 0;
 };
 
 /// What a loaded function declares.

@@ -133,6 +133,12 @@ class Nvrtc final : public Compiler {
 
   std::string precompiled_headers() const override { return m_pch->describe(m_pch->on() ? heap_size() : 0); }
 
+  std::string pch_outlook(const CompileInput& input) const override {
+    if (!m_pch->on()) return m_pch->outlook(input, 0);
+    const std::unique_ptr<pch::Hoisted> hoisted = pch::Hoisted::make(input);  // as compile() hands it over
+    return m_pch->outlook(hoisted ? hoisted->input() : input, heap_size());
+  }
+
  private:
   /// NVRTC's PCH heap's size now (PCH on only: the call is NVRTC 12.8's).
   std::size_t heap_size() const {
@@ -205,7 +211,7 @@ class Nvrtc final : public Compiler {
     std::size_t current = 0;
     m_api.nvrtcGetPCHHeapSize(&current);
     if (current >= needed) return;  // another thread grew it meanwhile
-    const std::size_t grown = (needed + kHeapStep - 1) / kHeapStep * kHeapStep;
+    const std::size_t grown = (needed + pch::kHeapStep - 1) / pch::kHeapStep * pch::kHeapStep;
     KILN_LOG(debug, "NVRTC PCH heap: {} MiB -> {} MiB (a precompiled header needs {} bytes)", current >> 20,
              grown >> 20, needed);
     pch::expect_heap(grown);  // the new heap goes where the old one was (nvrtc_heap.hpp)
@@ -281,7 +287,6 @@ class Nvrtc final : public Compiler {
 
   /// NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED (14 in nvrtc.h of CUDA 12.8+; spelled out for older headers).
   static constexpr nvrtcResult kHeapExhausted = static_cast<nvrtcResult>(14);
-  static constexpr std::size_t kHeapStep = 64ULL << 20;
 
   DynamicLibrary m_library;
   DynamicLibrary m_builtins;  ///< NVRTC's builtins library, loaded ahead of its first compile (or not found)

@@ -411,4 +411,29 @@ std::string Folders::describe(std::uint64_t heap_bytes) const {
                      kMaxBytes >> 20);
 }
 
+std::string Folders::outlook(const CompileInput& input, std::uint64_t heap_bytes) const {
+  if (!on()) {
+    const std::lock_guard lock(m_mutex);
+    return "off: " + m_off_reason;
+  }
+  const auto [digest, bytes] = header_set(input.headers, input.source_name);
+  if (bytes < kMinHeaderBytes) {
+    return fmt::format("none: {} KiB of headers reach NVRTC, under the {} KiB a precompiled header is made for",
+                       bytes >> 10, kMinHeaderBytes >> 10);
+  }
+  if (m_shelf && input.store != nullptr) {
+    // A process whose heap grew (a PCH that did not fit) keys its PCHs by the grown size: look there too.
+    constexpr std::uint64_t kLargestHeap = 4ULL << 30;
+    std::vector<std::pair<std::uint64_t, cache::Hash128>> grown;
+    for (std::uint64_t size = (heap_bytes / kHeapStep + 1) * kHeapStep; size <= kLargestHeap; size += kHeapStep) {
+      grown.emplace_back(size, m_shelf->key(input, digest, size));
+    }
+    return m_shelf->outlook(*input.store, m_shelf->key(input, digest, heap_bytes), bytes, heap_bytes, grown);
+  }
+  return fmt::format("private to each process ({}): in a process, this header set's ({} KiB) {}",
+                     m_no_shelf_reason.empty() ? "no disk cache" : m_no_shelf_reason, bytes >> 10,
+                     bytes < kMakeAtFirstBytes ? "first compile goes without one, its second makes one, later ones use it"
+                                               : "first compile makes one, later ones use it");
+}
+
 }  // namespace kiln::vendor::pch

@@ -73,6 +73,8 @@ inline constexpr std::uint64_t kMinHeaderBytes = 256 * 1024;
 inline constexpr std::uint64_t kMakeAtFirstBytes = 4ULL << 20;
 /// The PCH files one process keeps at most; the least recently made folders go first.
 inline constexpr std::uint64_t kMaxBytes = 2ULL << 30;
+/// NVRTC's PCH heap grows in steps of this (a PCH that does not fit: the size NVRTC asks for, rounded up).
+inline constexpr std::uint64_t kHeapStep = 64ULL << 20;
 /// The room left free on the PCH folders' file system beyond the largest PCH a compile may write.
 inline constexpr std::uint64_t kSpareBytes = 64ULL << 20;
 
@@ -157,6 +159,10 @@ class Folders {
   void note(const Plan& plan, const LogNotes& notes, double ms);
   /// One line for `kiln devices`: "on (N made, M used, heap X MiB; <root>)" or "off: <reason>".
   [[nodiscard]] std::string describe(std::uint64_t heap_bytes) const;
+  /// What a compile of `input` (its PCH form: Hoisted's input where it hoists) would do with a precompiled
+  /// header, in a fresh process with a PCH heap of `heap_bytes`, one line for `kiln cache why-miss`. Reads the
+  /// stored PCHs (Shelf::outlook); makes, changes and counts nothing.
+  [[nodiscard]] std::string outlook(const CompileInput& input, std::uint64_t heap_bytes) const;
 
  private:
   [[nodiscard]] std::optional<std::filesystem::path> root();

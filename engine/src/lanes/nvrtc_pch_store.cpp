@@ -305,6 +305,67 @@ void Shelf::after(StoredPlan& plan, bool created, bool used, const std::string& 
   KILN_LOG(info, "precompiled header not stored: {}", why);
 }
 
+std::string Shelf::outlook(const cache::Store& store, const cache::Hash128& key, std::uint64_t header_bytes,
+                           std::uint64_t heap_bytes,
+                           const std::vector<std::pair<std::uint64_t, cache::Hash128>>& other_keys) const {
+  using Verdict = cache::PchRecord::Verdict;
+  if (store.mode() == cache::StoreMode::memory_only) {
+    return "private to each process: the cache is memory-only (" + store.mode_reason() + "), so none is stored";
+  }
+  std::unordered_map<cache::Hash128, cache::PchListing, cache::Hash128Hasher> files;
+  for (cache::PchListing& item : store.list_pch()) {
+    if (!item.record) files.emplace(item.key, std::move(item));
+  }
+  const std::optional<cache::PchRecord> record = store.read_pch_record(key);
+  const std::string verdict =
+      !record ? std::string()
+      : record->verdict == Verdict::learning
+          ? fmt::format("; whether it pays here is decided after {} more compile(s) with it",
+                        kVerdictUses - std::min(kVerdictUses, record->with_ms.size()))
+          : fmt::format("; it {} here ({})", record->verdict == Verdict::pays ? "pays" : to_string(record->verdict),
+                        record->why);
+  const std::string name = fmt::format("a stored precompiled header ({}, PCH heap {} MiB)", key.hex(), heap_bytes >> 20);
+  if (const auto found = files.find(key); found != files.end()) {
+    if (std::string damaged = store.check_pch_file(found->second.path); !damaged.empty()) {
+      return fmt::format("{} is damaged ({}): the next compile removes it and goes on as if there were none", name,
+                         damaged);
+    }
+    if (m_mode == Mode::automatic && record && record->verdict == Verdict::does_not_pay) {
+      return fmt::format("{}, not used: it does not pay here ({}); KILN_PCH=1 uses it anyway", name, record->why);
+    }
+    return fmt::format("{}: {:.1f} MiB, checked: a compile uses it{}", name,
+                       static_cast<double>(found->second.size) / (1 << 20), verdict);
+  }
+  std::string text;
+  if (record && record->verdict == Verdict::too_large && record->pch_bytes > store.config().pch_limit()) {
+    text = fmt::format("none ({}): its PCH ({} MiB) is larger than the cache's share for them ({} MiB, "
+                       "KILN_PCH_MAXSIZE): compiles go without",
+                       key.hex(), record->pch_bytes >> 20, store.config().pch_limit() >> 20);
+  } else if (m_mode == Mode::automatic && record && record->verdict == Verdict::does_not_pay) {
+    text = fmt::format("none ({}): it does not pay on this machine ({}): compiles go without; KILN_PCH=1 makes it "
+                       "anyway",
+                       key.hex(), record->why);
+  } else if (store.mode() != cache::StoreMode::read_write) {
+    text = fmt::format("none stored ({}), and the cache is read-only here ({}): compiles go without", key.hex(),
+                       store.mode_reason());
+  } else if (header_bytes < kMakeAtFirstBytes && (!record || record->without_ms.empty())) {
+    text = fmt::format("none stored yet ({}): this header set's next compile goes without one (measured), the one "
+                       "after makes it",
+                       key.hex());
+  } else {
+    text = fmt::format("none stored yet ({}): this header set's next compile makes it{}", key.hex(), verdict);
+  }
+  for (const auto& [size, other] : other_keys) {
+    if (files.count(other) != 0) {
+      text += fmt::format("; one made under a {} MiB PCH heap is stored ({}): a process whose heap has grown to that "
+                          "size uses it",
+                          size >> 20, other.hex());
+      break;
+    }
+  }
+  return text;
+}
+
 std::string Shelf::describe() const {
   if (placement() == Placement::elsewhere) return "not shared: NVRTC's PCH heap is elsewhere (" + placement_reason() + ")";
   const std::lock_guard lock(m_mutex);

@@ -36,6 +36,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "kiln/base/hash.hpp"
 #include "kiln/cache/store.hpp"
@@ -93,6 +95,12 @@ class Shelf {
   /// After the compile: `created` / `used` from its log, `refusal` NVRTC's reason for not taking a stored
   /// PCH (empty when it took it), `ms` its NVRTC time. Publishes a made PCH, records samples and verdicts.
   void after(StoredPlan& plan, bool created, bool used, const std::string& refusal, double ms);
+  /// What a fresh process's compile of a set of `header_bytes` under `key` (made with a heap of
+  /// `heap_bytes`) would do with `store`'s PCH, one line (Folders::outlook). Checks a stored file whole;
+  /// removes nothing. `other_keys`: the set's keys under other heap sizes (a process whose heap grew).
+  [[nodiscard]] std::string outlook(const cache::Store& store, const cache::Hash128& key, std::uint64_t header_bytes,
+                                    std::uint64_t heap_bytes,
+                                    const std::vector<std::pair<std::uint64_t, cache::Hash128>>& other_keys) const;
   /// Whether this process shares PCHs (its heap at kHeapAddress, NVRTC taking the stored files).
   [[nodiscard]] bool sharing() const noexcept;
   /// For `kiln devices`: "stored PCHs: N used, M made here" or why not.
