@@ -163,24 +163,42 @@ if [[ "${KILN_H200_ONLY:-}" == runtimes ]]; then
     | tee "$out/cuda_core_bench.txt"
   exit 0
 fi
-# KILN_H200_ONLY=pchcrash: the crash of 2026-12-07 (CuPy's kernel tests through kiln, 16 workers sharing stored PCHs:
-# segmentation faults in kiln's compile call). CuPy's tests through kiln with KILN_PCH=auto under scripts/diag/segv_trace.c
-# (each crash's native stack and the mappings near the fault and near the PCH heap address, libkiln's frames resolved
-# with addr2line), then with the default (private) PCHs, as the comparison. KILN_CUPY_TESTS narrows the files.
+# KILN_H200_ONLY=pchcrash: the crash of 2026-12-07 (CuPy's kernel tests through kiln, workers sharing stored PCHs:
+# SIGSEGV in kiln's compile call, executing at an address in libkiln's read-only data). A libkiln with line tables
+# (-g1) of its own build; CuPy's test_bfloat16.py through kiln.cupy with KILN_PCH=auto, without Python's faulthandler
+# (it catches the signal first and raises it again, which loses the faulting context), under
+# scripts/diag/segv_trace.c: on 4 workers over one empty cache (W), then one process after another over one cache
+# (A makes the header sets' PCHs, B compiles other kernels over them: cross-process use without concurrency). Each
+# crash's instruction, frames and the stack words that point into an image, libkiln's resolved with addr2line.
 if [[ "${KILN_H200_ONLY:-}" == pchcrash ]]; then
-  cmake --build "$build" -j"$(nproc)" --target kiln >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
-  gcc -shared -fPIC -O1 -o /tmp/segv_trace.so "$root/scripts/diag/segv_trace.c" || exit 1
-  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
-  traces=/tmp/kiln-segv; rm -rf "$traces"; mkdir -p "$traces"
-  KILN_PCH=auto LD_PRELOAD=/tmp/segv_trace.so SEGV_TRACE_DIR="$traces" KILN_CUPY_TESTS_MODES=kiln run_cupy_tests python3
-  echo "== $(ls "$traces" | wc -l) crash traces"
-  for f in $(ls "$traces"/* 2>/dev/null | head -3); do
-    echo "-- $f"; cat "$f"
-    grep -o 'libkiln.so(+0x[0-9a-f]*)' "$f" | grep -o '0x[0-9a-f]*' | xargs -r addr2line -f -C -e "$build/engine/libkiln.so" | paste - - | head -20
-  done 2>&1 | head -150 | tee "$out/pchcrash_traces.txt"
-  mv "$out/cupy_tests_kiln.txt" "$out/cupy_tests_kiln_auto.txt"
-  echo "== the default (private PCHs)"
-  KILN_CUPY_TESTS_MODES=kiln run_cupy_tests python3
+  traced="${build}-g1"
+  cmake -S "$root" -B "$traced" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 -DKILN_WITH_HIP=OFF >"$out/configure-g1.log" 2>&1 || exit 1
+  cmake --build "$traced" -j"$(nproc)" --target kiln kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  gcc -shared -fPIC -O1 -o /tmp/segv_trace.so "$root/scripts/diag/segv_trace.c" -ldl || exit 1
+  trace_run() {  # name, pytest arguments...
+    local name=$1; shift
+    local traces="/tmp/kiln-segv-$name"; rm -rf "$traces"; mkdir -p "$traces"
+    echo "== $name: $* ($(date -u +%H:%M:%S))"
+    (cd "$root/.carry/cupy_tests/tests" && KILN_LIBRARY="$traced/engine/libkiln.so" PYTHONPATH="$root/python" KILN_CUPY=1 \
+      KILN_PCH=auto LD_PRELOAD=/tmp/segv_trace.so SEGV_TRACE_DIR="$traces" timeout "${KILN_PCHCRASH_TIMEOUT:-90}" \
+      python3 -m pytest -p no:faulthandler -p no:cacheprovider -q "$@" >"$out/pchcrash_$name.txt" 2>&1)
+    echo "exit $?: $(tail -1 "$out/pchcrash_$name.txt"); $(ls "$traces" | wc -l) crash traces"
+    "$traced/tools/kiln" cache ls --pch 2>&1 | tail -3
+    for f in $(ls "$traces"/* 2>/dev/null | head -2); do
+      cp "$f" "$out/pchcrash_${name}_$(basename "$f")"
+      echo "-- $f"; grep -v '^ADDR2LINE' "$f" | grep -v '^sp+' | head -30
+      grep '^sp+' "$f" | grep -E 'libkiln|libnvrtc|libcuda' | head -24
+      grep '^ADDR2LINE' "$f" | grep libkiln | sort -u | head -24 | while read -r _ image offset; do
+        echo "$offset: $(addr2line -f -C -i -e "$image" "$offset" 2>/dev/null | paste -sd' ' | cut -c1-240)"
+      done
+    done
+  }
+  tests=cupy_tests/core_tests/test_bfloat16.py
+  export KILN_CACHE_DIR=/tmp/kiln-pchcrash-w CUPY_CACHE_DIR=/tmp/cupy-pchcrash-w; rm -rf "$KILN_CACHE_DIR" "$CUPY_CACHE_DIR"
+  trace_run W "$tests" -n 4
+  export KILN_CACHE_DIR=/tmp/kiln-pchcrash-ab CUPY_CACHE_DIR=/tmp/cupy-pchcrash-ab; rm -rf "$KILN_CACHE_DIR" "$CUPY_CACHE_DIR"
+  trace_run A "$tests" -k unary
+  trace_run B "$tests" -k binary
   exit 0
 fi
 # KILN_H200_ONLY=cupytests: CuPy's own kernel tests (run_cupy_tests) with kiln built here.
