@@ -229,3 +229,43 @@ TEST_CASE("why-miss says what the compile would do with a precompiled header: no
   CHECK(pch_line(small).starts_with("none: "));
   CHECK(pch_line(small).find("KiB of headers reach NVRTC") != std::string::npos);
 }
+
+TEST_CASE("why-miss on a lighter header set: its next compile goes without a PCH first; a read-only cache makes none; "
+          "one too large for the PCH share is named") {
+  TempDir dir;
+  const fs::path cache = dir / "cache";
+  (void)dir.write_file("light.cu", "#include <cuda/std/complex>\n"
+                                   "extern \"C\" __global__ void k(float* p) {\n"
+                                   "  p[0] = cuda::std::abs(cuda::std::complex<float>(p[0], 1.0f));\n}\n");
+  std::map<std::string, std::string> env{{"KILN_CACHE_DIR", cache.string()}, {"KILN_CACHE_PACKS", ""},
+                                         {"KILN_PCH", "auto"}};
+  const auto why_miss = [&] {
+    return pch_line(run_kiln({"cache", "why-miss", "--source", (dir / "light.cu").string(), "-k", "k",
+                              "--toolkit-includes", "-t", "sm_90"},
+                             env, dir.path()));
+  };
+  const std::string first = why_miss();
+  INFO(first);
+  if (first.find("no precompiled headers") != std::string::npos || first.find("cannot be loaded") != std::string::npos) {
+    WARN("skipped: " << first);
+    return;
+  }
+  // libcu++'s complex: over the 256 KiB a PCH is made for, under the 4 MiB that makes one at once.
+  CHECK(first.find("next compile goes without one (measured), the one after makes it") != std::string::npos);
+  const std::string key = first.substr(first.find('(') + 1, 32);
+
+  env["KILN_CACHE_READONLY"] = "1";
+  CHECK(why_miss().find("none is made where the cache is read-only") != std::string::npos);
+  env.erase("KILN_CACHE_READONLY");
+
+  {
+    kiln::cache::StoreConfig config;
+    config.root = cache;
+    kiln::cache::Store store(config);
+    kiln::cache::PchRecord record;
+    record.verdict = kiln::cache::PchRecord::Verdict::too_large;
+    record.pch_bytes = std::uint64_t{4} << 30;  // above any share of the default 1 GiB limit
+    REQUIRE(store.write_pch_record(Hash128::from_hex(key).value(), record));
+  }
+  CHECK(why_miss().find("is larger than the cache's share for them") != std::string::npos);
+}

@@ -346,8 +346,8 @@ std::string Shelf::outlook(const cache::Store& store, const cache::Hash128& key,
                        "anyway",
                        key.hex(), record->why);
   } else if (store.mode() != cache::StoreMode::read_write) {
-    text = fmt::format("none stored ({}), and the cache is read-only here ({}): compiles go without", key.hex(),
-                       store.mode_reason());
+    text = fmt::format("none stored ({}), and none is made where the cache is read-only ({}): compiles go without",
+                       key.hex(), store.mode_reason());
   } else if (header_bytes < kMakeAtFirstBytes && (!record || record->without_ms.empty())) {
     text = fmt::format("none stored yet ({}): this header set's next compile goes without one (measured), the one "
                        "after makes it",
