@@ -1,7 +1,8 @@
 """What kiln.cupy, kiln.cuda_core, kiln.torch and kiln.triton share, each routing one runtime's compiles (or
 its cache) through kiln: the version gate (which releases of the runtime a module was written for), running
 a program with the routing on (`python -m kiln.<runtime>`), switching it on when the runtime is imported
-(KILN_CUPY=1, KILN_CUDA_CORE=1, KILN_TORCH=1), and the counters behind their stats()."""
+(KILN_CUPY=1, KILN_CUDA_CORE=1, KILN_TORCH=1), giving the runtime its own function back (disable()), and the
+counters behind their stats()."""
 
 import importlib.util
 import os
@@ -143,6 +144,25 @@ def enable_or_warn(enable, switch, runtime):
         enable()
     except Error as error:
         warnings.warn(f"{switch}=1: {runtime} keeps its own compiler: {error}", RuntimeWarning, stacklevel=3)
+
+
+# ---- disable() ----------------------------------------------------------------------------------------------
+
+def put_back(state, places, ours):
+    """What every routing module's disable() does, under `state.lock` (its _state module): when it is enabled,
+    switch it off, drop its engine, and give each (module name, attribute) of `places` back `state.original`
+    where that attribute still holds what enable() put there (`ours()`, a tuple, read under the lock: something
+    installed over kiln's since is left alone). A module not imported is left alone too."""
+    with state.lock:
+        if not state.enabled:
+            return
+        state.enabled = False
+        state.engine = None
+        installed = ours()
+        for module_name, attribute in places:
+            module = sys.modules.get(module_name)
+            if module is not None and any(getattr(module, attribute, None) is thing for thing in installed):
+                setattr(module, attribute, state.original)
 
 
 # ---- warnings ---------------------------------------------------------------------------------------------

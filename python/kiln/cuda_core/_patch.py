@@ -4,7 +4,6 @@ cuda.core.Program; disable() puts cuda.core's own class back; enabled() says whi
 
 import importlib
 import inspect
-import sys
 
 from .. import _native, _routing
 from ..errors import Error
@@ -107,17 +106,8 @@ def _program_module():
 def disable():
     """Puts cuda.core's own Program class back. Programs made while enabled compile with cuda.core from
     now on; what kiln compiled stays as it is."""
-    with _state.lock:
-        if not _state.enabled:
-            return
-        _state.enabled = False
-        _state.engine = None
-        core = sys.modules.get("cuda.core")
-        if core is not None and getattr(core, "Program", None) is _state.routed_class:
-            core.Program = _state.original
-        module = sys.modules.get("cuda.core._program")
-        if module is not None and getattr(module, "Program", None) is _state.routed_class:
-            module.Program = _state.original
+    _routing.put_back(_state, (("cuda.core", "Program"), ("cuda.core._program", "Program")),
+                      lambda: (_state.routed_class,))
 
 
 def enabled():

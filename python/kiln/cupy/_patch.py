@@ -3,7 +3,6 @@ the ones kiln.cupy was written for, then puts the replacement compile function i
 disable() gives CuPy its own back; enabled() says which one is in place."""
 
 import inspect
-import sys
 
 from .. import _native, _routing
 from ..errors import Error
@@ -73,14 +72,8 @@ def enable(engine=None):
 
 def disable():
     """Gives CuPy back its own compile function. Modules kiln already compiled stay loaded."""
-    with _state.lock:
-        if not _state.enabled:
-            return
-        _state.enabled = False
-        _state.engine = None
-        compiler = sys.modules.get("cupy.cuda.compiler")
-        if compiler is not None and compiler._compile_with_cache_cuda is _compile_with_cache_cuda:
-            compiler._compile_with_cache_cuda = _state.original
+    _routing.put_back(_state, (("cupy.cuda.compiler", "_compile_with_cache_cuda"),),
+                      lambda: (_compile_with_cache_cuda,))
 
 
 def enabled():

@@ -3,7 +3,6 @@ kiln's in place of torch.cuda._utils._nvrtc_compile (which torch.cuda._compile_k
 disable() puts torch's back; enabled() says which one is in place."""
 
 import inspect
-import sys
 
 from .. import _native, _routing
 from ..errors import Error
@@ -89,14 +88,7 @@ def enable(engine=None):
 
 def disable():
     """Gives torch back its own NVRTC call. Kernels kiln compiled stay loaded."""
-    with _state.lock:
-        if not _state.enabled:
-            return
-        _state.enabled = False
-        _state.engine = None
-        utils = sys.modules.get("torch.cuda._utils")
-        if utils is not None and getattr(utils, "_nvrtc_compile", None) in _OURS:
-            utils._nvrtc_compile = _state.original
+    _routing.put_back(_state, (("torch.cuda._utils", "_nvrtc_compile"),), lambda: _OURS)
 
 
 def enabled():
