@@ -2,9 +2,9 @@
 // for it, and the source's own include spellings in place of the names kiln rewrote them to.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <optional>
 
+#include "header_files.hpp"
 #include "resolve.hpp"
 
 namespace kiln::includes {
@@ -76,16 +76,13 @@ std::optional<std::string_view> line_of(std::string_view text, std::size_t numbe
   return line;
 }
 
-/// A header's text for an error message: nullopt when it cannot be read or is larger than kiln reads.
+/// A header's text for an error message: nullopt when it cannot be read or is larger than kiln reads. The
+/// resolver's own reader (no iostreams in the library: they read through the process's locale).
 std::optional<std::string> read_header_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
   std::string text;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    text.append(buffer, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > (std::size_t{64} << 20)) return std::nullopt;
-  }
+  using cache::detail::HeaderRead;
+  const HeaderRead got = cache::detail::read_header_file(path.c_str(), text, std::uint64_t{64} << 20, 0, {});
+  if (got.status != HeaderRead::Status::ok) return std::nullopt;
   return text;
 }
 

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <locale>
+
 #include "cache_test_support.hpp"
 #include "kiln/cache/pch_store.hpp"
 
@@ -149,6 +151,28 @@ TEST_CASE("pch store: records round-trip; a record that does not parse is none",
   CHECK_FALSE(PchRecord::parse("verdict pays\n"));
   CHECK_FALSE(PchRecord::parse("kiln-pch-record 1\nverdict sometimes\n"));
   CHECK_FALSE(store.read_pch_record(key_of(2)));
+}
+
+TEST_CASE("pch store: a record's times read the same under any global locale; hostile numbers stop the list",
+          "[cache][pch]") {
+  // A host may set a global locale with a decimal comma; the record is kiln's own format, always with a point.
+  struct Comma : std::numpunct<char> {
+    char do_decimal_point() const override { return ','; }
+  };
+  const std::locale before = std::locale::global(std::locale(std::locale::classic(), new Comma));
+  const std::optional<PchRecord> r =
+      PchRecord::parse("kiln-pch-record 1\nverdict pays\nwithout_ms 60.500 61.250\nwith_ms  12.000\tx 3\nmake_ms 300.125\n");
+  std::locale::global(before);
+  REQUIRE(r);
+  CHECK(r->without_ms == std::vector<double>{60.5, 61.25});
+  CHECK(r->with_ms == std::vector<double>{12});  // stops at the first word that is no number
+  CHECK(r->make_ms == 300.125);
+  const std::optional<PchRecord> hostile =
+      PchRecord::parse("kiln-pch-record 1\nverdict pays\nwithout_ms 1.5 nan 2\nwith_ms -4 1\nmake_ms inf\n");
+  REQUIRE(hostile);
+  CHECK(hostile->without_ms == std::vector<double>{1.5});
+  CHECK(hostile->with_ms.empty());
+  CHECK(hostile->make_ms == 0);
 }
 
 TEST_CASE("pch store: PCH files keep to their share of the cap, oldest first; one above it is not kept",

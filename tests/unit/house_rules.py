@@ -16,6 +16,12 @@ ARCHITECTURE.md states them; this test is what keeps them true. Each rule names 
               and its lanes (engine/src/lanes/): a third vendor would compile and silently take one of the two
               branches. What differs by vendor is a row of the table; a switch over every enumerator with no
               default (the compiler names a vendor it lacks) and a test against Vendor::none are not switches
+  streams     a library file (base/ cache/ includes/ engine/) includes an iostream or locale header (<sstream>,
+              <fstream>, <iostream>, <istream>, <ostream>, <locale>, <iomanip>): a stream reads and writes through
+              the host process's global locale and its facets, so a host that sets a locale changes what kiln parses,
+              and a process holding two copies of libstdc++ crashed in one (a PCH record's numbers, 2026-12-07).
+              The library parses with std::from_chars, formats with fmt and reads files with POSIX calls; tools/
+              (the CLI, its own process) may use streams
   catch       a test file under tests/ configures Catch2 (#define CATCH_CONFIG_RUNNER or CATCH_CONFIG_MAIN) other than
               tests/support/catch_session.cpp: Catch2's implementation compiles once for every test binary, and a
               file that configures it loses the tests' precompiled header (10-15 s of CPU a file)
@@ -42,6 +48,7 @@ VENDOR_SWITCH_RE = re.compile(rf"[!=]=\s*{NAMED_VENDOR}|{NAMED_VENDOR}\s*(?:[!=]
 COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 CATCH_CONFIG_RE = re.compile(r"^\s*#\s*define\s+CATCH_CONFIG_(?:RUNNER|MAIN)\b", re.M)
 CATCH_SESSION = "tests/support/catch_session.cpp"
+STREAM_HEADERS = {"sstream", "fstream", "iostream", "istream", "ostream", "locale", "iomanip"}
 
 
 def files_of(root):
@@ -100,6 +107,9 @@ def check(root):
                             f"{'header' if limit == HEADER_LIMIT else '.cpp'} may have: split it")
         in_lane = path.startswith("engine/src/lanes/")
         for name in INCLUDE_RE.findall(text):
+            if lib != "tools" and name in STREAM_HEADERS:
+                breaches.append(f"streams: {path} includes <{name}>: the library does not use iostreams or locales "
+                                f"(std::from_chars to parse, fmt to format, POSIX calls to read files)")
             for target in resolve(path, name, index):
                 tlib = library_of(target)
                 if tlib == lib:
@@ -165,7 +175,7 @@ def self_test():
         "engine/include/kiln/kiln.h": "int x;\n" * 900,
         "tests/support/catch_session.cpp": "#define CATCH_CONFIG_RUNNER\n#include <catch2/catch.hpp>\n",
         "tests/system/own_main.cpp": '// not: #define CATCH_CONFIG_RUNNER\n#include "catch_run.hpp"\n',
-        "tools/main.cpp": '#include "kiln/engine.hpp"\nint open_remote_count = 0;\n'
+        "tools/main.cpp": '#include "kiln/engine.hpp"\n#include <iostream>\nint open_remote_count = 0;\n'
                           'bool gpu(Vendor v) { return v != Vendor::none; }\n',
     }
     bad = {
@@ -183,6 +193,8 @@ def self_test():
         "vendors  ": ("cache/src/store/entry.cpp", 'bool lto(Vendor v) { return Vendor::cuda== v; }\n'),
         "catch": ("tests/system/own_main.cpp", "#define CATCH_CONFIG_RUNNER\n#include <catch2/catch.hpp>\n"),
         "catch ": ("tests/unit/main.cpp", "  #  define CATCH_CONFIG_MAIN\n"),
+        "streams": ("cache/src/store/store_pch.cpp", "#include <charconv>\n#include <sstream>\n"),
+        "streams ": ("engine/include/kiln/engine.hpp", "#pragma once\n#include <vector>\n#include <ostream>\n"),
         "vendors   ": ("tools/devices.cpp", 'Vendor of(const Target& t) { return t.gpu ? Vendor::cuda : Vendor::hip; }\n'),
     }
 

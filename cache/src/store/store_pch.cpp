@@ -12,10 +12,10 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <random>
-#include <sstream>
 
 #include "atomic_file.hpp"
 #include "kiln/base/log.hpp"
@@ -124,11 +124,23 @@ void join(std::string& out, const std::vector<double>& values) {
   for (const double v : values) out += fmt::format(" {:.3f}", v);
 }
 
+/// The numbers of a record line (times in ms), up to the first that does not parse or is not a finite number
+/// >= 0 (a hostile record's "nan" would poison every comparison of the verdict). std::from_chars, not a stream: a stream
+/// reads through the process's global locale (a host that sets a locale with a decimal comma would read "1.5"
+/// as 1), and its facets are where a process holding two copies of libstdc++ broke (a PCH record read in a
+/// CuPy worker jumped into libkiln's read-only data on the H100, 2026-12-07).
 std::vector<double> parse_numbers(std::string_view text) {
   std::vector<double> out;
-  std::istringstream in{std::string(text)};
-  for (double v = 0; in >> v;) out.push_back(v);
-  return out;
+  const char* at = text.data();
+  const char* const end = at + text.size();
+  while (true) {
+    while (at != end && (*at == ' ' || *at == '\t')) ++at;
+    double v = 0;
+    const auto [next, ec] = std::from_chars(at, end, v);
+    if (at == end || ec != std::errc{} || !std::isfinite(v) || v < 0) return out;
+    out.push_back(v);
+    at = next;
+  }
 }
 
 }  // namespace
