@@ -291,7 +291,87 @@ __global__ void prog_stencil(const T* in, T* out, int n) {
     cupy.cuda.Device().synchronize()
 
 
-WORKLOADS = {"bench": workload, "program": program_workload}
+def second_program_workload(cupy, numpy, save):
+    """A second program over the same headers as `program` whose kernels all differ from its: other element-wise
+    routines and dtypes (CuPy's headers), other CUB block reductions (the same CUB prelude), another RawModule
+    template, another cupyx.jit kernel, other ndimage filters. Run after `program` (--after program), it is the
+    next script of a user whose caches hold the first one's kernels: no kernel repeats, every header set does.
+    Every output is exact or deterministic."""
+    import cupyx.jit
+    import cupyx.scipy.ndimage as ndimage
+
+    rng = numpy.random.default_rng(48)
+    n = 1 << 15
+    floats = {name: cupy.asarray(rng.standard_normal(n).astype(name)) for name in ("float16", "float32", "float64")}
+    ints = {name: cupy.asarray(rng.integers(1, 60, n).astype(name)) for name in ("int32", "int64", "uint8")}
+    c128 = cupy.asarray((rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(numpy.complex128))
+    for name, a in floats.items():
+        save(f"prog2_sin_{name}", cupy.sin(a))
+        save(f"prog2_cosh_{name}", cupy.cosh(a))
+        save(f"prog2_expm1_{name}", cupy.expm1(a))
+        save(f"prog2_floor_sign_{name}", cupy.floor(a) * cupy.sign(a))
+    for name, a in ints.items():
+        save(f"prog2_floordiv_{name}", a // 3 - a)
+        save(f"prog2_minimum_{name}", cupy.minimum(a, a[::-1]))
+        save(f"prog2_xor_shift_{name}", (a ^ 5) << 1)
+    save("prog2_complex_exp", cupy.exp(c128))
+    save("prog2_complex_angle", cupy.angle(c128))
+    save("prog2_hypot", cupy.hypot(floats["float64"], floats["float64"][::-1]))
+    save("prog2_signbit", cupy.signbit(floats["float32"]))
+
+    # CUB block reductions: other operations and names than `program`'s, over the same CUB prelude.
+    l2 = cupy.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "prog2_l2norm")
+    minabs = cupy.ReductionKernel("T x", "T y", "abs(x)", "min(a, b)", "y = a", "1e30", "prog2_minabs")
+    cubes = cupy.ReductionKernel("T x", "T y", "x * x * x", "a + b", "y = a", "0", "prog2_sumcubes")
+    for name in ("float32", "float64"):
+        save(f"prog2_l2_{name}", l2(floats[name]))
+        save(f"prog2_minabs_{name}", minabs(floats[name]))
+        save(f"prog2_cubes_{name}", cubes(floats[name]))
+        save(f"prog2_max_{name}", cupy.max(floats[name]))
+    save("prog2_sum_int64", cupy.sum(ints["int64"]))
+    save("prog2_prod_uint8", cupy.prod(ints["uint8"] % 2 + 1, dtype=numpy.uint64))
+    save("prog2_min_int32", cupy.min(ints["int32"]))
+
+    module = cupy.RawModule(code=r'''
+template <typename T, int K>
+__global__ void prog2_decimate(const T* in, T* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i * K >= n) return;
+  T best = in[i * K];
+  for (int k = 1; k < K && i * K + k < n; ++k) best = max(best, in[i * K + k]);
+  out[i] = best;
+}''', options=("-std=c++17",), name_expressions=("prog2_decimate<float, 4>", "prog2_decimate<double, 2>"))
+    for expression, name, k in (("prog2_decimate<float, 4>", "float32", 4), ("prog2_decimate<double, 2>", "float64", 2)):
+        out = cupy.empty(n // k, dtype=name)
+        module.get_function(expression)(((n // k + 255) // 256,), (256,), (floats[name], out, numpy.int32(n)))
+        save(f"prog2_rawmodule_{name}", out)
+
+    @cupyx.jit.rawkernel()
+    def jit_clamp_scale(x, low, high, z, size):
+        tid = cupyx.jit.blockIdx.x * cupyx.jit.blockDim.x + cupyx.jit.threadIdx.x
+        if tid < size:
+            v = x[tid]
+            if v < low:
+                v = low
+            if v > high:
+                v = high
+            z[tid] = v * 2
+    for name in ("float32", "float64"):
+        out = cupy.empty_like(floats[name])
+        scalar = numpy.dtype(name).type
+        jit_clamp_scale(((n + 255) // 256,), (256,), (floats[name], scalar(-1.0), scalar(1.0), out, numpy.uint32(n)))
+        save(f"prog2_jit_clamp_{name}", out)
+
+    image = cupy.asarray(rng.standard_normal((128, 128)).astype(numpy.float32))
+    save("prog2_ndimage_minimum", ndimage.minimum_filter(image, size=4))
+    save("prog2_ndimage_laplace", ndimage.laplace(image))
+    save("prog2_ndimage_prewitt", ndimage.prewitt(image, axis=1))
+    save("prog2_ndimage_uniform1d", ndimage.uniform_filter1d(image, size=7, axis=1))
+    save("prog2_ndimage_percentile", ndimage.percentile_filter(image, 25, size=3))
+    cupy.cuda.Device().synchronize()
+
+
+WORKLOADS = {"bench": workload, "program": program_workload, "second-program": second_program_workload}
 
 
 def child_main(args):
@@ -424,12 +504,13 @@ class Runner:
         os.makedirs(path, mode=0o700)
         return path
 
-    def run(self, mode, cupy_cache, kiln_cache, record=None):
-        """One fresh process; its report (dict). Raises RuntimeError with the child's output on failure."""
+    def run(self, mode, cupy_cache, kiln_cache, record=None, workload=None):
+        """One fresh process running `workload` (default: --workload); its report (dict). Raises RuntimeError
+        with the child's output on failure."""
         out = self.fresh(f"{mode}-out")
         report_path = os.path.join(out, "report.json")
         command = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, "--out", out,
-                   "--report", report_path, "--workload", self.args.workload]
+                   "--report", report_path, "--workload", workload or self.args.workload]
         env = child_env(os.environ, mode, cupy_cache, kiln_cache, record, self.pythonpath)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
         if result.returncode != 0 or not os.path.exists(report_path):
@@ -538,7 +619,8 @@ def step_differences(cupy_reports, kiln_reports, count=5):
 
 
 def part_timing(runner, runs):
-    print(f"\n== 2. kernel preparation (time in _compile_with_cache_cuda), median of {runs} fresh process(es)")
+    print(f"\n== 2. kernel preparation (time in _compile_with_cache_cuda), median of {runs} fresh process(es)"
+          + (f"; each cold run's caches first filled by one run of `{runner.args.after}`" if runner.args.after else ""))
     rows, parts, reports = [], [], {}
     reference = None
     mismatches = []
@@ -549,7 +631,10 @@ def part_timing(runner, runs):
     by_mode = {("cupy", "cold"): [], ("kiln", "cold"): [], ("cupy", "warm"): [], ("kiln", "warm"): []}
     for pair in order:
         for mode in pair:
-            by_mode[(mode, "cold")].append(runner.run(mode, runner.fresh("cupy-cache"), runner.fresh("kiln-cache")))
+            caches = runner.fresh("cupy-cache"), runner.fresh("kiln-cache")
+            if runner.args.after:  # caches that hold an earlier program's kernels (and, for kiln, its PCHs)
+                runner.run(mode, *caches, workload=runner.args.after)
+            by_mode[(mode, "cold")].append(runner.run(mode, *caches))
     labels = ("cold", "warm") if runner.args.warm else ("cold",)
     if runner.args.warm:
         caches = {mode: (runner.fresh("cupy-cache"), runner.fresh("kiln-cache")) for mode in ("cupy", "kiln")}
@@ -659,7 +744,12 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="bench",
                         help="bench: about 20 kernels of every kind (the default); program: those and about 60 more, "
-                        "about 1 in 5 of them CUB-based, as a real program's first run")
+                        "about 1 in 5 of them CUB-based, as a real program's first run; second-program: about 60 "
+                        "others over the same headers (see --after)")
+    parser.add_argument("--after", choices=sorted(WORKLOADS),
+                        help="part 2: before each cold run, one untimed run of this workload over the same (empty) "
+                        "caches, in the same mode: the timed run is a later program of the same user (with "
+                        "--workload second-program --after program: new kernels over headers seen before)")
     parser.add_argument("--cold-only", dest="warm", action="store_false",
                         help="part 2 times cold runs alone (no warm cell)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -175,14 +175,23 @@ if [[ "${KILN_H200_ONLY:-}" == pchcrash ]]; then
   cmake -S "$root" -B "$traced" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 -DKILN_WITH_HIP=OFF >"$out/configure-g1.log" 2>&1 || exit 1
   cmake --build "$traced" -j"$(nproc)" --target kiln kiln_cli >"$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
   gcc -shared -fPIC -O1 -o /tmp/segv_trace.so "$root/scripts/diag/segv_trace.c" -ldl || exit 1
+  # Which libstdc++ libkiln carries: the crash's frames named iostream code inside libkiln itself.
+  echo "== toolchain: $(g++ --version | head -1); -lstdc++ is $(readlink -f "$(g++ -print-file-name=libstdc++.so)")"
+  echo "libkiln needs: $(readelf -d "$traced/engine/libkiln.so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | paste -sd' ')"
+  echo "libkiln defines $(nm -D --defined-only "$traced/engine/libkiln.so" | grep -cE ' (_Znwm|_ZNSi|_ZNSt6locale)') of operator new, istream and locale symbols:" \
+    "$(nm -D --defined-only "$traced/engine/libkiln.so" | grep -E ' (_Znwm|_ZNSi10_M_extractIdEERSiRT_|_ZNSt6locale7classicEv)$' | paste -sd' ')"
   trace_run() {  # name, pytest arguments...
     local name=$1; shift
     local traces="/tmp/kiln-segv-$name"; rm -rf "$traces"; mkdir -p "$traces"
     echo "== $name: $* ($(date -u +%H:%M:%S))"
-    (cd "$root/.carry/cupy_tests/tests" && KILN_LIBRARY="$traced/engine/libkiln.so" PYTHONPATH="$root/python" KILN_CUPY=1 \
-      KILN_PCH=auto LD_PRELOAD=/tmp/segv_trace.so SEGV_TRACE_DIR="$traces" timeout "${KILN_PCHCRASH_TIMEOUT:-90}" \
-      python3 -m pytest -p no:faulthandler -p no:cacheprovider -q "$@" >"$out/pchcrash_$name.txt" 2>&1)
+    # h200_cupy_tests is the plugin that imports kiln (KILN_CUPY=1 then routes CuPy) and writes each process's stats.
+    local stats="/tmp/kiln-stats-$name"; rm -rf "$stats"; mkdir -p "$stats"
+    (cd "$root/.carry/cupy_tests/tests" && KILN_LIBRARY="$traced/engine/libkiln.so" PYTHONPATH="$root/python:$root/scripts" \
+      KILN_CUPY=1 KILN_CUPY_TESTS_STATS="$stats" KILN_PCH=auto LD_PRELOAD=/tmp/segv_trace.so SEGV_TRACE_DIR="$traces" \
+      timeout "${KILN_PCHCRASH_TIMEOUT:-90}" python3 -m pytest -p no:faulthandler -p no:cacheprovider -p h200_cupy_tests \
+      -q "$@" >"$out/pchcrash_$name.txt" 2>&1)
     echo "exit $?: $(tail -1 "$out/pchcrash_$name.txt"); $(ls "$traces" | wc -l) crash traces"
+    (cd "$root/scripts" && python3 -c 'import sys, h200_cupy_tests as h; print("stats:", h.summed(sys.argv[1]))' "$stats")
     "$traced/tools/kiln" cache ls --pch 2>&1 | tail -3
     for f in $(ls "$traces"/* 2>/dev/null | head -2); do
       cp "$f" "$out/pchcrash_${name}_$(basename "$f")"
@@ -199,6 +208,10 @@ if [[ "${KILN_H200_ONLY:-}" == pchcrash ]]; then
   export KILN_CACHE_DIR=/tmp/kiln-pchcrash-ab CUPY_CACHE_DIR=/tmp/cupy-pchcrash-ab; rm -rf "$KILN_CACHE_DIR" "$CUPY_CACHE_DIR"
   trace_run A "$tests" -k unary
   trace_run B "$tests" -k binary
+  # F: the run that crashed on 2026-12-07 (all the files, 16 workers), where the smaller runs above did not.
+  export KILN_CACHE_DIR=/tmp/kiln-pchcrash-f CUPY_CACHE_DIR=/tmp/cupy-pchcrash-f; rm -rf "$KILN_CACHE_DIR" "$CUPY_CACHE_DIR"
+  [[ "${KILN_PCHCRASH_FULL:-1}" == 1 ]] && KILN_PCHCRASH_TIMEOUT=${KILN_PCHCRASH_FULL_TIMEOUT:-150} \
+    trace_run F $(cd "$root/.carry/cupy_tests/tests" && find . -name 'test_*.py' | sort) -n 16
   exit 0
 fi
 # KILN_H200_ONLY=cupytests: CuPy's own kernel tests (run_cupy_tests) with kiln built here.

@@ -126,13 +126,14 @@ def test_part_timing_pairs(bench, tmp_path, capsys):
     made = iter([7, 8, 7])
 
     class Runner:
-        args = type("Args", (), {"warm": False})()
+        args = type("Args", (), {"warm": False, "after": None})()
         calls = []
 
         def fresh(self, what):
             return str(tmp_path / what)
 
-        def run(self, mode, cupy_cache, kiln_cache):
+        def run(self, mode, cupy_cache, kiln_cache, workload=None):
+            assert workload is None
             self.calls.append(mode)
             out = tmp_path / f"out{len(self.calls)}"
             out.mkdir()
@@ -153,3 +154,35 @@ def test_part_timing_pairs(bench, tmp_path, capsys):
     assert "pair 1 (cupy first): cupy 60.00 s (NVRTC 59.00), kiln 30.00 s (NVRTC 28.50, PCH made 7 used 84)" in text
     assert "pair 2 (kiln first): cupy 70.00 s (NVRTC 69.00), kiln 20.00 s (NVRTC 18.50, PCH made 8 used 84)" in text
     assert "every run's outputs identical" in text
+
+
+def test_part_timing_after(bench, tmp_path, capsys):
+    """--after: each timed cold run follows one untimed run of the earlier workload, same mode, same caches."""
+    class Runner:
+        args = type("Args", (), {"warm": False, "after": "program"})()
+        calls = []
+        count = 0
+
+        def fresh(self, what):
+            Runner.count += 1
+            return str(tmp_path / f"{Runner.count}-{what}")
+
+        def run(self, mode, cupy_cache, kiln_cache, workload=None):
+            self.calls.append((mode, workload, cupy_cache, kiln_cache))
+            out = tmp_path / f"out{len(self.calls)}"
+            out.mkdir()
+            (out / "00_x.npy").write_bytes(b"same")
+            return {"mode": mode, "calls": 10, "compile_seconds": 2.0 if mode == "cupy" else 0.5,
+                    "workload_seconds": 3.0, "out": str(out), "steps": [], "kiln": {"engine": {}}}
+
+    runner = Runner()
+    assert bench.part_timing(runner, 2)
+    assert [(mode, workload) for mode, workload, _, _ in runner.calls] == [
+        ("cupy", "program"), ("cupy", None), ("kiln", "program"), ("kiln", None),
+        ("kiln", "program"), ("kiln", None), ("cupy", "program"), ("cupy", None)]
+    for first, timed in zip(runner.calls[::2], runner.calls[1::2]):
+        assert first[2:] == timed[2:]  # the timed run finds what the earlier program left in its caches
+    assert len({call[3] for call in runner.calls}) == 4  # and each pair of runs its own caches
+    text = capsys.readouterr().out
+    assert "each cold run's caches first filled by one run of `program`" in text
+    assert "run by run (each pair moments apart): 0.250, 0.250" in text
