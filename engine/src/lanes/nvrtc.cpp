@@ -221,8 +221,9 @@ class Nvrtc final : public Compiler {
   /// KILN_PCH: 0 (off), private (the default: each process's own), 1 (stored and shared), auto (stored and
   /// shared where it pays, nvrtc_pch_store.hpp).
   /// Why private is the default: on an H100, CuPy's kernel tests through kiln with 16 worker processes sharing
-  /// stored PCHs (KILN_PCH=auto) crashed 79 workers in NVRTC compiles (2026-12-07), while one process passed and
-  /// private PCHs had passed every run before; until that is understood, sharing is asked for, never assumed.
+  /// stored PCHs (KILN_PCH=auto) crashed (2026-12-07). The cause was kiln's, not NVRTC's: a libkiln carrying an
+  /// exported static C++ runtime read the stored PCH's record through a stream (docs/design.md §13); both
+  /// halves are fixed. Sharing stays asked for until a multi-worker GPU run confirms it.
   static pch::Mode pch_mode() {
     const char* setting = std::getenv("KILN_PCH");
     const std::string_view value = setting != nullptr ? setting : "";
