@@ -298,7 +298,8 @@ fi
 # process: "a new CUB kernel", "a small kernel"); over the program's recorded CuPy requests
 # (.carry/cupy_program_requests.jsonl, or KILN_COLD_LOG), the same plus kiln, so that every kiln-stored binary is
 # compared with KILN_PCH=0's; the first request of a fresh process with a stored PCH (.carry/first_request.jsonl,
-# KILN_FIRST_ROUNDS rounds, 10: the median of the ratios); KILN_PCH48_CUPYTESTS=1 adds CuPy's kernel tests as shipped
+# KILN_FIRST_ROUNDS rounds, 10: the median of the ratios); KILN_PCH48_CCCL=0 leaves the built-in set out;
+# KILN_PCH48_CUPYTESTS=1 adds CuPy's kernel tests as shipped
 # and through kiln (run_cupy_tests: 16 workers, empty caches).
 if [[ "${KILN_H200_ONLY:-}" == pch48 ]]; then
   gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
@@ -308,9 +309,11 @@ if [[ "${KILN_H200_ONLY:-}" == pch48 ]]; then
   (cd "$build" && timeout 300 ctest -R '^(gpu_|rtc_pch$|rtc_pch_store$)' --output-on-failure 2>&1 | tee "$out/ctest.log" \
     | grep -E 'Test +#|tests passed|FAILED')
   cold="$build/bench/cold_bench/cold_bench"
-  echo "== cold_bench --fresh 1, built-in CCCL set (6 small, 6 CUB), bare vs kiln-stored"
-  timeout 240 "$cold" --small 6 --cub 6 --fresh 1 --modes bare,kiln-stored --json "$out/pch48_cccl.json" 2>&1 \
-    | tee "$out/pch48_cccl.txt" | tail -25
+  if [[ "${KILN_PCH48_CCCL:-1}" == 1 ]]; then  # 0: leave the built-in set out (measured 2026-12-07 16:20)
+    echo "== cold_bench --fresh 1, built-in CCCL set (6 small, 6 CUB), bare vs kiln-stored"
+    timeout 240 "$cold" --small 6 --cub 6 --fresh 1 --modes bare,kiln-stored --json "$out/pch48_cccl.json" 2>&1 \
+      | tee "$out/pch48_cccl.txt" | tail -25
+  fi
   log="${KILN_COLD_LOG:-$root/.carry/cupy_program_requests.jsonl}"
   first="$root/.carry/first_request.jsonl"
   if [[ ! -f "$log" ]] && python3 -c "import cupy" 2>/dev/null; then
@@ -357,7 +360,7 @@ PY
   if [[ "${KILN_PCH48_CUPYTESTS:-0}" == 1 ]]; then
     export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
     rm -rf "$KILN_CACHE_DIR"  # empty caches: the 16 workers share one, and make and use its PCHs
-    run_cupy_tests python3
+    KILN_PCH=${KILN_PCH:-auto} run_cupy_tests python3
   fi
   exit 0
 fi
