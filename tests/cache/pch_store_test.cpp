@@ -161,7 +161,8 @@ TEST_CASE("pch store: a record's times read the same under any global locale; ho
   };
   const std::locale before = std::locale::global(std::locale(std::locale::classic(), new Comma));
   const std::optional<PchRecord> r =
-      PchRecord::parse("kiln-pch-record 1\nverdict pays\nwithout_ms 60.500 61.250\nwith_ms  12.000\tx 3\nmake_ms 300.125\n");
+      PchRecord::parse("kiln-pch-record 1\nverdict pays\nwithout_ms 60.500 61.250\n"
+                       "with_ms  12.000\tx 3\nmake_ms 300.125\n");
   std::locale::global(before);
   REQUIRE(r);
   CHECK(r->without_ms == std::vector<double>{60.5, 61.25});

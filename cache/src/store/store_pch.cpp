@@ -125,10 +125,10 @@ void join(std::string& out, const std::vector<double>& values) {
 }
 
 /// The numbers of a record line (times in ms), up to the first that does not parse or is not a finite number
-/// >= 0 (a hostile record's "nan" would poison every comparison of the verdict). std::from_chars, not a stream: a stream
-/// reads through the process's global locale (a host that sets a locale with a decimal comma would read "1.5"
-/// as 1), and its facets are where a process holding two copies of libstdc++ broke (a PCH record read in a
-/// CuPy worker jumped into libkiln's read-only data on the H100, 2026-12-07).
+/// >= 0 (a hostile record's "nan" would poison every comparison of the verdict). std::from_chars, not a
+/// stream: a stream reads through the process's global locale (a host that sets a locale with a decimal comma
+/// would read "1.5" as 1), and its facets are where a process holding two copies of libstdc++ broke (a PCH
+/// record read in a CuPy worker jumped into libkiln's read-only data on the H100, 2026-12-07).
 std::vector<double> parse_numbers(std::string_view text) {
   std::vector<double> out;
   const char* at = text.data();
