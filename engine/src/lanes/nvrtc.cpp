@@ -218,30 +218,26 @@ class Nvrtc final : public Compiler {
     m_api.nvrtcSetPCHHeapSize(grown);
   }
 
-  /// KILN_PCH: 0 (off), private (the default: each process's own), 1 (stored and shared), auto (stored and
+  /// KILN_PCH: 0 (off), private (each process's own), 1 (stored and shared), auto (the default: stored and
   /// shared where it pays, nvrtc_pch_store.hpp).
-  /// Why private is the default: on an H100, CuPy's kernel tests through kiln with 16 worker processes sharing
-  /// stored PCHs (KILN_PCH=auto) crashed (2026-12-07). The cause was kiln's, not NVRTC's: a libkiln carrying an
-  /// exported static C++ runtime read the stored PCH's record through a stream (docs/design.md §13); both
-  /// halves are fixed. Sharing stays asked for until a multi-worker GPU run confirms it.
   static pch::Mode pch_mode() {
     const char* setting = std::getenv("KILN_PCH");
     const std::string_view value = setting != nullptr ? setting : "";
     if (value == "0" || value == "off") return pch::Mode::off;
     if (value == "1" || value == "on") return pch::Mode::on;
-    if (value == "auto") return pch::Mode::automatic;
-    if (!value.empty() && value != "private") {
+    if (value == "private") return pch::Mode::per_process;
+    if (!value.empty() && value != "auto") {
       KILN_LOG(warn, "KILN_PCH='{}' is not 0, private, 1 or auto: precompiled headers off", value);
       return pch::Mode::off;
     }
-    return pch::Mode::per_process;
+    return pch::Mode::automatic;
   }
 
   /// The stored PCHs (nvrtc_pch_store.hpp), with NVRTC's PCH heap placed at kiln's address; null (PCHs
   /// private to the process, `why` says why) under KILN_PCH=private or when its mmap import cannot be pointed there.
   std::unique_ptr<pch::Shelf> stored_pchs(int major, int minor, std::string& why) {
     if (pch_mode() == pch::Mode::per_process) {  // nor is NVRTC's heap moved
-      why = "KILN_PCH=private (the default; auto shares them through the cache)";
+      why = "KILN_PCH=private (auto, the default, shares them through the cache)";
       return nullptr;
     }
     if (!pch::hook_heap(reinterpret_cast<const void*>(m_api.nvrtcVersion), why)) {

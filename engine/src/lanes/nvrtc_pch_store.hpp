@@ -48,9 +48,9 @@ namespace kiln::vendor::pch {
 /// KILN_PCH.
 enum class Mode : std::uint8_t {
   off,          ///< "0": no precompiled headers at all
-  per_process,  ///< "private" (the default): PCHs in a folder private to the process, none stored or shared
+  per_process,  ///< "private": PCHs in a folder private to the process, none stored or shared
   on,           ///< "1": stored and shared, made and used wherever a header set is large enough; verdicts recorded, not obeyed
-  automatic,    ///< "auto": stored and shared, but not where a set's record says its PCH does not pay
+  automatic,    ///< "auto" (the default): stored and shared, but not where a set's record says its PCH does not pay
 };
 
 /// Uses of a stored PCH measured before the verdict, and the ratios it takes to pay (see above).
