@@ -79,7 +79,7 @@ int run_ls_pch(const cache::Store& store, bool as_json) {
       json item = {{"key", key}, {"verdict", verdict}};
       if (row.pch != nullptr) {
         item["size"] = row.pch->size;
-        item["last_use_unix"] = std::chrono::duration_cast<std::chrono::seconds>(row.pch->mtime.time_since_epoch()).count();
+        item["last_use_unix"] = std::chrono::duration_cast<std::chrono::seconds>(row.pch->used().time_since_epoch()).count();
         item["made_unix"] = row.pch->made_unix;
         item["label"] = label;
       }
@@ -94,7 +94,7 @@ int run_ls_pch(const cache::Store& store, bool as_json) {
       continue;
     }
     text += fmt::format("{:<32}  {:>10}  {:>9}  {:<12}  {}\n", key, row.pch ? format_bytes(row.pch->size) : "-",
-                        row.pch ? format_age(row.pch->mtime) : "-", verdict, label);
+                        row.pch ? format_age(row.pch->used()) : "-", verdict, label);
   }
   if (as_json) {
     print_json({{"root", store.config().root.string()}, {"pch", std::move(list)}});
@@ -122,7 +122,7 @@ std::vector<PchFinding> verify_pch(cache::Store& store, bool fix) {
 
 std::vector<cache::EntryFile> pch_files(const cache::Store& store) {
   std::vector<cache::EntryFile> out;
-  for (const cache::PchListing& item : store.list_pch()) out.push_back({item.path, item.key, item.size, item.mtime});
+  for (const cache::PchListing& item : store.list_pch()) out.push_back({item.path, item.key, item.size, item.mtime, item.record_mtime});
   return out;
 }
 

@@ -110,10 +110,10 @@ PruneReport choose_entries(const cache::Store& store, const PruneArgs& args, con
   }
   if (rule.by_age) {
     const auto cutoff = std::chrono::system_clock::now() - rule.older_than;
-    std::erase_if(report.eligible, [&](const EntrySummary& e) { return e.file.mtime >= cutoff; });
+    std::erase_if(report.eligible, [&](const EntrySummary& e) { return e.file.used() >= cutoff; });
   }
   std::sort(report.eligible.begin(), report.eligible.end(), [](const EntrySummary& a, const EntrySummary& b) {
-    return a.file.mtime != b.file.mtime ? a.file.mtime < b.file.mtime : key_order(a.file, b.file);
+    return a.file.used() != b.file.used() ? a.file.used() < b.file.used() : key_order(a.file, b.file);
   });
   std::uint64_t remaining = report.before;
   for (const EntrySummary& e : report.eligible) {
@@ -186,7 +186,7 @@ void render_prune(const PruneReport& report, const PruneArgs& args) {
     freed += e.file.size;
     if (args.dry_run) {
       text += fmt::format("would remove {} {:>10}  last used {} ago{}\n", e.file.file_hash.hex(),
-                          format_bytes(e.file.size), format_age(e.file.mtime), e.target.empty() ? "" : "  " + e.target);
+                          format_bytes(e.file.size), format_age(e.file.used()), e.target.empty() ? "" : "  " + e.target);
       if (args.json) list.push_back({{"key", e.file.file_hash.hex()}, {"size", e.file.size}});
     }
   }

@@ -392,7 +392,7 @@ class Engine(_Handle):
     cache_dir  the disk cache's folder (a path: str, bytes or os.PathLike); None: KILN_CACHE_DIR, else
                the default cache. An empty path is refused (ValueError), never taken for the default.
     cache_max_size  the disk cache's size cap in bytes (an int > 0; least recently used entries go first);
-               None: KILN_CACHE_MAXSIZE, else 1 GiB
+               None: KILN_CACHE_MAXSIZE, else 4 GiB
     runtime    False: load no GPU runtime (no driver, no device: compiles for named targets and blobs only;
                libkiln API 7), for a process that keeps a cache and must not initialise CUDA
 

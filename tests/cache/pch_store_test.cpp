@@ -210,6 +210,81 @@ TEST_CASE("pch store: PCH files keep to their share of the cap, oldest first; on
   CHECK(defaults.pch_limit() == 1000);  // never above the cache's own cap
 }
 
+fs::path record_path(const fs::path& root, const Hash128& key) {
+  fs::path path = pch_path(root, key);
+  return path.replace_extension(".pchv");
+}
+
+TEST_CASE("pch store: a use marks the record, and both trims go by last use, not by when a PCH was made",
+          "[cache][pch]") {
+  // The CuPy program of 2026-12-07: its CUB PCH, made first and used all along, went first when later sets
+  // filled the share (the trim went by the .pch's mtime), and the next program made it again.
+  TempDir dir;
+  StoreConfig config = store_config(dir.path());
+  config.max_size = 1 << 20;
+  config.pch_max_size = 35000;
+  Store store(config);
+  PchRecord record;
+  record.with_ms = {10.0};
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(make_pch(store, key_of(i), pch_bytes(10000, 'a')));
+    REQUIRE(store.write_pch_record(key_of(i), record));
+    backdate(pch_path(dir.path(), key_of(i)), std::chrono::hours(24) * (10 - i));  // 0 was made first
+    backdate(record_path(dir.path(), key_of(i)), std::chrono::hours(24) * (10 - i));
+  }
+  CHECK(store.touch_pch_record(key_of(0)));  // 0 used just now
+  CHECK_FALSE(store.touch_pch_record(key_of(7)));  // no record: nothing made
+  CHECK_FALSE(fs::exists(record_path(dir.path(), key_of(7))));
+  for (const auto& item : store.list_pch()) {
+    if (item.key != key_of(0) || item.record) continue;
+    CHECK(item.used() > item.mtime);  // ls and prune show and order by the last use
+    CHECK(std::chrono::system_clock::now() - item.used() < std::chrono::minutes(5));
+  }
+  {
+    StderrCapture capture;
+    REQUIRE(make_pch(store, key_of(3), pch_bytes(10000, 'a')));  // 40 KB: the share's trim to 31.5 KB
+    CHECK(capture.text().find("smaller than the header sets in use") == std::string::npos);  // 1 went: 9 days idle
+  }
+  CHECK(fs::exists(pch_path(dir.path(), key_of(0))));
+  CHECK_FALSE(fs::exists(pch_path(dir.path(), key_of(1))));
+  CHECK(fs::exists(pch_path(dir.path(), key_of(2))));
+  CHECK(fs::exists(pch_path(dir.path(), key_of(3))));
+
+  // A trim that removes a PCH used within the last hour says the share is too small, once.
+  CHECK(store.touch_pch_record(key_of(2)));
+  CHECK(store.touch_pch_record(key_of(0)));
+  {
+    StderrCapture capture;
+    REQUIRE(make_pch(store, key_of(4), pch_bytes(10000, 'a')));
+    INFO(capture.text());
+    CHECK(capture.text().find("smaller than the header sets in use") != std::string::npos);
+  }
+  CHECK(fs::exists(pch_path(dir.path(), key_of(4))));
+  // 3 has no record: its own mtime (just made) is its last use; 2 and 0 were touched after it was made.
+  CHECK(fs::exists(pch_path(dir.path(), key_of(0))));
+  CHECK(fs::exists(pch_path(dir.path(), key_of(2))) != fs::exists(pch_path(dir.path(), key_of(3))));
+
+  // The cache's own trim: a PCH made five days ago but used now outlives entries used hours ago.
+  TempDir other;
+  StoreConfig whole = store_config(other.path());
+  whole.max_size = 200000;
+  whole.pch_max_size = 200000;
+  Store cache(whole);
+  REQUIRE(make_pch(cache, key_of(1), pch_bytes(60000, 'a')));
+  REQUIRE(cache.write_pch_record(key_of(1), record));
+  backdate(pch_path(other.path(), key_of(1)), std::chrono::hours(24) * 5);
+  for (int i = 0; i < 12; ++i) {
+    const Entry entry = make_entry("used" + std::to_string(i), 10000);
+    REQUIRE(cache.put(entry));
+    backdate(cache.entry_path(entry.key_hash), std::chrono::hours(1) * (12 - i));
+  }
+  CHECK(cache.touch_pch_record(key_of(1)));
+  const auto result = cache.trim(whole.max_size / 10 * 9);
+  REQUIRE(result);
+  CHECK(result->removed > 0);
+  CHECK(fs::exists(pch_path(other.path(), key_of(1))));
+}
+
 TEST_CASE("pch store: the cache's trim takes entries and PCHs least recently used first, one LRU", "[cache][pch]") {
   TempDir dir;
   StoreConfig config = store_config(dir.path());

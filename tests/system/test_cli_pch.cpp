@@ -264,7 +264,7 @@ TEST_CASE("why-miss on a lighter header set: its next compile goes without a PCH
     kiln::cache::Store store(config);
     kiln::cache::PchRecord record;
     record.verdict = kiln::cache::PchRecord::Verdict::too_large;
-    record.pch_bytes = std::uint64_t{4} << 30;  // above any share of the default 1 GiB limit
+    record.pch_bytes = std::uint64_t{4} << 30;  // above the default share (2 GiB of the 4 GiB cap)
     REQUIRE(store.write_pch_record(Hash128::from_hex(key).value(), record));
   }
   CHECK(why_miss().find("is larger than the cache's share for them") != std::string::npos);

@@ -438,19 +438,46 @@ bool Store::publish_pch(PchDraft&& draft_in, std::string_view label_in, std::str
   std::uint64_t pch_total = 0;
   for (const EntryFile& f : pchs) pch_total += f.size;
   if (pch_total > m_config.pch_limit()) {
-    std::sort(pchs.begin(), pchs.end(), [](const EntryFile& a, const EntryFile& b) { return a.mtime < b.mtime; });
+    // Least recently used first: a use touches the record (touch_pch_record), so a set in use is not the first
+    // to go because its PCH was made first.
+    std::sort(pchs.begin(), pchs.end(), [](const EntryFile& a, const EntryFile& b) { return a.used() < b.used(); });
     const std::uint64_t target = m_config.pch_limit() / 10 * 9;
+    const auto recent_since = std::chrono::system_clock::now() - detail::kRecentUse;
+    std::size_t removed = 0, recent = 0;
     for (const EntryFile& f : pchs) {
       if (pch_total <= target) break;
       if (f.path == draft.m_final) continue;
       struct stat now {};
-      if (::lstat(f.path.c_str(), &now) != 0 || s.unlink_if_same(f.path.string(), now)) pch_total -= f.size;
+      if (::lstat(f.path.c_str(), &now) != 0) {
+        pch_total -= f.size;
+      } else if (s.unlink_if_same(f.path.string(), now)) {
+        pch_total -= f.size;
+        ++removed;
+        recent += f.used() > recent_since ? 1 : 0;
+      }
     }
     KILN_LOG(info, "precompiled headers trimmed to {} bytes (their share of the cache, KILN_PCH_MAXSIZE: {})",
              pch_total, m_config.pch_limit());
+    // A share below the header sets in use makes PCHs only to evict others that are made again: say so once.
+    if (recent != 0 && !s.pch_trim_warned.exchange(true)) {
+      KILN_LOG(warn,
+               "precompiled headers' share of the cache ({} bytes, KILN_PCH_MAXSIZE) is smaller than the header sets "
+               "in use: a trim removed {} of {} used within the last hour, which will be made again (raise "
+               "KILN_PCH_MAXSIZE or KILN_CACHE_MAXSIZE)",
+               m_config.pch_limit(), recent, removed);
+    }
   }
   if (total && *total > m_config.max_size) (void)s.trim(m_config, m_config.max_size / 10 * 9, &draft.m_final);
   return true;
+}
+
+bool Store::touch_pch_record(const Hash128& key) noexcept {
+  try {
+    if (m_state->mode.load() != StoreMode::read_write || m_state->pch_dir.empty()) return false;
+    return ::utimensat(AT_FDCWD, m_state->pch_records.path_of(key).c_str(), nullptr, AT_SYMLINK_NOFOLLOW) == 0;
+  } catch (...) {
+    return false;
+  }
 }
 
 bool Store::remove_pch(const Hash128& key) noexcept {
@@ -527,6 +554,7 @@ std::vector<PchListing> Store::list_pch() const {
     item.key = f.file_hash;
     item.size = f.size;
     item.mtime = f.mtime;
+    item.record_mtime = f.record_mtime;
     item.record = f.path.string().ends_with(kPchRecordSuffix);
     const UniqueFd fd(::open(f.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (!fd) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <unordered_map>
 
 #include "atomic_file.hpp"
 #include "kiln/base/log.hpp"
@@ -27,8 +28,7 @@ using detail::to_time_point;
 using detail::UniqueFd;
 
 constexpr auto kTrimTempAge = std::chrono::hours(1);
-/// A trim that removes entries whose mtime is this recent warns that the cap is too small.
-constexpr auto kRecentUse = std::chrono::hours(1);
+using detail::kRecentUse;
 
 /// Calls `on_entry(EntryFile)` for every entry file and `on_temp(path, name, stat)` for every temp
 /// file under <root>/v1. Unreadable directories, and links or files in place of one, are skipped.
@@ -83,9 +83,28 @@ void Store::State::collect_entries(std::vector<EntryFile>& files) const {
 
 void Store::State::collect_pch(std::vector<EntryFile>& files, bool with_records) const {
   if (pch_dir.empty()) return;
+  // The records are walked either way: a use touches a PCH's record, so its record's mtime is its last use.
+  std::vector<EntryFile> found;
   walk_store(
-      pch_files, [&files](EntryFile file) { files.push_back(std::move(file)); },
-      [](const std::string&, std::string_view, const struct stat&) {}, with_records ? &pch_records : nullptr);
+      pch_files, [&found](EntryFile file) { found.push_back(std::move(file)); },
+      [](const std::string&, std::string_view, const struct stat&) {}, &pch_records);
+  std::unordered_map<Hash128, Clock::time_point, Hash128Hasher> record_times;
+  for (const EntryFile& f : found) {
+    if (f.path.native().ends_with(kPchRecordSuffix)) record_times.emplace(f.file_hash, f.mtime);
+  }
+  for (EntryFile& f : found) {
+    const bool record = f.path.native().ends_with(kPchRecordSuffix);
+    if (record && !with_records) continue;
+    if (const auto it = record_times.find(f.file_hash); !record && it != record_times.end()) f.record_mtime = it->second;
+    files.push_back(std::move(f));
+  }
+}
+
+Clock::time_point Store::State::pch_record_mtime(const std::string& pch_path) const {
+  if (!pch_path.ends_with(kPchSuffix)) return {};
+  const std::string record = pch_path.substr(0, pch_path.size() - kPchSuffix.size()).append(kPchRecordSuffix);
+  struct stat st {};
+  return ::lstat(record.c_str(), &st) == 0 ? to_time_point(st.st_mtim) : Clock::time_point{};
 }
 
 std::uint64_t Store::State::measure_entries() const {
@@ -169,7 +188,7 @@ std::optional<TrimResult> Store::State::trim(const StoreConfig& config, std::uin
     std::size_t recent = 0;  // removed entries written or used within kRecentUse
     if (total > target_bytes) {
       std::sort(files.begin(), files.end(), [](const EntryFile& a, const EntryFile& b) {
-        return a.mtime != b.mtime ? a.mtime < b.mtime : a.path < b.path;
+        return a.used() != b.used() ? a.used() < b.used() : a.path < b.path;
       });
       if (hooks.trim_scan) hooks.trim_scan(files);
       for (const EntryFile& file : files) {
@@ -180,14 +199,16 @@ std::optional<TrimResult> Store::State::trim(const StoreConfig& config, std::uin
           total -= file.size;
           continue;
         }
-        // Used (touched) or rewritten since the scan: it is no longer among the least recently used.
-        if (to_time_point(now.st_mtim) != file.mtime || static_cast<std::uint64_t>(now.st_size) != file.size) {
+        // Used (touched, or a PCH's record touched) or rewritten since the scan: it is no longer among the least
+        // recently used.
+        if (to_time_point(now.st_mtim) != file.mtime || static_cast<std::uint64_t>(now.st_size) != file.size ||
+            pch_record_mtime(file.path.native()) > file.record_mtime) {
           continue;
         }
         if (::unlink(file.path.c_str()) != 0) continue;
         total -= file.size;
         ++result.removed;
-        if (file.mtime > recent_since) ++recent;
+        if (file.used() > recent_since) ++recent;
       }
     }
     result.bytes_after = total;

@@ -30,6 +30,9 @@ namespace detail {
 /// The file name suffix of an entry: v1/<2 hex>/<30 hex>.kiln.
 inline constexpr std::string_view kEntrySuffix = ".kiln";
 
+/// A trim that removes entries (or PCHs) used this recently warns that the cap (or the PCH share) is too small.
+inline constexpr auto kRecentUse = std::chrono::hours(1);
+
 /// The system's text for an errno value, for messages.
 inline std::string errno_text(int error) { return std::strerror(error); }
 
@@ -90,6 +93,7 @@ struct Store::State {
   std::array<std::atomic<std::uint8_t>, Store::kShardCount> shard_trust{};
   std::atomic<bool> refusal_warned{false};
   std::atomic<bool> trim_warned{false};
+  std::atomic<bool> pch_trim_warned{false};  ///< the PCH share's trim removed PCHs in use (store_pch.cpp)
 
   /// Says that a shard directory or an entry file was refused: a warning the first time for this store,
   /// info level afterwards (a cache someone made group-writable would otherwise warn for every entry).
@@ -126,8 +130,12 @@ struct Store::State {
 
   /// Appends every entry file (not temps) to `files`. Unreadable directories are skipped.
   void collect_entries(std::vector<EntryFile>& files) const;
-  /// Appends every file of pch/ (.pch files, and their records with `with_records`; not temps) to `files`.
+  /// Appends every file of pch/ (.pch files, and their records with `with_records`; not temps) to `files`, each
+  /// .pch with its record's mtime (EntryFile::record_mtime: its last use).
   void collect_pch(std::vector<EntryFile>& files, bool with_records) const;
+  /// The mtime of the record beside the .pch at `pch_path` (its last use); the epoch when it has none or the
+  /// path is not a .pch file's.
+  [[nodiscard]] std::chrono::system_clock::time_point pch_record_mtime(const std::string& pch_path) const;
   /// The bytes of every entry file and every file of pch/ on disk now (a stat-only walk of the store): the
   /// size total counts both, and the trim removes the oldest of both.
   [[nodiscard]] std::uint64_t measure_entries() const;

@@ -136,7 +136,7 @@ typedef struct kiln_engine_config {
   int device;              /**< -1: KILN_DEVICE, else 0 */
   const char* cache_dir;   /**< NULL: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln */
   uint32_t flags;          /**< KILN_ENGINE_* bits, added to what the environment sets */
-  uint64_t cache_max_size; /**< bytes; 0: KILN_CACHE_MAXSIZE, else 1 GiB */
+  uint64_t cache_max_size; /**< bytes; 0: KILN_CACHE_MAXSIZE, else 4 GiB */
 } kiln_engine_config;
 
 /** Fills `config` with the defaults (everything from the environment) and sets its size. Does nothing

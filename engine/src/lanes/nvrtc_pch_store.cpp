@@ -212,11 +212,11 @@ Shelf::Decision Shelf::decide(cache::Store& store, const cache::Hash128& key, st
   return make;
 }
 
-void Shelf::record_sample(cache::Store& store, const cache::Hash128& key, bool with, double ms, double make_ms,
+bool Shelf::record_sample(cache::Store& store, const cache::Hash128& key, bool with, double ms, double make_ms,
                           std::uint64_t pch_bytes) {
   {
     const std::lock_guard lock(m_mutex);
-    if (m_keys[key].pays && make_ms == 0) return;  // decided: nothing more to learn
+    if (m_keys[key].pays && make_ms == 0) return false;  // decided: nothing more to learn
   }
   cache::PchRecord record = store.read_pch_record(key).value_or(cache::PchRecord{});
   if (make_ms > 0) {
@@ -232,7 +232,7 @@ void Shelf::record_sample(cache::Store& store, const cache::Hash128& key, bool w
     const std::lock_guard lock(m_mutex);
     m_keys[key].pays = true;
   }
-  if (before == record.verdict || record.verdict != cache::PchRecord::Verdict::does_not_pay) return;
+  if (before == record.verdict || record.verdict != cache::PchRecord::Verdict::does_not_pay) return true;
   KILN_LOG(info, "precompiled header {} does not pay on this machine: {}{}", key.hex(), record.why,
            m_mode == Mode::automatic ? "; no longer made or used (KILN_PCH=1 uses it anyway)" : "; used anyway (KILN_PCH=1)");
   if (m_mode == Mode::automatic) {
@@ -240,6 +240,7 @@ void Shelf::record_sample(cache::Store& store, const cache::Hash128& key, bool w
     const std::lock_guard lock(m_mutex);
     m_keys[key].file.reset();
   }
+  return true;
 }
 
 void Shelf::after(StoredPlan& plan, bool created, bool used, const std::string& refusal, double ms) {
@@ -255,7 +256,8 @@ void Shelf::after(StoredPlan& plan, bool created, bool used, const std::string& 
           const std::lock_guard lock(m_mutex);
           ++m_used;
         }
-        record_sample(store, plan.key, true, ms + plan.check_ms);
+        // A use is the PCH's last use (its LRU age): the sample's write marks it, or, once decided, a touch.
+        if (!record_sample(store, plan.key, true, ms + plan.check_ms)) (void)store.touch_pch_record(plan.key);
       } else if (refusal.find("#20282") != std::string::npos) {
         // NVRTC refused its heap address: this process's heap is not where the file's was.
         const std::lock_guard lock(m_mutex);

@@ -29,6 +29,9 @@
 //   - Space: a PCH is made only where the cache's file system has room for NVRTC's whole heap and
 //     kSpareBytes more (NVRTC writes it through a mapping: a full disk is a SIGBUS); PCH files count in the
 //     cache's size and their own share (StoreConfig::pch_limit), and a PCH problem never fails a compile.
+//   - Eviction: least recently used first. Every use marks the record (a sample written, else
+//     Store::touch_pch_record), never the .pch, which processes compare with the one they checked; so a PCH
+//     made early and used all along outlives one made later and used once.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -112,7 +115,8 @@ class Shelf {
     std::shared_ptr<const cache::PchFile> file;  ///< checked and held
     bool pays = false;                           ///< its record says so: stop recording
   };
-  void record_sample(cache::Store& store, const cache::Hash128& key, bool with, double ms, double make_ms = 0,
+  /// Adds a sample (or the make's time) to `key`'s record; false when the record is decided and was left as is.
+  bool record_sample(cache::Store& store, const cache::Hash128& key, bool with, double ms, double make_ms = 0,
                      std::uint64_t pch_bytes = 0);
 
   Mode m_mode;

@@ -155,7 +155,7 @@ class ProgramCacheMethods:
 
     def __init__(self, cache_dir=None, max_size=None, namespace=NAMESPACE):
         """cache_dir: kiln's cache folder (None: KILN_CACHE_DIR, else kiln's default cache); max_size: its
-        size cap in bytes (None: KILN_CACHE_MAXSIZE, else 1 GiB; it caps the whole folder, kiln's other
+        size cap in bytes (None: KILN_CACHE_MAXSIZE, else 4 GiB; it caps the whole folder, kiln's other
         entries included); namespace: a non-empty str naming this cache's entries in that folder (caches
         with different namespaces share the folder without seeing each other's entries)."""
         if not isinstance(namespace, str):

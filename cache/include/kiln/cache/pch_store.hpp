@@ -135,7 +135,12 @@ struct PchListing {
   Hash128 key{};
   bool record = false;  ///< a .pchv file (else a .pch)
   std::uint64_t size = 0;
-  std::chrono::system_clock::time_point mtime;
+  std::chrono::system_clock::time_point mtime;         ///< the file's own
+  std::chrono::system_clock::time_point record_mtime;  ///< .pch: its record's (EntryFile::record_mtime)
+  /// The last use (EntryFile::used).
+  [[nodiscard]] std::chrono::system_clock::time_point used() const noexcept {
+    return record_mtime > mtime ? record_mtime : mtime;
+  }
   /// .pch: its trailer, when it parsed (nothing is hashed); .pchv: the record, when it parsed.
   std::optional<std::string> label;
   std::int64_t made_unix = 0;

@@ -55,7 +55,14 @@ struct EntryFile {
   std::filesystem::path path;
   Hash128 file_hash;  ///< from the file name
   std::uint64_t size = 0;
-  std::chrono::system_clock::time_point mtime;
+  std::chrono::system_clock::time_point mtime;  ///< the file's own mtime (what a removal compares)
+  /// A precompiled header's: its record's mtime (each use touches the record, Store::touch_pch_record, not the
+  /// checked .pch file); unset for other files. used() is the later of the two.
+  std::chrono::system_clock::time_point record_mtime{};
+  /// The file's last use, the order trims and prune take (least recently used first).
+  [[nodiscard]] std::chrono::system_clock::time_point used() const noexcept {
+    return record_mtime > mtime ? record_mtime : mtime;
+  }
 };
 
 /// How much of each entry Store::scan_shard reads (with the one entry parser).
@@ -104,7 +111,9 @@ struct StoreConfig {
   std::filesystem::path root;           ///< the cache root (v1/ lives below it)
   bool disabled = false;                ///< KILN_CACHE_DISABLE=1
   bool read_only = false;               ///< KILN_CACHE_READONLY=1
-  std::uint64_t max_size = 1ULL << 30;  ///< KILN_CACHE_MAXSIZE (bytes; accepts K/M/G suffixes)
+  /// KILN_CACHE_MAXSIZE (bytes; accepts K/M/G suffixes). 4 GiB: its PCH share (half) holds CuPy's header sets
+  /// (a program's eight took 737 MiB: two CUB passes of 171 MiB, four of 92 MiB; bench/RESULTS.md section 18).
+  std::uint64_t max_size = 4ULL << 30;
   /// KILN_PCH_MAXSIZE: the share of max_size precompiled headers may take (0: half of it); pch_limit().
   std::uint64_t pch_max_size = 0;
   Limits limits{};
@@ -217,7 +226,8 @@ class Store {
   [[nodiscard]] std::filesystem::path entry_path(const Hash128& key) const;
 
   // ---- Precompiled headers (pch_store.hpp; store_pch.cpp): <root>/pch, counted in the size total (lock/size)
-  //      and trimmed with the entries, oldest first; their own share of it is StoreConfig::pch_limit(). ----
+  //      and trimmed with the entries, least recently used first (EntryFile::used); their own share of it is
+  //      StoreConfig::pch_limit(). ----
 
   /// Opens the PCH stored for `key` and checks it whole (the trust rule entries have, the trailer, the key,
   /// the checksum). A damaged, cut short or foreign file is removed (read-write stores) and is a miss; an I/O
@@ -228,7 +238,8 @@ class Store {
   /// when the store is not read-write or the folder cannot be made.
   [[nodiscard]] std::optional<PchDraft> begin_pch(const Hash128& key, std::string& why);
   /// Appends the trailer (with `label`, a line for `kiln cache ls`) to what the compiler wrote and renames it
-  /// into place; then keeps the PCH files under pch_limit() and everything under max_size, oldest first.
+  /// into place; then keeps the PCH files under pch_limit() and everything under max_size, least recently
+  /// used first.
   /// False, with the draft removed and `why` set, when the file is empty, larger than pch_limit()
   /// (`too_large` set), or on an I/O error. Never throws but std::bad_alloc.
   bool publish_pch(PchDraft&& draft, std::string_view label, std::string& why, bool* too_large = nullptr);
@@ -239,6 +250,11 @@ class Store {
   /// Writes `key`'s record atomically (the last writer wins). False when the store is not read-write or
   /// the write failed. Never throws.
   bool write_pch_record(const Hash128& key, const PchRecord& record) noexcept;
+  /// Marks a use of `key`'s PCH: sets its record's mtime to now (the record only: a process compares the .pch it
+  /// checked with one fstat before each use, and a touch would change it). Trims and prune take a PCH's last
+  /// use as the later of the two mtimes (EntryFile::used), so a PCH in use is not the first to go because it
+  /// was made first. False when there is no record or the store is not read-write. Never throws.
+  bool touch_pch_record(const Hash128& key) noexcept;
   /// The compile lease of `key`'s PCH (lock/<key>.lease, as acquire_lease; one maker per key across
   /// processes): not owned when the .pch appears, on timeout, or when the store is not read-write.
   [[nodiscard]] CompileLease acquire_pch_lease(const Hash128& key, std::chrono::milliseconds max_wait);
