@@ -240,6 +240,21 @@ TEST_CASE("PCH files stay within their share of the cache's limit: the least rec
     CHECK(run_child(cache, out, 6, {3}, env).used == 1);  // the newer stays
     CHECK(run_child(cache, out, 5, {3}, env).used == 0);  // the older went
     CHECK(pch_files(cache, ".pchv").size() == 2);          // what was learnt of both stays
+
+    // Least recently used, not first made: 5 made, then 6, then a process uses 5; 7's PCH takes 6's place. (Until
+    // 2026-12-07 the trim went by when a PCH was made, and 5 went: a CuPy program's CUB PCH, used all along.)
+    const fs::path lru = scratch.path() / "lru";
+    const std::string room = fmt::format("KILN_PCH=1 KILN_PCH_MAXSIZE={}", one * 5 / 2);  // 1: whether it pays aside
+    REQUIRE(run_child(lru, out, 5, {1, 2}, room).made == 1);
+    ::sleep(1);
+    REQUIRE(run_child(lru, out, 6, {1, 2}, room).made == 1);
+    ::sleep(1);
+    REQUIRE(run_child(lru, out, 5, {3}, room).used == 1);
+    ::sleep(1);
+    REQUIRE(run_child(lru, out, 7, {1, 2}, room).made == 1);
+    CHECK(pch_files(lru, ".pch").size() == 2);
+    CHECK(run_child(lru, out, 5, {4}, room).used == 1);  // made first, used since: kept
+    CHECK(run_child(lru, out, 6, {3}, room).used == 0);  // the least recently used went
   }
   {
     const fs::path cache = scratch.path() / "tiny-share";
