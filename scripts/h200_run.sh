@@ -366,6 +366,55 @@ PY
   fi
   exit 0
 fi
+# KILN_H200_ONLY=programs: CuPy's `program` then `second-program` (bench/cupy_bench.py's workloads, one child process
+# each), through kiln over one cache (k1), then as shipped over one CuPy cache (c): each child's compile time, its
+# PCHs made / used, and, after each kiln child, `kiln cache ls --pch` and `kiln cache stats` (which header sets have a
+# stored PCH, the share's use); KILN_RECORD logs and KILN_LOG=debug logs beside them in $out/programs.
+# KILN_PROGRAMS_PCH0=1 adds the kiln pair with KILN_PCH=0 (k0). Then the GPU tests and rtc_pch_store first, and
+# KILN_PCH48_CUPYTESTS=1 CuPy's kernel tests (run_cupy_tests).
+if [[ "${KILN_H200_ONLY:-}" == programs ]]; then
+  gpu_tests=$(cmake --build "$build" --target help 2>/dev/null | sed -n 's/^\.\.\. \(gpu_[a-z_]*\).*/\1/p')
+  cmake --build "$build" -j"$(nproc)" --target kiln kiln_cli rtc_pch_store rtc_pch_child $gpu_tests >"$out/build.log" 2>&1 \
+    || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+  (cd "$build" && timeout 240 ctest -R '^(gpu_|rtc_pch_store$)' --output-on-failure 2>&1 | tee "$out/ctest.log" \
+    | grep -E 'Test +#|tests passed|FAILED')
+  export KILN_LIBRARY="$build/engine/libkiln.so" PYTHONPATH="$root/python"
+  work=/tmp/kiln-programs; rm -rf "$work"; mkdir -p "$work" "$out/programs"
+  program_child() {  # name workload mode cache [VAR=value...]
+    local name=$1 workload=$2 mode=$3 cache=$4 start rc; shift 4
+    start=$(date +%s%N)
+    env "$@" KILN_RECORD="$work/$name.jsonl" CUPY_CACHE_DIR="$work/cupy-$cache" KILN_CACHE_DIR="$work/kiln-$cache" \
+      KILN_LOG=debug timeout 200 python3 "$root/bench/cupy_bench.py" --child --mode "$mode" --out "$work/$name" \
+      --report "$out/programs/$name.json" --workload "$workload" >"$out/programs/$name.stdout" 2>"$out/programs/$name.log"
+    rc=$?
+    python3 - "$out/programs/$name.json" "$name ($workload, $mode, cache $cache): exit $rc, $(( ($(date +%s%N) - start) / 1000000 )) ms" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit(print(sys.argv[2], "no report:", e))
+engine = (r.get("kiln") or {}).get("engine") or {}
+print(sys.argv[2], "compile %.2f s, workload %.2f s, %d calls, PCHs made %s used %s" % (r["compile_seconds"],
+      r["workload_seconds"], r["calls"], engine.get("pch_made", "-"), engine.get("pch_used", "-")))
+PY
+    if [[ $mode == kiln ]]; then
+      KILN_CACHE_DIR="$work/kiln-$cache" "$build/tools/kiln" cache ls --pch >"$out/programs/$name.pch.txt" 2>&1
+      KILN_CACHE_DIR="$work/kiln-$cache" "$build/tools/kiln" cache stats 2>&1 | tee "$out/programs/$name.stats.txt" \
+        | grep -E "precompiled hdrs|header sets"
+    fi
+  }
+  program_child p1 program kiln k1
+  program_child p2 second-program kiln k1
+  if [[ "${KILN_PROGRAMS_PCH0:-0}" == 1 ]]; then
+    program_child q1 program kiln k0 KILN_PCH=0
+    program_child q2 second-program kiln k0 KILN_PCH=0
+  fi
+  program_child c1 program cupy c
+  program_child c2 second-program cupy c
+  cp "$work"/*.jsonl "$out/programs/" 2>/dev/null
+  if [[ "${KILN_PCH48_CUPYTESTS:-0}" == 1 ]]; then KILN_CUPY_TESTS_MODES="kiln plain" run_cupy_tests python3; fi
+  exit 0
+fi
 # KILN_H200_ONLY=include: the include-folder benchmarks (include_bench; CuPy's disk hit vs kiln's).
 include_benches() {
   echo "== include_bench (CUB + libcu++ with --toolkit-includes)"
