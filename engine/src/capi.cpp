@@ -126,6 +126,10 @@ kiln_status kiln_engine_device_info(kiln_engine engine, int ordinal, kiln_device
   });
 }
 
+kiln_status kiln_engine_record_stats(kiln_engine engine) {
+  return guarded(__func__, [&] { registry().get<EngineObject>(handle_value(engine))->engine.record_stats(); });
+}
+
 void kiln_stats_init(kiln_stats* stats) {
   if (stats == nullptr) return;
   std::memset(stats, 0, sizeof *stats);

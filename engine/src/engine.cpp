@@ -133,9 +133,22 @@ EngineCore::EngineCore(EngineConfig config)
 
 EngineCore::~EngineCore() {
   unload_all();
+  record_lifetime();
+}
+
+void EngineCore::record_lifetime() noexcept {
   // Lifetime statistics: a failed write is never an error.
-  if (store().mode() == cache::StoreMode::read_write) {
-    cache::PersistentStats(store().config().root).add(stats());
+  try {
+    const std::lock_guard lock(m_recorded_mutex);
+    const cache::Counters now = stats();
+    cache::Counters delta;
+    // Counters only grow; a field that did not (never expected) adds nothing.
+#define KILN_DELTA(field) delta.field = now.field > m_recorded.field ? now.field - m_recorded.field : 0;
+    KILN_CACHE_COUNTERS(KILN_DELTA)
+#undef KILN_DELTA
+    if (store().mode() == cache::StoreMode::read_write) cache::PersistentStats(store().config().root).add(delta);
+    m_recorded = now;
+  } catch (...) {
   }
 }
 

@@ -103,12 +103,9 @@ cache::StoredPublish Engine::publish_to_remotes(std::span<const cache::Hash128> 
 }
 void Engine::prepare_exit() noexcept {
   m_core->storage().close_tiers();
-  try {
-    const cache::Store& store = m_core->store();
-    if (store.mode() == cache::StoreMode::read_write) cache::PersistentStats(store.config().root).add(stats());
-  } catch (...) {  // lifetime statistics: a failed write is never an error
-  }
+  m_core->record_lifetime();
 }
+void Engine::record_stats() noexcept { m_core->record_lifetime(); }
 void Engine::unload_all() { m_core->unload_all(); }
 
 void* Engine::allocate(std::size_t bytes, int device) {

@@ -187,6 +187,10 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   [[nodiscard]] std::vector<LaneInfo> lanes();
   [[nodiscard]] std::vector<std::string> default_targets() const;
   [[nodiscard]] cache::Counters stats() const noexcept;
+  /// Adds what this engine counted since it was made, or since its last record, to the cache's lifetime
+  /// counters (<root>/stats, `kiln cache stats`); nothing on a cache that is not read-write. The destructor
+  /// records the rest, so a process that records at exit and one whose engine is destroyed count once.
+  void record_lifetime() noexcept;
   [[nodiscard]] cache::RemoteTier* remote() noexcept { return m_storage.remote(); }
   [[nodiscard]] cache::Store& store() noexcept { return m_storage.local(); }
   [[nodiscard]] cache::Storage& storage() noexcept { return m_storage; }
@@ -230,6 +234,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   EngineConfig m_config;
   cache::Storage m_storage;          // the local store, the tiers under it, the compile lease
   cache::AtomicCounters m_counters;  // the engine's own: memory hits and compiles (storage keeps the rest)
+  std::mutex m_recorded_mutex;
+  cache::Counters m_recorded;  // what record_lifetime() added to the lifetime counters so far
   Devices m_devices;                 // set while constructing; fixed afterwards
   std::unique_ptr<Compilers> m_compilers;
   std::unique_ptr<Requests> m_requests;

@@ -29,6 +29,7 @@ API_VERSION = 1  # the oldest kiln_api_version() this package works with
 COMPILE_API_VERSION = 2  # kiln_compile and kiln_binary_*
 BLOB_API_VERSION = 6  # kiln_blob_*: entries under a caller's key
 LABEL_API_VERSION = 7  # kiln_blob_put_labeled, kiln_blob_get_label; KILN_ENGINE_NO_RUNTIME
+RECORD_API_VERSION = 8  # kiln_engine_record_stats
 
 _LIBRARY_NAMES = ("libkiln.so", "libkiln.so.0")
 # Where a wheel carries libkiln, under its soname (a zip holds no links): the name the CLI beside it
@@ -158,16 +159,19 @@ _PROTOTYPES = {
     "kiln_blob_put_labeled": (_S, [H, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                                    ctypes.c_size_t, _P(BlobLabel), ctypes.c_size_t, _P(ctypes.c_int)]),
     "kiln_blob_get_label": (_S, [H, ctypes.c_size_t, _P(ctypes.c_size_t), _STR_OUT, _STR_OUT]),
+    # API version 8
+    "kiln_engine_record_stats": (_S, [H]),
 }
 _VERSION_2 = ("kiln_compile", "kiln_binary_destroy", "kiln_binary_get_info", "kiln_binary_name",
               "kiln_binary_lowered_name", "kiln_binary_log")
 _VERSION_6 = ("kiln_blob_put", "kiln_blob_get", "kiln_blob_data", "kiln_blob_destroy", "kiln_blob_remove",
               "kiln_blob_count", "kiln_blob_clear")
 _VERSION_7 = ("kiln_blob_put_labeled", "kiln_blob_get_label")
+_VERSION_8 = ("kiln_engine_record_stats",)
 # The API version that added a function (1 for the rest): an older library lacks it, and require() says so
 # when one of them is needed.
 _INTRODUCED = {**{name: COMPILE_API_VERSION for name in _VERSION_2}, **{name: BLOB_API_VERSION for name in _VERSION_6},
-               **{name: LABEL_API_VERSION for name in _VERSION_7}}
+               **{name: LABEL_API_VERSION for name in _VERSION_7}, **{name: RECORD_API_VERSION for name in _VERSION_8}}
 BLOB_MAX_NAMESPACE = 256  # KILN_BLOB_MAX_NAMESPACE
 BLOB_MAX_KEY = 65536  # KILN_BLOB_MAX_KEY
 BLOB_MAX_LABELS = 16  # KILN_BLOB_MAX_LABELS

@@ -113,6 +113,7 @@ static void test_bad_handles(void) {
   kiln_stats stats;
   kiln_stats_init(&stats);
   EXPECT_STATUS(kiln_engine_stats(NULL, &stats), KILN_ERROR_INVALID_HANDLE, "NULL");
+  EXPECT_STATUS(kiln_engine_record_stats(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
   EXPECT_STATUS(kiln_engine_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
   EXPECT_STATUS(kiln_source_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
   EXPECT_STATUS(kiln_program_destroy(NULL), KILN_ERROR_INVALID_HANDLE, "NULL");
@@ -155,6 +156,7 @@ static void test_engine_config(void) {
   newer.base.size = sizeof newer;
   newer.base.flags = KILN_ENGINE_CACHE_DISABLE;
   EXPECT_STATUS(kiln_engine_create(&newer.base, &engine), KILN_OK, NULL);
+  EXPECT_STATUS(kiln_engine_record_stats(engine), KILN_OK, NULL); /* a memory-only cache: nothing to record */
   EXPECT_STATUS(kiln_engine_destroy(engine), KILN_OK, NULL);
   newer.future_field = 1;
   engine = NULL;
@@ -173,6 +175,7 @@ static void test_destroyed_engine(void) {
   kiln_stats stats;
   kiln_stats_init(&stats);
   EXPECT_STATUS(kiln_engine_stats(engine, &stats), KILN_ERROR_INVALID_HANDLE, "destroyed");
+  EXPECT_STATUS(kiln_engine_record_stats(engine), KILN_ERROR_INVALID_HANDLE, "destroyed");
   EXPECT_STATUS(kiln_engine_destroy(engine), KILN_ERROR_INVALID_HANDLE, "destroyed");
   kiln_vendor vendor;
   EXPECT_STATUS(kiln_engine_vendor(engine, &vendor), KILN_ERROR_INVALID_HANDLE, "destroyed");

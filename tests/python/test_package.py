@@ -230,6 +230,29 @@ def test_module_level_functions(compile_api, monkeypatch, cache_dir):
 TINY = 'extern "C" __global__ void tiny(int* out) { *out = 1; }\n'
 
 
+def test_default_engine_records_its_counters_at_exit(compile_api, cache_dir):
+    # The default engine is not destroyed at interpreter exit, so its counters reached `kiln cache stats`'s
+    # lifetime counters only for engines closed by hand (kiln.cupy's processes showed 0 compiles there). Now an
+    # atexit hook records them; a process that closes it by hand too counts once.
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir)
+    # In a large program (a CuPy one) the module state close() needs is gone by the time the engine is collected,
+    # and close() then destroys nothing: the child makes that so at exit (an atexit hook registered after kiln's
+    # runs before it), as a small script's teardown does not.
+    script = ("import atexit, kiln; s = kiln.Source.from_text({!r}); kiln.compile(s, target='sm_90'); "
+              "kiln.compile(s, target='sm_90'){}; atexit.register(setattr, kiln._native, '_loaded', None)")
+    for tail in ("", "; kiln.default_engine().close()"):  # a compile and a memory hit; then a disk and a memory hit
+        subprocess.run([sys.executable, "-c", script.format(TINY, tail)], env=env, check=True, timeout=120)
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(kiln.library_path))), "tools", "kiln")
+    shown = subprocess.run([cli, "cache", "stats", "--json"], env=env, capture_output=True, text=True, check=True)
+    lifetime = json.loads(shown.stdout)["lifetime"]
+    counted = {name: lifetime[name] for name in ("compiles", "misses", "disk_hits", "memory_hits")}
+    assert counted == {"compiles": 1, "misses": 1, "disk_hits": 1, "memory_hits": 2}, lifetime
+
+
 def test_engine_refuses_an_empty_cache_dir(monkeypatch, cache_dir):
     # The CLI and KILN_CACHE_DIR refuse an empty folder; the package used to hand NULL (the default cache) over.
     for empty in ("", b""):

@@ -324,9 +324,12 @@ class Engine {
   /// What destroying the engine does for the cache, for a process that ends with _exit (kiln prewarm
   /// and its workers): the remote tiers closed (queued publishes written for at most their close_flush,
   /// leases released, their lifetime counters recorded) and this engine's counters added to the cache's
-  /// lifetime counters. Only _exit may follow: destroying the engine afterwards would add its counters
-  /// twice. Never throws.
+  /// lifetime counters (record_stats). Only _exit should follow: the tiers are closed. Never throws.
   void prepare_exit() noexcept;
+  /// Adds this engine's counters since it was made, or since its last record, to the cache's lifetime
+  /// counters (`kiln cache stats`), as destroying it does for the rest: for a process that keeps its engine
+  /// until it exits and is not destroyed then (a language runtime's default engine). Never throws.
+  void record_stats() noexcept;
 
   /// Unloads every module. Kernels obtained before keep their handles but refuse to launch.
   void unload_all();

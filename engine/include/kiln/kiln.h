@@ -49,8 +49,10 @@ extern "C" {
  *     (e.g. a cuda.core ProgramCacheResource over kiln's cache); no function or struct changed.
  *  7: labels on blobs (kiln_blob_put_labeled, kiln_blob_get_label and struct kiln_blob_label: what `kiln cache
  *     ls/show/stats` show, e.g. a Triton kernel's name and target) and the engine flag KILN_ENGINE_NO_RUNTIME
- *     (an engine for the cache and compiles only: no GPU runtime loaded); no function or struct changed. */
-#define KILN_API_VERSION 7
+ *     (an engine for the cache and compiles only: no GPU runtime loaded); no function or struct changed.
+ *  8: kiln_engine_record_stats (an engine kept until the process exits records its counters in the cache's
+ *     lifetime counters without being destroyed); no function or struct changed. */
+#define KILN_API_VERSION 8
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Status codes and errors                                                                          */
@@ -220,6 +222,13 @@ KILN_API void kiln_stats_init(kiln_stats* stats);
  *  ends at remote_errors, gets those). Errors: INVALID_HANDLE, INVALID_ARGUMENT (stats NULL or
  *  stats->size smaller than a version-2 kiln_stats). */
 KILN_API kiln_status kiln_engine_stats(kiln_engine engine, kiln_stats* stats);
+
+/** Adds the engine's counters since it was created, or since its last record, to the cache's lifetime
+ *  counters (what `kiln cache stats` shows for every process); kiln_engine_destroy records the rest, so
+ *  nothing counts twice. For a runtime that keeps an engine until the process exits and does not destroy it
+ *  then: call it at exit. Nothing is recorded for a read-only or memory-only cache; a failed write is not an
+ *  error. Errors: INVALID_HANDLE. (API version 8.) */
+KILN_API kiln_status kiln_engine_record_stats(kiln_engine engine);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Sources                                                                                          */
