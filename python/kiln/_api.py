@@ -620,14 +620,15 @@ def default_engine():
         with _default_lock:
             if _default is None:
                 _default = Engine()
-                atexit.register(_record_default_stats)
     return _default
 
 
+@atexit.register
 def _record_default_stats():
-    # At exit the default engine is not destroyed (module globals go in no set order), so what it counted
-    # would never reach `kiln cache stats`'s lifetime counters: record it here. Nothing to say on failure
-    # (an older libkiln without the call, an engine closed by hand), the process is ending.
+    # In a large program the default engine is not destroyed at exit (when it is collected, close() finds the
+    # module state it needs gone), so what it counted would never reach `kiln cache stats`'s lifetime counters:
+    # record it here, before any teardown. A later destroy adds only what came after. Nothing to say on failure
+    # (an older libkiln without the call, an engine closed by hand): the process is ending.
     engine = _default
     if engine is not None and getattr(engine, "_handle", None):
         try:
